@@ -1,0 +1,105 @@
+// convgrad: JIT-compiled CPU kernels for the backward convolution ops of the
+// oneDNN Graph spec (ConvolutionBackwardWeights, ConvTransposeBackwardWeights,
+// ConvolutionBackwardData).
+//
+// The public surface is this one header. Every validation failure throws
+// convgrad::error with a message naming the op, the attribute or tensor, and
+// the expected and given values; nothing is ever written to an output buffer
+// when an error is thrown.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace convgrad {
+
+enum class op_kind { conv_bwd_weights, conv_transpose_bwd_weights, conv_bwd_data };
+enum class data_type { f32, bf16, f16 };
+using dims = std::vector<int64_t>;
+
+// Op attributes with the spec's names. Vectors have one entry per spatial
+// dimension; an empty pads_begin/pads_end is allowed only when auto_pad is not
+// "none", an empty dilations means all ones, an empty output_padding all zeros.
+struct attributes {
+    dims strides, pads_begin, pads_end, dilations;  // one entry per spatial dim
+    std::string auto_pad = "none";   // none | same_upper | same_lower | valid (any letter case)
+    int64_t groups = 1;
+    std::string data_format = "NXC";     // NXC | NCX
+    std::string weights_format = "XIO";  // XIO | OIX; conv_transpose_bwd_weights also IOX | XOI
+    dims weights_shape;  // bwd-weights ops: diff_weights dims in weights_format
+    dims dst_shape;      // conv_bwd_data: diff_src dims in data_format
+    dims output_padding; // empty = zeros
+
+    // Set an attribute by its spec name (as in a framework graph). Accepts the
+    // legacy names filter_format / filter_shape for weights_format /
+    // weights_shape. Throws convgrad::error for an unknown name or a value of
+    // the wrong kind (e.g. a list for "groups").
+    void set(std::string_view name, const dims& value);
+    void set(std::string_view name, int64_t value);
+    void set(std::string_view name, std::string_view value);
+};
+
+// Every validation failure. what() names the op, the attribute or tensor, and
+// the expected and the given value.
+class error : public std::invalid_argument {
+public:
+    using std::invalid_argument::invalid_argument;
+};
+
+// Spec op names -> op_kind. Accepts ConvolutionBackwardWeights,
+// ConvTransposeBackwardWeights, ConvolutionBackwardData and the legacy
+// aliases ConvolutionBackpropWeights-1 and ConvolutionBackpropFilters-1
+// (both ConvolutionBackwardWeights). Throws convgrad::error otherwise.
+op_kind parse_op_kind(std::string_view spec_name);
+// The spec name of an op kind ("ConvolutionBackwardWeights", ...).
+const char* op_name(op_kind kind);
+const char* dtype_name(data_type dt);  // "f32" | "bf16" | "f16"
+data_type parse_data_type(std::string_view name);  // throws convgrad::error
+
+// The best implementation this process may use: the CPU's, capped by the
+// environment variable CONVGRAD_MAX_ISA = ref | avx2 | avx512_core |
+// avx512_core_bf16 | amx. Returns one of those names.
+std::string max_isa();
+
+class op {
+public:
+    // input0_dims / input1_dims: logical dims of inputs 0 and 1 in the spec's
+    // index order (bwd weights: src, diff_dst; bwd data: diff_dst, weights),
+    // in data_format / weights_format.
+    // shape_input: the optional input 2 (s32 values); when given it wins over
+    // the attribute.
+    op(op_kind kind, data_type dt, const attributes& attrs, const dims& input0_dims,
+       const dims& input1_dims, const std::vector<int32_t>* shape_input = nullptr);
+
+    op_kind kind() const;
+    data_type dtype() const;
+    const dims& output_dims() const;
+    // Element counts of the two inputs and of the output.
+    int64_t input0_elems() const;
+    int64_t input1_elems() const;
+    int64_t output_elems() const;
+    // Multiply-add count times two, as benchdnn counts it (padding taps included).
+    double flops() const;
+
+    // Dense row-major buffers in the logical dims' order; bf16/f16 elements
+    // are uint16_t bit patterns. Safe to call concurrently from many threads
+    // on one op. Uses tbb::this_task_arena::max_concurrency() threads.
+    // Throws convgrad::error (writing nothing) for a null pointer or an output
+    // buffer that overlaps an input buffer.
+    void execute(const void* input0, const void* input1, void* output) const;
+
+    // Implementation first ("ref", "jit:avx512_core", ...), then the plan
+    // and the thread count.
+    std::string describe() const;
+
+    struct impl;
+
+private:
+    std::shared_ptr<const impl> impl_;
+};
+
+}  // namespace convgrad

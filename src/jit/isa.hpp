@@ -1,0 +1,19 @@
+// Instruction-set levels, CPU detection and the CONVGRAD_MAX_ISA cap.
+#pragma once
+
+#include <string>
+
+namespace convgrad::detail {
+
+// Ordered: each level includes the ones before it.
+enum class Isa { ref, avx2, avx512_core, avx512_core_bf16, amx };
+
+const char* isa_name(Isa isa);
+// The best level this CPU supports (FMA/F16C for avx2; AVX-512 F/BW/DQ/VL for
+// avx512_core; plus AVX512-BF16; plus AMX tiles with OS permission).
+Isa cpu_isa();
+// cpu_isa() capped by CONVGRAD_MAX_ISA (read on every call, so a process may
+// change it between op creations). Throws convgrad::error for an unknown value.
+Isa effective_isa();
+
+}  // namespace convgrad::detail

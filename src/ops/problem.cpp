@@ -1,0 +1,447 @@
+// Validation and canonicalisation: the one place where user input is checked.
+// The rules are those of docs/SEMANTICS.md.
+#include "ops/problem.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <climits>
+#include <sstream>
+
+namespace convgrad::detail {
+namespace {
+
+std::string lower(std::string_view s) {
+    std::string r(s);
+    for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return r;
+}
+
+std::string list(const dims& v) {
+    std::ostringstream os;
+    os << '[';
+    for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
+    os << ']';
+    return os.str();
+}
+
+// Collects the op name so every message starts with it.
+class Checker {
+public:
+    explicit Checker(op_kind kind) : op_(op_name(kind)) {}
+
+    [[noreturn]] void fail(const std::string& what, const std::string& expected,
+                           const std::string& given) const {
+        throw error(op_ + ": " + what + ": expected " + expected + ", given " + given);
+    }
+    void require(bool ok, const std::string& what, const std::string& expected,
+                 const std::string& given) const {
+        if (!ok) fail(what, expected, given);
+    }
+    int64_t mul(int64_t a, int64_t b, const std::string& what) const {
+        int64_t r = 0;
+        if (__builtin_mul_overflow(a, b, &r))
+            fail(what, "a value that fits in int64", std::to_string(a) + " * " + std::to_string(b));
+        return r;
+    }
+    int64_t add(int64_t a, int64_t b, const std::string& what) const {
+        int64_t r = 0;
+        if (__builtin_add_overflow(a, b, &r))
+            fail(what, "a value that fits in int64", std::to_string(a) + " + " + std::to_string(b));
+        return r;
+    }
+    // Element count of a tensor, checked against int64 and against the
+    // byte size a pointer can address.
+    int64_t elems(const dims& d, const std::string& tensor, size_t esize) const {
+        int64_t n = 1;
+        for (int64_t v : d) n = mul(n, v, tensor + " element count");
+        int64_t bytes = 0;
+        if (__builtin_mul_overflow(n, static_cast<int64_t>(esize), &bytes))
+            fail(tensor + " size in bytes", "a value that fits in int64", list(d));
+        return n;
+    }
+    // Every entry of a user vector: count and minimum.
+    void vec(const dims& v, const std::string& name, int nsp, int64_t min_value) const {
+        require(static_cast<int>(v.size()) == nsp, name,
+                std::to_string(nsp) + " entries (one per spatial dim)",
+                std::to_string(v.size()) + " entries " + list(v));
+        for (size_t i = 0; i < v.size(); ++i)
+            require(v[i] >= min_value, name + "[" + std::to_string(i) + "]",
+                    ">= " + std::to_string(min_value), std::to_string(v[i]));
+    }
+
+private:
+    std::string op_;
+};
+
+enum class AutoPad { none, same_upper, same_lower, valid };
+
+AutoPad parse_auto_pad(const Checker& ck, const std::string& s) {
+    const std::string l = lower(s);
+    if (l == "none" || l.empty()) return AutoPad::none;
+    if (l == "same_upper") return AutoPad::same_upper;
+    if (l == "same_lower") return AutoPad::same_lower;
+    if (l == "valid") return AutoPad::valid;
+    ck.fail("auto_pad", "one of none, same_upper, same_lower, valid", "\"" + s + "\"");
+}
+
+// Activation tensor dims in data_format -> (n, c, spatial).
+struct DataDims {
+    int64_t n = 0, c = 0;
+    std::array<int64_t, 3> sp{1, 1, 1};
+};
+
+DataDims split_data(const dims& d, bool nxc, int nsp) {
+    DataDims r;
+    r.n = d[0];
+    r.c = nxc ? d.back() : d[1];
+    for (int a = 0; a < nsp; ++a) r.sp[3 - nsp + a] = d[(nxc ? 1 : 2) + a];
+    return r;
+}
+
+dims join_data(const DataDims& dd, bool nxc, int nsp) {
+    dims r{dd.n};
+    if (!nxc) r.push_back(dd.c);
+    for (int a = 0; a < nsp; ++a) r.push_back(dd.sp[3 - nsp + a]);
+    if (nxc) r.push_back(dd.c);
+    return r;
+}
+
+DataStrides data_strides(const DataDims& dd, bool nxc) {
+    DataStrides s;
+    int64_t run = 1;
+    if (nxc) {
+        s.c = 1;
+        run = dd.c;
+    }
+    for (int a = 2; a >= 0; --a) {
+        s.sp[a] = run;
+        run *= dd.sp[a];
+    }
+    if (!nxc) {
+        s.c = run;
+        run *= dd.c;
+    }
+    s.n = run;
+    return s;
+}
+
+// Convolution-view weight dims: O (total), I (per group), K.
+struct WeiDims {
+    int64_t o = 0, i = 0;
+    std::array<int64_t, 3> k{1, 1, 1};
+};
+
+// Axis order of each layout, outermost first; 'X' stands for all kernel axes.
+const char* layout_axes(WeightLayout l) {
+    switch (l) {
+        case WeightLayout::OIX: return "OIX";
+        case WeightLayout::XIO: return "XIO";
+        case WeightLayout::IOX: return "IOX";
+        case WeightLayout::XOI: return "XOI";
+    }
+    return "";
+}
+
+WeiDims split_weights(const dims& d, WeightLayout l, int nsp) {
+    WeiDims r;
+    size_t pos = 0;
+    for (const char* ax = layout_axes(l); *ax; ++ax) {
+        if (*ax == 'O') r.o = d[pos++];
+        if (*ax == 'I') r.i = d[pos++];
+        if (*ax == 'X')
+            for (int a = 0; a < nsp; ++a) r.k[3 - nsp + a] = d[pos++];
+    }
+    return r;
+}
+
+WeightStrides weight_strides(const WeiDims& w, WeightLayout l) {
+    WeightStrides s;
+    int64_t run = 1;
+    const std::string axes = layout_axes(l);
+    for (auto it = axes.rbegin(); it != axes.rend(); ++it) {
+        if (*it == 'O') { s.o = run; run *= w.o; }
+        if (*it == 'I') { s.i = run; run *= w.i; }
+        if (*it == 'X')
+            for (int a = 2; a >= 0; --a) { s.k[a] = run; run *= w.k[a]; }
+    }
+    return s;
+}
+
+// The user's weights_format string -> convolution-view layout. For
+// ConvTranspose the user's I/O name the ConvTranspose's channels, which are
+// the convolution view's O/I: the layout letters swap.
+WeightLayout parse_weights_format(const Checker& ck, op_kind kind, const std::string& s) {
+    const std::string u = [&] {
+        std::string r(s);
+        for (char& c : r) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+        return r;
+    }();
+    if (kind == op_kind::conv_transpose_bwd_weights) {
+        if (u == "IOX") return WeightLayout::OIX;
+        if (u == "XOI") return WeightLayout::XIO;
+        if (u == "OIX") return WeightLayout::IOX;
+        if (u == "XIO") return WeightLayout::XOI;
+        ck.fail("weights_format", "one of XIO, OIX, IOX, XOI", "\"" + s + "\"");
+    }
+    if (u == "XIO") return WeightLayout::XIO;
+    if (u == "OIX") return WeightLayout::OIX;
+    ck.fail("weights_format", "one of XIO, OIX", "\"" + s + "\"");
+}
+
+bool parse_data_format(const Checker& ck, const std::string& s) {
+    const std::string l = lower(s);
+    if (l == "nxc") return true;
+    if (l == "ncx") return false;
+    ck.fail("data_format", "one of NXC, NCX", "\"" + s + "\"");
+}
+
+// The optional shape (input 2 wins over the attribute); empty = not given.
+dims shape_source(const Checker& ck, const std::vector<int32_t>* shape_input,
+                  const dims& attr, const std::string& name) {
+    if (shape_input && !shape_input->empty()) {
+        dims r(shape_input->begin(), shape_input->end());
+        for (size_t i = 0; i < r.size(); ++i)
+            ck.require(r[i] > 0, name + " input[" + std::to_string(i) + "]", "> 0",
+                       std::to_string(r[i]));
+        return r;
+    }
+    for (size_t i = 0; i < attr.size(); ++i)
+        ck.require(attr[i] > 0, name + "[" + std::to_string(i) + "]", "> 0",
+                   std::to_string(attr[i]));
+    return attr;
+}
+
+void check_tensor(const Checker& ck, const dims& d, const std::string& name, size_t rank) {
+    ck.require(d.size() == rank, name + " rank", std::to_string(rank) + " dims",
+               std::to_string(d.size()) + " dims " + list(d));
+    for (size_t i = 0; i < d.size(); ++i)
+        ck.require(d[i] > 0, name + " dim " + std::to_string(i), "> 0", std::to_string(d[i]));
+}
+
+const char* sp_name(int nsp, int a) {
+    static const char* names[3] = {"D", "H", "W"};
+    return names[3 - nsp + a];
+}
+
+// Resolved spatial attributes of one problem (indices 0..2 = D, H, W).
+struct Spatial {
+    std::array<int64_t, 3> stride{1, 1, 1}, dil{1, 1, 1}, pb{}, pe{}, op{};
+};
+
+Spatial read_spatial(const Checker& ck, const attributes& at, int nsp, AutoPad ap) {
+    Spatial s;
+    ck.vec(at.strides, "strides", nsp, 1);
+    if (!at.dilations.empty()) ck.vec(at.dilations, "dilations", nsp, 1);
+    if (ap == AutoPad::none) {
+        ck.vec(at.pads_begin, "pads_begin", nsp, 0);
+        ck.vec(at.pads_end, "pads_end", nsp, 0);
+    }
+    if (!at.output_padding.empty()) ck.vec(at.output_padding, "output_padding", nsp, 0);
+    for (int a = 0; a < nsp; ++a) {
+        const int x = 3 - nsp + a;
+        s.stride[x] = at.strides[a];
+        if (!at.dilations.empty()) s.dil[x] = at.dilations[a];
+        if (ap == AutoPad::none) {
+            s.pb[x] = at.pads_begin[a];
+            s.pe[x] = at.pads_end[a];
+        }
+        if (!at.output_padding.empty()) {
+            s.op[x] = at.output_padding[a];
+            ck.require(s.op[x] < s.stride[x], "output_padding[" + std::to_string(a) + "]",
+                       "< strides[" + std::to_string(a) + "] = " + std::to_string(s.stride[x]),
+                       std::to_string(s.op[x]));
+        }
+    }
+    return s;
+}
+
+// auto_pad: total padding T split begin/end (odd unit at the end for
+// same_upper, at the beginning for same_lower).
+void apply_auto_pad(AutoPad ap, int64_t total, int64_t& pb, int64_t& pe) {
+    if (ap == AutoPad::none) return;
+    if (ap == AutoPad::valid) total = 0;
+    total = std::max<int64_t>(total, 0);
+    pb = ap == AutoPad::same_lower ? (total + 1) / 2 : total / 2;
+    pe = total - pb;
+}
+
+}  // namespace
+
+size_t dtype_size(data_type dt) { return dt == data_type::f32 ? 4 : 2; }
+
+double Problem::flops() const {
+    return 2.0 * static_cast<double>(mb) * g * icg * ocg * k_sp() * out_sp();
+}
+
+std::string Problem::to_string() const {
+    std::ostringstream os;
+    auto sp = [&](const char* tag, const std::array<int64_t, 3>& v) {
+        os << ' ' << tag;
+        for (int a = 3 - nsp; a < 3; ++a) os << (a > 3 - nsp ? "x" : "") << v[a];
+    };
+    os << op_name(kind) << ' ' << dtype_name(dt) << " mb" << mb << " g" << g << " ic" << ic()
+       << " oc" << oc();
+    sp("i", in);
+    sp("o", out);
+    sp("k", k);
+    sp("s", stride);
+    sp("d", dil);
+    sp("pb", pad_begin);
+    sp("pe", pad_end);
+    os << ' ' << (nxc ? "NXC" : "NCX") << '/' << layout_axes(wlayout);
+    return os.str();
+}
+
+Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dims& in0,
+                     const dims& in1, const std::vector<int32_t>* shape_input) {
+    const Checker ck(kind);
+    Problem p;
+    p.kind = kind;
+    p.dt = dt;
+    p.alg = kind == op_kind::conv_bwd_data ? Alg::data : Alg::weights;
+
+    const AutoPad ap = parse_auto_pad(ck, at.auto_pad);
+    p.nxc = parse_data_format(ck, at.data_format);
+    p.wlayout = parse_weights_format(ck, kind, at.weights_format);
+    ck.require(at.groups >= 1, "groups", ">= 1", std::to_string(at.groups));
+    p.g = at.groups;
+
+    const bool bwd_w = p.alg == Alg::weights;
+    const std::string name0 = bwd_w ? "src (input 0)" : "diff_dst (input 0)";
+    const std::string name1 = bwd_w ? "diff_dst (input 1)" : "weights (input 1)";
+    ck.require(in0.size() >= 3 && in0.size() <= 5, name0 + " rank",
+               "3, 4 or 5 dims (N, C and 1 to 3 spatial dims)",
+               std::to_string(in0.size()) + " dims " + list(in0));
+    const int nsp = static_cast<int>(in0.size()) - 2;
+    p.nsp = nsp;
+    check_tensor(ck, in0, name0, in0.size());
+    check_tensor(ck, in1, name1, in0.size());
+    Spatial s = read_spatial(ck, at, nsp, ap);
+    const size_t es = dtype_size(dt);
+    p.input0_elems = ck.elems(in0, name0, es);
+    p.input1_elems = ck.elems(in1, name1, es);
+
+    DataDims src, dst;  // convolution view
+    WeiDims wei;
+    if (bwd_w) {
+        const DataDims a = split_data(in0, p.nxc, nsp), b = split_data(in1, p.nxc, nsp);
+        ck.require(b.n == a.n, "diff_dst (input 1) minibatch", std::to_string(a.n) + " (as src)",
+                   std::to_string(b.n));
+        const dims ws = shape_source(ck, shape_input, at.weights_shape, "weights_shape");
+        ck.require(!ws.empty(), "weights_shape",
+                   "a shape from input 2 or the weights_shape attribute", "neither");
+        check_tensor(ck, ws, "weights_shape", in0.size());
+        ck.elems(ws, "diff_weights", es);
+        wei = split_weights(ws, p.wlayout, nsp);
+        p.output_dims = ws;
+        // ConvTranspose: its src (x, small side) is the convolution's diff_dst.
+        p.swap_inputs = kind == op_kind::conv_transpose_bwd_weights;
+        src = p.swap_inputs ? b : a;
+        dst = p.swap_inputs ? a : b;
+        const std::string src_name = p.swap_inputs ? "diff_dst (input 1)" : "src (input 0)";
+        const std::string dst_name = p.swap_inputs ? "src (input 0)" : "diff_dst (input 1)";
+        // In convolution view: src has IC, diff_dst has OC; weights O = OC, I = IC/g.
+        ck.require(src.c % p.g == 0, "groups", "a divisor of " + src_name + " channels " +
+                   std::to_string(src.c), std::to_string(p.g));
+        ck.require(dst.c % p.g == 0, "groups", "a divisor of " + dst_name + " channels " +
+                   std::to_string(dst.c), std::to_string(p.g));
+        const bool tr = p.swap_inputs;
+        ck.require(wei.i == src.c / p.g,
+                   std::string("weights_shape ") + (tr ? "output-channel (O) dim" : "input-channel (I) dim"),
+                   std::to_string(src.c / p.g) + " (" + src_name + " channels / groups)",
+                   std::to_string(wei.i) + " in " + list(ws));
+        ck.require(wei.o == dst.c,
+                   std::string("weights_shape ") + (tr ? "input-channel (I) dim" : "output-channel (O) dim"),
+                   std::to_string(dst.c) + " (" + dst_name + " channels)",
+                   std::to_string(wei.o) + " in " + list(ws));
+    } else {
+        dst = split_data(in0, p.nxc, nsp);
+        wei = split_weights(in1, p.wlayout, nsp);
+        ck.require(wei.o == dst.c, "weights (input 1) output-channel (O) dim",
+                   std::to_string(dst.c) + " (diff_dst channels)",
+                   std::to_string(wei.o) + " in " + list(in1));
+        ck.require(dst.c % p.g == 0, "groups",
+                   "a divisor of diff_dst channels " + std::to_string(dst.c), std::to_string(p.g));
+        src.n = dst.n;
+        src.c = ck.mul(wei.i, p.g, "diff_src channels");
+        const dims ds = shape_source(ck, shape_input, at.dst_shape, "dst_shape");
+        if (!ds.empty()) {
+            check_tensor(ck, ds, "dst_shape", in0.size());
+            const DataDims d = split_data(ds, p.nxc, nsp);
+            ck.require(d.n == dst.n, "dst_shape minibatch", std::to_string(dst.n) + " (as diff_dst)",
+                       std::to_string(d.n) + " in " + list(ds));
+            ck.require(d.c == src.c, "dst_shape channels",
+                       std::to_string(src.c) + " (weights I * groups)", std::to_string(d.c) + " in " + list(ds));
+            src.sp = d.sp;
+        } else {
+            ck.require(ap == AutoPad::none || ap == AutoPad::valid, "dst_shape",
+                       "a shape from input 2 or the dst_shape attribute when auto_pad is " + at.auto_pad,
+                       "neither");
+            for (int x = 3 - nsp; x < 3; ++x) {
+                const int64_t e = ck.add(ck.mul(wei.k[x] - 1, s.dil[x], "kernel extent"), 1, "kernel extent");
+                int64_t i = ck.add(ck.mul(s.stride[x], dst.sp[x] - 1, "diff_src size"), e, "diff_src size");
+                i = ck.add(i, s.op[x], "diff_src size");
+                i = ck.add(ck.add(i, -s.pb[x], "diff_src size"), -s.pe[x], "diff_src size");
+                ck.require(i > 0, std::string("diff_src spatial ") + sp_name(nsp, x - (3 - nsp)) +
+                           " = strides*(diff_dst-1) + extent - pads_begin - pads_end + output_padding",
+                           "> 0", std::to_string(i));
+                src.sp[x] = i;
+            }
+        }
+        p.output_dims = join_data(src, p.nxc, nsp);
+        ck.elems(p.output_dims, "diff_src", es);
+    }
+    // Spatial relation, per axis. I = convolution input size, O = output.
+    for (int x = 3 - nsp; x < 3; ++x) {
+        const int a = x - (3 - nsp);
+        const std::string ax = std::string(sp_name(nsp, a)) + " (spatial axis " + std::to_string(a) + ")";
+        const int64_t e = ck.add(ck.mul(wei.k[x] - 1, s.dil[x], "kernel extent"), 1, "kernel extent");
+        const int64_t in = src.sp[x], out = dst.sp[x], st = s.stride[x];
+        if (kind == op_kind::conv_transpose_bwd_weights) {
+            apply_auto_pad(ap, e - st, s.pb[x], s.pe[x]);
+            // Y = S*(X-1) + E - pb - pe + output_padding, Y = the large side.
+            int64_t y = ck.add(ck.mul(st, out - 1, "ConvTranspose output size"), e, "ConvTranspose output size");
+            y = ck.add(y, s.op[x], "ConvTranspose output size");
+            y = ck.add(ck.add(y, -s.pb[x], "ConvTranspose output size"), -s.pe[x], "ConvTranspose output size");
+            ck.require(in == y, "diff_dst (input 1) spatial " + ax,
+                       std::to_string(y) + " = strides*(src-1) + (kernel-1)*dilations + 1 - pads_begin"
+                       " - pads_end + output_padding",
+                       std::to_string(in));
+        } else {
+            const int64_t rem = in % st;
+            apply_auto_pad(ap, e - (rem ? rem : st), s.pb[x], s.pe[x]);
+            const int64_t padded = ck.add(ck.add(in, s.pb[x], "padded size"), s.pe[x], "padded size");
+            const std::string in_name = bwd_w ? "src" : "dst_shape";
+            ck.require(padded >= e, in_name + " spatial " + ax + " + pads_begin + pads_end",
+                       ">= kernel extent " + std::to_string(e), std::to_string(padded));
+            const int64_t o = (padded - e) / st + 1;
+            const std::string out_name = bwd_w ? "diff_dst (input 1)" : "diff_dst (input 0)";
+            ck.require(out == o, out_name + " spatial " + ax,
+                       std::to_string(o) + " = (input + pads_begin + pads_end - extent) / strides + 1",
+                       std::to_string(out));
+        }
+        p.in[x] = in;
+        p.out[x] = out;
+        p.k[x] = wei.k[x];
+        p.stride[x] = st;
+        p.dil[x] = s.dil[x];
+        p.pad_begin[x] = s.pb[x];
+        p.pad_end[x] = s.pe[x];
+    }
+    for (int x = 0; x < 3 - nsp; ++x) {
+        p.in[x] = p.out[x] = p.k[x] = p.stride[x] = p.dil[x] = 1;
+    }
+    p.mb = src.n;
+    p.icg = src.c / p.g;
+    p.ocg = dst.c / p.g;
+    p.src_str = data_strides(src, p.nxc);
+    p.dst_str = data_strides(dst, p.nxc);
+    p.wei_str = weight_strides(wei, p.wlayout);
+    p.output_elems = ck.elems(p.output_dims, bwd_w ? "diff_weights" : "diff_src", es);
+    // Work count must be representable too (flop counters, loop bounds).
+    ck.mul(ck.mul(ck.mul(p.mb, p.oc(), "work size"), p.icg, "work size"),
+           ck.mul(p.k_sp(), std::max(p.in_sp(), p.out_sp()), "work size"), "work size");
+    return p;
+}
+
+}  // namespace convgrad::detail

@@ -1,0 +1,86 @@
+// Problem: an op after validation and canonicalisation.
+//
+// Every op is expressed in "convolution view": a convolution with input
+// `src` (IC channels, spatial I), output `diff_dst` (OC channels, spatial O)
+// and weights W (OC x IC/g x K), groups folded into OC.
+//  - ConvolutionBackwardWeights: computes W from src and diff_dst.
+//  - ConvTransposeBackwardWeights: the same computation with the user's
+//    src and diff_dst swapped (the ConvTranspose's large side is the
+//    convolution's src). Its IOX weights are the convolution's OIX.
+//  - ConvolutionBackwardData: computes src (diff_src) from diff_dst and W.
+// Spatial dims are always three (D, H, W); absent ones have size 1, kernel 1,
+// stride 1, dilation 1 and no padding. Memory layouts are element strides,
+// so the math never depends on data_format or weights_format.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "convgrad/convgrad.hpp"
+
+namespace convgrad::detail {
+
+// Which gradient is computed, in convolution view.
+enum class Alg { weights, data };
+
+// Element strides of an activation tensor (n, c, d, h, w).
+struct DataStrides {
+    int64_t n = 0, c = 0;
+    std::array<int64_t, 3> sp{};
+};
+
+// Element strides of a weights tensor: o indexes the total OC (group-major),
+// i indexes IC/g, k the three kernel axes.
+struct WeightStrides {
+    int64_t o = 0, i = 0;
+    std::array<int64_t, 3> k{};
+};
+
+// Convolution-view weight layouts (O = OC total, I = IC/g, X = spatial).
+enum class WeightLayout { OIX, XIO, IOX, XOI };
+
+struct Problem {
+    op_kind kind = op_kind::conv_bwd_weights;
+    data_type dt = data_type::f32;
+    Alg alg = Alg::weights;
+    int nsp = 0;  // spatial rank of the user's tensors: 1, 2 or 3
+
+    int64_t mb = 0, g = 1, icg = 0, ocg = 0;  // convolution view
+    // Index 0 = D, 1 = H, 2 = W.
+    std::array<int64_t, 3> in{}, out{}, k{}, stride{}, dil{}, pad_begin{}, pad_end{};
+
+    bool nxc = true;  // data layout of all activation tensors
+    WeightLayout wlayout = WeightLayout::XIO;
+    DataStrides src_str, dst_str;  // convolution view src and diff_dst
+    WeightStrides wei_str;
+    // ConvTransposeBackwardWeights: the user's input0 is the convolution
+    // view's diff_dst and input1 its src.
+    bool swap_inputs = false;
+
+    // The user-facing output dims (in data_format / weights_format).
+    dims output_dims;
+    int64_t input0_elems = 0, input1_elems = 0, output_elems = 0;
+
+    int64_t ic() const { return icg * g; }
+    int64_t oc() const { return ocg * g; }
+    int64_t ext(int a) const { return (k[a] - 1) * dil[a] + 1; }
+    int64_t in_sp() const { return in[0] * in[1] * in[2]; }
+    int64_t out_sp() const { return out[0] * out[1] * out[2]; }
+    int64_t k_sp() const { return k[0] * k[1] * k[2]; }
+    double flops() const;
+    // "mb2 g1 ic3 oc4 i5x5 o3x3 k3x3 s1x1 d1x1 pb0x0 pe0x0 NXC/XIO f32"
+    std::string to_string() const;
+};
+
+// Validates the user's description and builds the Problem. Throws
+// convgrad::error naming the op, the attribute or tensor, and the expected
+// and given values.
+Problem make_problem(op_kind kind, data_type dt, const attributes& attrs,
+                     const dims& input0_dims, const dims& input1_dims,
+                     const std::vector<int32_t>* shape_input);
+
+size_t dtype_size(data_type dt);
+
+}  // namespace convgrad::detail
