@@ -1,6 +1,9 @@
 // The public API: names, attributes by spec name, and convgrad::op.
 #include <tbb/task_arena.h>
 
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "convgrad/convgrad.hpp"
@@ -50,6 +53,19 @@ data_type parse_data_type(std::string_view name) {
 std::string max_isa() { return detail::isa_name(detail::effective_isa()); }
 
 namespace {
+
+// CONVGRAD_VERBOSE=1: one line per op created and per execute.
+bool verbose() {
+    static const bool on = [] {
+        const char* v = std::getenv("CONVGRAD_VERBOSE");
+        return v && *v && *v != '0';
+    }();
+    return on;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 [[noreturn]] void bad_kind(std::string_view name, const char* expected) {
     throw error("attribute " + std::string(name) + ": expected " + expected);
@@ -116,10 +132,13 @@ struct op::impl {
 
 op::op(op_kind kind, data_type dt, const attributes& attrs, const dims& input0_dims,
        const dims& input1_dims, const std::vector<int32_t>* shape_input) {
+    const auto t0 = std::chrono::steady_clock::now();
     auto p = std::make_shared<impl>();
     p->problem = detail::make_problem(kind, dt, attrs, input0_dims, input1_dims, shape_input);
     p->exec = detail::make_executor(p->problem);
     impl_ = std::move(p);
+    if (verbose())
+        std::fprintf(stderr, "convgrad,create,%s,%.3f ms\n", describe().c_str(), ms_since(t0));
 }
 
 op_kind op::kind() const { return impl_->problem.kind; }
@@ -144,7 +163,11 @@ void op::execute(const void* input0, const void* input1, void* output) const {
     };
     if (overlaps(input0, p.input0_elems) || overlaps(input1, p.input1_elems))
         throw error(name + ": output: expected a buffer disjoint from the inputs, given one that overlaps");
+    const auto t0 = std::chrono::steady_clock::now();
     impl_->exec->run(input0, input1, output);
+    if (verbose())
+        std::fprintf(stderr, "convgrad,execute,%s,%.3f ms\n", impl_->exec->describe().c_str(),
+                     ms_since(t0));
 }
 
 std::string op::describe() const {

@@ -1,5 +1,6 @@
 // The dispatch list: the best implementation that accepts the Problem wins.
-#include <tbb/task_arena.h>
+#include <cstdio>
+#include <cstdlib>
 
 #include "jit/isa.hpp"
 #include "ops/executor.hpp"
@@ -23,7 +24,15 @@ private:
 }  // namespace
 
 std::unique_ptr<Executor> make_executor(const Problem& p) {
-    (void)effective_isa();  // validates CONVGRAD_MAX_ISA even before JIT paths exist
+    const Isa isa = effective_isa();
+    if (isa >= Isa::avx2) {
+        std::string why;
+        auto jit = p.alg == Alg::weights ? make_jit_weights_executor(p, isa, &why)
+                                         : make_jit_data_executor(p, isa, &why);
+        if (jit) return jit;
+        if (const char* v = std::getenv("CONVGRAD_VERBOSE"); v && *v && *v != '0')
+            std::fprintf(stderr, "convgrad,dispatch,%s declined: %s\n", isa_name(isa), why.c_str());
+    }
     return std::make_unique<RefExecutor>(p);
 }
 

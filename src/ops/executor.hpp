@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "jit/isa.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -19,6 +20,13 @@ public:
     virtual std::string describe() const = 0;
 };
 
+// The dispatch list: the first implementation that accepts the Problem at
+// the effective ISA (CONVGRAD_MAX_ISA) wins; the reference accepts all.
 std::unique_ptr<Executor> make_executor(const Problem& p);
+
+// JIT implementations. Each returns nullptr and sets *why (a short reason,
+// printed under CONVGRAD_VERBOSE) when it declines the Problem.
+std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, std::string* why);
+std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why);
 
 }  // namespace convgrad::detail

@@ -1,0 +1,73 @@
+#include "jit/jit_kernel.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+
+#include "convgrad/convgrad.hpp"
+
+namespace convgrad::detail {
+namespace {
+
+bool env_on(const char* name) {
+    const char* v = std::getenv(name);
+    return v && *v && std::string(v) != "0";
+}
+
+void register_kernel(const std::string& name, const uint8_t* code, size_t size) {
+    if (env_on("CONVGRAD_JIT_DUMP")) {
+        std::ofstream(name + ".bin", std::ios::binary)
+                .write(reinterpret_cast<const char*>(code), static_cast<std::streamsize>(size));
+    }
+    if (env_on("CONVGRAD_PERF_MAP")) {
+        static std::mutex mu;
+        const std::lock_guard<std::mutex> lock(mu);
+        const std::string path = "/tmp/perf-" + std::to_string(getpid()) + ".map";
+        if (FILE* f = std::fopen(path.c_str(), "a")) {
+            std::fprintf(f, "%lx %zx convgrad:%s\n", reinterpret_cast<unsigned long>(code), size,
+                         name.c_str());
+            std::fclose(f);
+        }
+    }
+}
+
+// rbx, r12..r15 in push order.
+const Xbyak::Reg64 kSaved[] = {Xbyak::util::rbx, Xbyak::util::r12, Xbyak::util::r13,
+                               Xbyak::util::r14, Xbyak::util::r15};
+
+}  // namespace
+
+JitKernel::JitKernel(std::string name)
+    : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), name_(std::move(name)) {
+    setDefaultJmpNEAR(true);
+}
+
+void JitKernel::create() {
+    try {
+        generate();
+        if (hasUndefinedLabel()) throw error("JIT kernel " + name_ + ": undefined label");
+        readyRE();
+    } catch (const Xbyak::Error& e) {
+        throw error("JIT kernel " + name_ + ": code generation failed: " + e.what());
+    }
+    register_kernel(name_, getCode(), getSize());
+}
+
+void JitKernel::preamble(int saved_gprs) {
+    saved_gprs_ = saved_gprs;
+    push(rbp);
+    mov(rbp, rsp);
+    for (int i = 0; i < saved_gprs_; ++i) push(kSaved[i]);
+}
+
+void JitKernel::postamble() {
+    for (int i = saved_gprs_ - 1; i >= 0; --i) pop(kSaved[i]);
+    pop(rbp);
+    vzeroupper();
+    ret();
+}
+
+}  // namespace convgrad::detail

@@ -1,0 +1,63 @@
+#include "jit/vec_isa.hpp"
+
+namespace convgrad::detail {
+
+using Xbyak::Address;
+using Xbyak::Xmm;
+using Xbyak::Ymm;
+using Xbyak::Zmm;
+
+VecIsa::VecIsa(Xbyak::CodeGenerator& cg, Isa isa) : cg_(cg), avx512_(isa >= Isa::avx512_core) {}
+
+Xmm VecIsa::vreg(int i) const { return avx512_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
+
+void VecIsa::zero(const Xmm& v) { cg_.vxorps(v, v, v); }
+
+void VecIsa::load(const Xmm& v, const Address& a) { cg_.vmovups(v, a); }
+
+void VecIsa::store(const Address& a, const Xmm& v) { cg_.vmovups(a, v); }
+
+void VecIsa::add(const Xmm& dst, const Xmm& a, const Xmm& b) { cg_.vaddps(dst, a, b); }
+
+void VecIsa::bcast(const Xmm& v, const Address& a) { cg_.vbroadcastss(v, a); }
+
+void VecIsa::fma(const Xmm& acc, const Xmm& a, const Xmm& b) { cg_.vfmadd231ps(acc, a, b); }
+
+void VecIsa::fma_bcast(const Xmm& acc, const Xmm& a, const Address& m, const Xmm& tmp) {
+    if (avx512_) {
+        cg_.vfmadd231ps(acc, a, cg_.ptr_b[m.getRegExp()]);
+    } else {
+        cg_.vbroadcastss(tmp, m);
+        cg_.vfmadd231ps(acc, a, tmp);
+    }
+}
+
+void VecIsa::set_tail(int n, const Xbyak::Reg64& gpr, int mask_vreg) {
+    if (avx512_) {
+        cg_.mov(gpr.cvt32(), (1u << n) - 1);
+        cg_.kmovw(Xbyak::util::k1, gpr.cvt32());
+        return;
+    }
+    // AVX2: lanes [0, n) all-ones, read from a static table of 8 ones then
+    // 8 zeros at offset 8 - n.
+    static const int32_t kMaskTable[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
+    mask_vreg_ = mask_vreg;
+    cg_.mov(gpr, reinterpret_cast<uintptr_t>(kMaskTable + 8 - n));
+    cg_.vmovups(Ymm(mask_vreg), cg_.ptr[gpr]);
+}
+
+void VecIsa::load_tail(const Xmm& v, const Address& a) {
+    if (avx512_)
+        cg_.vmovups(Zmm(v.getIdx()) | Xbyak::util::k1 | Xbyak::util::T_z, a);
+    else
+        cg_.vmaskmovps(Ymm(v.getIdx()), Ymm(mask_vreg_), a);
+}
+
+void VecIsa::store_tail(const Address& a, const Xmm& v) {
+    if (avx512_)
+        cg_.vmovups(a | Xbyak::util::k1, Zmm(v.getIdx()));
+    else
+        cg_.vmaskmovps(a, Ymm(mask_vreg_), Ymm(v.getIdx()));
+}
+
+}  // namespace convgrad::detail

@@ -1,0 +1,50 @@
+// VecIsa: the small set of emit hooks through which one kernel skeleton
+// serves AVX-512 (zmm, 32 registers, opmask tails) and AVX2 (ymm, 16
+// registers, vmaskmov tails). Generators call these instead of naming
+// instructions of one ISA; anything not here is ISA-independent code.
+#pragma once
+
+#include <xbyak/xbyak.h>
+
+#include "jit/isa.hpp"
+
+namespace convgrad::detail {
+
+class VecIsa {
+public:
+    // isa must be avx2 or an AVX-512 level.
+    VecIsa(Xbyak::CodeGenerator& cg, Isa isa);
+
+    bool avx512() const { return avx512_; }
+    int vlen() const { return avx512_ ? 16 : 8; }  // f32 lanes
+    int vbytes() const { return vlen() * 4; }
+    int num_vregs() const { return avx512_ ? 32 : 16; }
+    // Vector register i as zmm or ymm.
+    Xbyak::Xmm vreg(int i) const;
+
+    void zero(const Xbyak::Xmm& v);
+    void load(const Xbyak::Xmm& v, const Xbyak::Address& a);
+    void store(const Xbyak::Address& a, const Xbyak::Xmm& v);
+    void add(const Xbyak::Xmm& dst, const Xbyak::Xmm& a, const Xbyak::Xmm& b);
+    void bcast(const Xbyak::Xmm& v, const Xbyak::Address& a);  // one f32 to all lanes
+    // acc += a * b
+    void fma(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Xmm& b);
+    // acc += a * broadcast(f32 at m). AVX-512 uses an embedded {1to16}
+    // broadcast; AVX2 broadcasts into `tmp` first.
+    void fma_bcast(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Address& m,
+                   const Xbyak::Xmm& tmp);
+
+    // Tails: a mask for the first n lanes (0 < n < vlen()). AVX-512 keeps it
+    // in opmask k1; AVX2 in the vector register `mask_vreg` (which the
+    // generator must then not use for anything else). Clobbers `gpr`.
+    void set_tail(int n, const Xbyak::Reg64& gpr, int mask_vreg);
+    void load_tail(const Xbyak::Xmm& v, const Xbyak::Address& a);  // masked lanes read 0
+    void store_tail(const Xbyak::Address& a, const Xbyak::Xmm& v);
+
+private:
+    Xbyak::CodeGenerator& cg_;
+    bool avx512_;
+    int mask_vreg_ = -1;
+};
+
+}  // namespace convgrad::detail

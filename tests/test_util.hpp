@@ -1,0 +1,109 @@
+// Shared helpers for the Catch2 tests: fills, typed buffers, running an op
+// under a chosen ISA cap, and comparisons.
+#pragma once
+
+#include <convgrad/convgrad.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ops/numeric.hpp"
+
+namespace testutil {
+
+using convgrad::data_type;
+using convgrad::dims;
+
+// Sets CONVGRAD_MAX_ISA for the lifetime of the object, then restores it.
+class IsaCap {
+public:
+    explicit IsaCap(const std::string& isa) {
+        const char* old = std::getenv("CONVGRAD_MAX_ISA");
+        had_ = old != nullptr;
+        if (had_) old_ = old;
+        setenv("CONVGRAD_MAX_ISA", isa.c_str(), 1);
+    }
+    ~IsaCap() {
+        if (had_)
+            setenv("CONVGRAD_MAX_ISA", old_.c_str(), 1);
+        else
+            unsetenv("CONVGRAD_MAX_ISA");
+    }
+    IsaCap(const IsaCap&) = delete;
+    IsaCap& operator=(const IsaCap&) = delete;
+
+private:
+    bool had_ = false;
+    std::string old_;
+};
+
+// A raw buffer of n elements of type dt.
+struct Buffer {
+    data_type dt = data_type::f32;
+    std::vector<uint8_t> bytes;
+
+    Buffer() = default;
+    Buffer(data_type t, int64_t n) : dt(t), bytes(static_cast<size_t>(n) * esize(t), 0) {}
+    static size_t esize(data_type t) { return t == data_type::f32 ? 4 : 2; }
+    int64_t size() const { return static_cast<int64_t>(bytes.size() / esize(dt)); }
+    void* data() { return bytes.data(); }
+    const void* data() const { return bytes.data(); }
+    float get(int64_t i) const { return convgrad::detail::load_elem(bytes.data(), i, dt); }
+    void set(int64_t i, double v) { convgrad::detail::store_elem(bytes.data(), i, dt, v); }
+};
+
+// Small integers in [lo, hi]: exact in every type, and sums stay exact.
+inline Buffer small_ints(data_type dt, int64_t n, uint32_t seed, int lo = -2, int hi = 2) {
+    Buffer b(dt, n);
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<int> dist(lo, hi);
+    for (int64_t i = 0; i < n; ++i) b.set(i, dist(gen));
+    return b;
+}
+
+// Uniform reals in [-1, 1], rounded to dt.
+inline Buffer random_reals(data_type dt, int64_t n, uint32_t seed) {
+    Buffer b(dt, n);
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    for (int64_t i = 0; i < n; ++i) b.set(i, dist(gen));
+    return b;
+}
+
+// Runs `o` on the inputs into a fresh output filled with a sentinel.
+inline Buffer run(const convgrad::op& o, const Buffer& in0, const Buffer& in1) {
+    Buffer out(o.dtype(), o.output_elems());
+    std::memset(out.data(), 0x7f, out.bytes.size());
+    o.execute(in0.data(), in1.data(), out.data());
+    return out;
+}
+
+// Creates the op under an ISA cap ("ref" = the reference path).
+inline convgrad::op make_op(const std::string& isa, convgrad::op_kind kind, data_type dt,
+                            const convgrad::attributes& a, const dims& d0, const dims& d1,
+                            const std::vector<int32_t>* shape = nullptr) {
+    IsaCap cap(isa);
+    return convgrad::op(kind, dt, a, d0, d1, shape);
+}
+
+inline bool bitwise_equal(const Buffer& a, const Buffer& b) { return a.bytes == b.bytes; }
+
+// Largest |a - b| over all elements.
+inline double max_abs_diff(const Buffer& a, const Buffer& b) {
+    double m = 0;
+    for (int64_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a.get(i)) - b.get(i)));
+    return m;
+}
+
+inline int64_t prod(const dims& d) {
+    int64_t n = 1;
+    for (int64_t v : d) n *= v;
+    return n;
+}
+
+}  // namespace testutil
