@@ -60,4 +60,22 @@ void VecIsa::store_tail(const Address& a, const Xmm& v) {
         cg_.vmaskmovps(a, Ymm(mask_vreg_), Ymm(v.getIdx()));
 }
 
+void VecIsa::fma_mem(const Xmm& acc, const Xmm& a, const Address& m, const Xmm& tmp) {
+    if (avx512_) {
+        cg_.vfmadd231ps(acc, a, m);
+    } else {
+        cg_.vmovups(tmp, m);
+        cg_.vfmadd231ps(acc, a, tmp);
+    }
+}
+
+void VecIsa::fma_mem_tail(const Xmm& acc, const Xmm& a, const Address& m, const Xmm& tmp) {
+    if (avx512_) {
+        cg_.vfmadd231ps(Zmm(acc.getIdx()) | Xbyak::util::k1, Zmm(a.getIdx()), m);
+    } else {
+        load_tail(tmp, m);
+        cg_.vfmadd231ps(acc, a, tmp);
+    }
+}
+
 }  // namespace convgrad::detail

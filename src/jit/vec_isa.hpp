@@ -41,6 +41,17 @@ public:
     void load_tail(const Xbyak::Xmm& v, const Xbyak::Address& a);  // masked lanes read 0
     void store_tail(const Xbyak::Address& a, const Xbyak::Xmm& v);
 
+    // acc += a * (vector at m). AVX-512 reads memory inside the FMA; AVX2
+    // loads into `tmp` first (its FMA could, but the tail variant cannot,
+    // and one shape for both keeps register budgets simple).
+    void fma_mem(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Address& m,
+                 const Xbyak::Xmm& tmp);
+    // The same on the first lanes set by set_tail: masked lanes of m are not
+    // read (m may end at the tail); they leave acc unchanged on AVX-512 and
+    // add a * 0 on AVX2.
+    void fma_mem_tail(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Address& m,
+                      const Xbyak::Xmm& tmp);
+
 private:
     Xbyak::CodeGenerator& cg_;
     bool avx512_;
