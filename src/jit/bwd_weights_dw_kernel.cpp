@@ -1,0 +1,42 @@
+// Depthwise weight-gradient generator (g == IC == OC): vectorises over
+// channels. Tile = n channel vectors x `taps` consecutive kw taps, so each
+// diff_dst vector loaded is used by `taps` FMAs. The executor calls it only
+// on the pixel range where every tap of the tile reads inside src, and
+// covers the edge pixels with single-tap calls.
+#include "jit/bwd_weights_kernel.hpp"
+#include "jit/bwd_weights_skeleton.hpp"
+
+namespace convgrad::detail {
+namespace {
+
+class DwWeightsKernel final : public WeightsSkeleton {
+public:
+    explicit DwWeightsKernel(const WeightsKernelDesc& d) : WeightsSkeleton(d) {}
+
+private:
+    // n diff_dst vectors into temp(1..n); for tap k, vector v: one FMA with
+    // the src vector at k * tap_disp + v * vbytes (through temp(0) on AVX2).
+    void pixel_body() override {
+        for (int v = 0; v < vecs(); ++v)
+            load_vec(temp(1 + v), ptr[reg_dst_ + v * vec_.vbytes()], v);
+        for (int k = 0; k < rows(); ++k) {
+            for (int v = 0; v < vecs(); ++v) {
+                const Xbyak::Address s = ptr[reg_src_ + k * desc_.tap_disp + v * vec_.vbytes()];
+                if (is_tail(v))
+                    vec_.fma_mem_tail(acc(k, v), temp(1 + v), s, temp(0));
+                else
+                    vec_.fma_mem(acc(k, v), temp(1 + v), s, temp(0));
+            }
+        }
+    }
+};
+
+}  // namespace
+
+std::shared_ptr<const WeightsKernel> make_dw_weights_kernel(const WeightsKernelDesc& d) {
+    auto k = std::make_shared<DwWeightsKernel>(d);
+    k->create();
+    return k;
+}
+
+}  // namespace convgrad::detail

@@ -1,0 +1,192 @@
+// The weight-gradient skeleton, the gemm generator and the kernel cache.
+#include "jit/bwd_weights_kernel.hpp"
+
+#include <cstddef>
+#include <sstream>
+
+#include "jit/bwd_weights_skeleton.hpp"
+#include "jit/kernel_cache.hpp"
+
+namespace convgrad::detail {
+
+using Xbyak::Xmm;
+
+namespace {
+
+bool avx512(const WeightsKernelDesc& d) { return static_cast<Isa>(d.isa) >= Isa::avx512_core; }
+
+// gemm: n diff_dst vectors + one broadcast register, except AVX-512 with a
+// single vector, which broadcasts inside the FMA.
+int gemm_temps(const WeightsKernelDesc& d) { return d.n + ((avx512(d) && d.n == 1) ? 0 : 1); }
+// depthwise: n diff_dst vectors + one src register (AVX2 loads through it).
+int dw_temps(const WeightsKernelDesc& d) { return d.n + 1; }
+
+}  // namespace
+
+int weights_kernel_vregs(const WeightsKernelDesc& d) {
+    const bool dw = d.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise);
+    const int mask = (!avx512(d) && d.tail) ? 1 : 0;
+    return d.m * d.n + (dw ? dw_temps(d) : gemm_temps(d)) + mask;
+}
+
+std::string weights_kernel_name(const WeightsKernelDesc& d) {
+    std::ostringstream os;
+    const bool dw = d.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise);
+    os << (dw ? "wdw_" : "wgemm_") << isa_name(static_cast<Isa>(d.isa)) << (dw ? "_k" : "_m")
+       << int(d.m) << 'n' << int(d.n) << 't' << int(d.tail);
+    if (dw) os << "_d" << d.tap_disp;
+    return os.str();
+}
+
+// ---- skeleton ---------------------------------------------------------------
+
+WeightsSkeleton::WeightsSkeleton(const WeightsKernelDesc& d)
+    : WeightsKernel(weights_kernel_name(d)), desc_(d), vec_(*this, static_cast<Isa>(d.isa)) {}
+
+void WeightsSkeleton::load_vec(const Xmm& r, const Xbyak::Address& a, int v) {
+    if (is_tail(v))
+        vec_.load_tail(r, a);
+    else
+        vec_.load(r, a);
+}
+
+void WeightsSkeleton::generate() {
+    preamble(2);  // rbx, r12
+    if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
+    load_args();
+    for (int r = 0; r < rows(); ++r)
+        for (int v = 0; v < vecs(); ++v) vec_.zero(acc(r, v));
+    row_loop();
+    flush_tile();
+    postamble();
+}
+
+// Reads: rdi. Writes: rsi, rdx, rcx, r8, r9, r10.
+void WeightsSkeleton::load_args() {
+    auto field = [&](size_t off) { return qword[reg_args_ + off]; };
+    mov(reg_src_base_, field(offsetof(WeightsKernelArgs, src)));
+    mov(reg_dst_base_, field(offsetof(WeightsKernelArgs, diff_dst)));
+    mov(reg_row_, field(offsetof(WeightsKernelArgs, rows)));
+    mov(reg_nrows_, field(offsetof(WeightsKernelArgs, nrows)));
+    mov(reg_src_step_, field(offsetof(WeightsKernelArgs, src_step)));
+    mov(reg_dst_step_, field(offsetof(WeightsKernelArgs, dst_step)));
+}
+
+// For every row: point r11/rax at its first pixel, rbx = its pixel count,
+// then the pixel loop. Reads/advances rcx, r8; clobbers r11, rax, rbx.
+void WeightsSkeleton::row_loop() {
+    Xbyak::Label row, done;
+    test(reg_nrows_, reg_nrows_);
+    jz(done);
+    L(row);
+    mov(reg_src_, reg_src_base_);
+    add(reg_src_, qword[reg_row_ + offsetof(WeightsRow, src_offset)]);
+    mov(reg_dst_, reg_dst_base_);
+    add(reg_dst_, qword[reg_row_ + offsetof(WeightsRow, dst_offset)]);
+    mov(reg_npix_, qword[reg_row_ + offsetof(WeightsRow, pixels)]);
+    pixel_loop();
+    add(reg_row_, sizeof(WeightsRow));
+    dec(reg_nrows_);
+    jnz(row);
+    L(done);
+}
+
+// rbx (> 0) pixels from r11/rax, stepping by r9/r10. Clobbers rbx, r11, rax.
+void WeightsSkeleton::pixel_loop() {
+    Xbyak::Label pixel;
+    align(16);
+    L(pixel);
+    pixel_body();
+    add(reg_src_, reg_src_step_);
+    add(reg_dst_, reg_dst_step_);
+    dec(reg_npix_);
+    jnz(pixel);
+}
+
+// Adds (args.accumulate != 0) or stores the tile at args.diff_weights.
+// Clobbers r12, rcx, r8 and the temporaries.
+void WeightsSkeleton::flush_tile() {
+    Xbyak::Label store_only, done;
+    mov(reg_scratch_, qword[reg_args_ + offsetof(WeightsKernelArgs, diff_weights)]);
+    mov(reg_row_, qword[reg_args_ + offsetof(WeightsKernelArgs, wei_row_stride)]);
+    cmp(qword[reg_args_ + offsetof(WeightsKernelArgs, accumulate)], 0);
+    je(store_only);
+    flush_rows(true);
+    jmp(done);
+    L(store_only);
+    flush_rows(false);
+    L(done);
+}
+
+// Row r of the tile at r12 + r * rcx. Clobbers r12 and temp(0).
+void WeightsSkeleton::flush_rows(bool accumulate) {
+    const Xmm t = temp(0);
+    for (int r = 0; r < rows(); ++r) {
+        for (int v = 0; v < vecs(); ++v) {
+            const Xbyak::Address a = ptr[reg_scratch_ + v * vec_.vbytes()];
+            if (accumulate) {
+                load_vec(t, a, v);
+                vec_.add(acc(r, v), acc(r, v), t);
+            }
+            if (is_tail(v))
+                vec_.store_tail(a, acc(r, v));
+            else
+                vec_.store(a, acc(r, v));
+        }
+        if (r + 1 < rows()) add(reg_scratch_, reg_row_);
+    }
+}
+
+// ---- gemm generator -----------------------------------------------------------
+
+namespace {
+
+// Tile = m input channels x n vectors of output channels, one tap.
+class GemmWeightsKernel final : public WeightsSkeleton {
+public:
+    explicit GemmWeightsKernel(const WeightsKernelDesc& d) : WeightsSkeleton(d) {}
+
+private:
+    // n diff_dst vectors into temp(1..n); per input channel i one broadcast
+    // of src[i] (temp(0), or inside the FMA on AVX-512 when n == 1) and n
+    // FMAs. src channels are contiguous: channel i is at byte 4 * i.
+    void pixel_body() override {
+        const bool embedded = vec_.avx512() && vecs() == 1;
+        const int first_dd = embedded ? 0 : 1;
+        for (int v = 0; v < vecs(); ++v)
+            load_vec(temp(first_dd + v), ptr[reg_dst_ + v * vec_.vbytes()], v);
+        for (int i = 0; i < rows(); ++i) {
+            const Xbyak::Address s = ptr[reg_src_ + 4 * i];
+            if (embedded) {
+                vec_.fma_bcast(acc(i, 0), temp(0), s, temp(0));
+                continue;
+            }
+            vec_.bcast(temp(0), s);
+            for (int v = 0; v < vecs(); ++v) vec_.fma(acc(i, v), temp(1 + v), temp(0));
+        }
+    }
+};
+
+}  // namespace
+
+std::shared_ptr<const WeightsKernel> make_gemm_weights_kernel(const WeightsKernelDesc& d) {
+    auto k = std::make_shared<GemmWeightsKernel>(d);
+    k->create();
+    return k;
+}
+
+// ---- cache ------------------------------------------------------------------
+
+std::shared_ptr<const WeightsKernel> get_weights_kernel(const WeightsKernelDesc& d, bool* hit) {
+    static KernelCache<WeightsKernelDesc, WeightsKernel> cache;
+    return cache.get(
+            d,
+            [](const WeightsKernelDesc& desc) {
+                return desc.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise)
+                               ? make_dw_weights_kernel(desc)
+                               : make_gemm_weights_kernel(desc);
+            },
+            hit);
+}
+
+}  // namespace convgrad::detail

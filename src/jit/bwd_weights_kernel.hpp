@@ -1,0 +1,81 @@
+// Weight-gradient kernels (f32): the channel-blocked "gemm" kernel and the
+// depthwise kernel, their KernelDesc, runtime arguments and cache.
+//
+// One call accumulates one weight tile over a list of output rows (a chunk
+// of the pixel reduction) and adds (or stores) the register tile into
+// diff_weights once at the end.
+//  - gemm: tile = m input channels x n vectors of output channels, one tap.
+//    Per pixel: n diff_dst vectors, m broadcast src scalars, m*n FMAs.
+//  - depthwise (g == IC == OC): tile = n vectors of channels x `taps`
+//    consecutive kw taps. Per pixel: n diff_dst vectors, taps*n src vectors.
+// Both need channel-contiguous (NXC) activations and an OC-contiguous
+// diff_weights row; the executor guarantees that (transposing or permuting
+// through scratch otherwise).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "jit/isa.hpp"
+#include "jit/jit_kernel.hpp"
+
+namespace convgrad::detail {
+
+// One output row of the chunk, restricted to the pixels this tap reads
+// inside the src tensor: byte offsets from the call's base pointers.
+struct WeightsRow {
+    int64_t src_offset = 0;  // bytes from WeightsKernelArgs::src to the row's first pixel
+    int64_t dst_offset = 0;  // bytes from WeightsKernelArgs::diff_dst
+    int64_t pixels = 0;      // > 0
+};
+
+// Runtime arguments: everything that depends on the shape but not on the
+// emitted bytes. Offsets are in bytes.
+struct WeightsKernelArgs {
+    const float* src = nullptr;       // tile's first channel (and tap, for depthwise)
+    const float* diff_dst = nullptr;  // tile's first output channel
+    float* diff_weights = nullptr;    // tile's first element
+    const WeightsRow* rows = nullptr;
+    int64_t nrows = 0;
+    int64_t src_step = 0;        // bytes between consecutive pixels of a row in src
+    int64_t dst_step = 0;        // bytes between consecutive pixels in diff_dst
+    int64_t wei_row_stride = 0;  // bytes between tile rows: next ic (gemm), next kw tap (depthwise)
+    int64_t accumulate = 0;      // 0: store the tile, else add it to diff_weights
+};
+
+enum class WeightsKernelKind : uint8_t { gemm, depthwise };
+
+// Everything that changes the emitted bytes, and nothing else: the cache key
+// is the raw bytes, so fields are laid out without padding.
+struct WeightsKernelDesc {
+    uint8_t isa = 0;   // Isa
+    uint8_t kind = 0;  // WeightsKernelKind
+    uint8_t m = 0;     // gemm: input channels per tile; depthwise: kw taps per tile
+    uint8_t n = 0;     // vectors of output channels (gemm) / channels (depthwise)
+    uint8_t tail = 0;  // live lanes of the last vector, 0 = all
+    uint8_t reserved[3] = {0, 0, 0};
+    int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
+};
+static_assert(sizeof(WeightsKernelDesc) == 12, "WeightsKernelDesc must have no padding");
+
+// Accumulator registers a desc needs next to its other vector registers.
+int weights_kernel_vregs(const WeightsKernelDesc& d);
+// "wgemm_avx512_core_m6n4t0" / "wdw_avx2_k3n2t0_d384"
+std::string weights_kernel_name(const WeightsKernelDesc& d);
+
+class WeightsKernel : public JitKernel {
+public:
+    using Fn = void (*)(const WeightsKernelArgs*);
+    using JitKernel::JitKernel;
+    void run(const WeightsKernelArgs& a) const { entry<Fn>()(&a); }
+};
+
+// The process-wide cache. Builds on a miss; *hit tells which. Throws
+// convgrad::error if generation fails (and caches nothing).
+std::shared_ptr<const WeightsKernel> get_weights_kernel(const WeightsKernelDesc& d, bool* hit);
+
+// Generators (one per file), used by get_weights_kernel.
+std::shared_ptr<const WeightsKernel> make_gemm_weights_kernel(const WeightsKernelDesc& d);
+std::shared_ptr<const WeightsKernel> make_dw_weights_kernel(const WeightsKernelDesc& d);
+
+}  // namespace convgrad::detail

@@ -1,0 +1,52 @@
+// The skeleton shared by the weight-gradient generators: argument loading,
+// the row and pixel loops, and the final add of the register tile into
+// diff_weights. A generator supplies only the pixel body and its register
+// needs; AVX-512 vs AVX2 goes through VecIsa.
+//
+// Register map (fixed for every weight-gradient kernel):
+//   rdi  args             rsi  src base          rdx  diff_dst base
+//   rcx  row cursor       r8   rows left         r9   src step (bytes)
+//   r10  diff_dst step    r11  src pixel ptr     rax  diff_dst pixel ptr
+//   rbx  pixels left      r12  scratch (tail mask set-up, flush pointer)
+//   vregs [0, rows*n): accumulators, acc(row, v) = rows-major;
+//   vregs [rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
+#pragma once
+
+#include "jit/bwd_weights_kernel.hpp"
+#include "jit/vec_isa.hpp"
+
+namespace convgrad::detail {
+
+class WeightsSkeleton : public WeightsKernel {
+protected:
+    explicit WeightsSkeleton(const WeightsKernelDesc& d);
+
+    void generate() final;
+    // Emits the work for one pixel: reads [reg_src_], [reg_dst_]; updates
+    // the accumulators; may clobber vregs from first_temp() up to (not
+    // including) the AVX2 mask register. Must not move the pointers.
+    virtual void pixel_body() = 0;
+
+    int rows() const { return desc_.m; }  // tile rows (ic or taps)
+    int vecs() const { return desc_.n; }
+    Xbyak::Xmm acc(int row, int v) const { return vec_.vreg(row * vecs() + v); }
+    Xbyak::Xmm temp(int i) const { return vec_.vreg(rows() * vecs() + i); }
+    bool is_tail(int v) const { return desc_.tail != 0 && v == vecs() - 1; }
+    // Loads vector v of a row (masked if it is the tail vector).
+    void load_vec(const Xbyak::Xmm& r, const Xbyak::Address& a, int v);
+
+    WeightsKernelDesc desc_;
+    VecIsa vec_;
+    const Xbyak::Reg64 reg_args_ = rdi, reg_src_base_ = rsi, reg_dst_base_ = rdx;
+    const Xbyak::Reg64 reg_row_ = rcx, reg_nrows_ = r8, reg_src_step_ = r9, reg_dst_step_ = r10;
+    const Xbyak::Reg64 reg_src_ = r11, reg_dst_ = rax, reg_npix_ = rbx, reg_scratch_ = r12;
+
+private:
+    void load_args();
+    void row_loop();
+    void pixel_loop();
+    void flush_tile();
+    void flush_rows(bool accumulate);
+};
+
+}  // namespace convgrad::detail

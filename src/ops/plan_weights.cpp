@@ -1,0 +1,233 @@
+// The weight-gradient planner. Cost model (cycles, one core):
+//  - a kernel tile of r rows x v vectors costs, per pixel, the largest of
+//      FMA throughput      r*v / fma_per_cycle
+//      load throughput     loads / loads_per_cycle   (gemm: v + r; depthwise: v + r*v)
+//      FMA latency         fma_latency (every accumulator chain gets one FMA per pixel)
+//      front end           instructions / instr_per_cycle
+//    plus, once per chunk, the flush (1.5 * r*v) and the call overhead;
+//  - blocking candidates: every (r, v) that fits the vector registers
+//    (weights_kernel_vregs); the cheapest total over the weight space wins,
+//    ties to the larger tile;
+//  - chunks: as many rows as keep src + diff_dst of the chunk in l2_budget;
+//  - slices: 1 when there are tiles_for_balance tiles or more (threads split
+//    the tiles: no reduction at all), else enough slices to reach that many
+//    (slice, tile) pairs, at most max_slices and max_partial_bytes.
+#include "ops/plan_weights.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+namespace convgrad::detail {
+namespace {
+
+using Cost = WeightsCostModel;
+
+int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+bool is_depthwise(const Problem& p) { return p.g > 1 && p.icg == 1 && p.ocg == 1; }
+
+// Merges H (and then D) into W when they carry no tap, stride or padding.
+WeightsGeometry make_geometry(const Problem& p) {
+    WeightsGeometry g;
+    g.mb = p.mb;
+    g.g = p.g;
+    g.icg = p.icg;
+    g.ocg = p.ocg;
+    g.in = p.in;
+    g.out = p.out;
+    g.k = p.k;
+    g.stride = p.stride;
+    g.dil = p.dil;
+    g.pad = p.pad_begin;
+    auto plain = [&](int a) {
+        return g.k[a] == 1 && g.stride[a] == 1 && g.pad[a] == 0 && g.in[a] == g.out[a];
+    };
+    for (int a = 1; a >= 0; --a) {
+        if (!plain(a) || !plain(2) || (a == 0 && g.out[1] != 1)) break;
+        g.out[2] *= g.out[a];
+        g.in[2] *= g.in[a];
+        g.out[a] = g.in[a] = 1;
+        g.merged = true;
+    }
+    g.segment = g.merged ? std::min(g.out[2], Cost::segment_pixels) : g.out[2];
+    g.segs_per_row = div_up(g.out[2], g.segment);
+    return g;
+}
+
+double tile_cycles(double fmas, double loads, double instrs) {
+    return std::max({fmas / Cost::fma_per_cycle, loads / Cost::loads_per_cycle, Cost::fma_latency,
+                     instrs / Cost::instr_per_cycle});
+}
+
+// Cycles per output pixel of r x v tiles, amortising a flush over `pixels`.
+double gemm_tile(int r, int v, double pixels) {
+    const double px = tile_cycles(r * v, v + r, r * v + r + v + 4);
+    return px + (1.5 * r * v + Cost::call_cycles) / pixels;
+}
+
+double dw_tile(int r, int v, double pixels) {
+    const double px = tile_cycles(r * v, v + r * v, r * v + v + 4);
+    return px + (1.5 * r * v + Cost::call_cycles) / pixels;
+}
+
+// Sum over the tiles of one row: full tiles of `size` plus a last of `last`.
+template <typename F>
+double over_tiles(int64_t total, int size, F&& cost) {
+    const int64_t full = total / size, last = total % size;
+    return full * cost(size) + (last ? cost(static_cast<int>(last)) : 0.0);
+}
+
+bool fits(const WeightsPlan& plan, int m, int n, int tail) {
+    WeightsKernelDesc d = plan.desc(m, n, tail, 0);
+    return weights_kernel_vregs(d) <= (plan.isa >= Isa::avx512_core ? 32 : 16);
+}
+
+// Search over (m, n): every candidate that fits, cheapest estimate wins.
+void choose_blocking(WeightsPlan& plan) {
+    const WeightsGeometry& g = plan.geo;
+    WeightsBlocking& b = plan.blk;
+    const bool dw = b.kind == WeightsKernelKind::depthwise;
+    const int64_t channels = dw ? g.g : g.ocg;
+    const int64_t vecs = div_up(channels, b.vlen);
+    const int64_t rows_total = dw ? g.k[2] : g.icg;  // depthwise tile rows are kw taps
+    b.tail = static_cast<int>(channels % b.vlen);
+    const double chunk_pixels = 2048;
+    double best = 1e300;
+    for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
+        for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
+            if (!fits(plan, m, n, b.tail)) continue;
+            auto row_cost = [&](int r) {
+                return over_tiles(vecs, n, [&](int v) {
+                    return dw ? dw_tile(r, v, chunk_pixels) : gemm_tile(r, v, chunk_pixels);
+                });
+            };
+            const double cost = over_tiles(rows_total, m, row_cost) * (dw ? 1 : g.g);
+            if (cost < best * 0.999) {
+                best = cost;
+                b.m = m;
+                b.n = n;
+            }
+        }
+    }
+    b.cycles_per_pixel = best * g.k[0] * g.k[1] * (dw ? 1 : g.k[2]);
+    b.m_tiles = div_up(rows_total, b.m);
+    b.n_tiles = div_up(vecs, b.n);
+    b.m_last = static_cast<int>(rows_total - (b.m_tiles - 1) * b.m);
+    b.n_last = static_cast<int>(vecs - (b.n_tiles - 1) * b.n);
+    b.tiles = g.k[0] * g.k[1] * b.m_tiles * b.n_tiles * (dw ? 1 : g.k[2] * g.g);
+}
+
+void choose_reduction(WeightsPlan& plan, const Problem& p) {
+    const WeightsGeometry& g = plan.geo;
+    WeightsReduction& r = plan.red;
+    const int64_t src_row = std::min(g.in[2], g.segment * g.stride[2] + g.k[2] * g.dil[2]) *
+                            g.stride[1] * p.ic();
+    const int64_t row_bytes = 4 * (g.segment * p.oc() + src_row);
+    r.rows = g.rows();
+    r.chunk_rows = std::clamp<int64_t>(Cost::l2_budget / std::max<int64_t>(row_bytes, 1), 1, r.rows);
+    int64_t slices = 1;
+    if (plan.blk.tiles < Cost::tiles_for_balance) {
+        const int64_t by_memory = 1 + Cost::max_partial_bytes / std::max<int64_t>(4 * plan.weights_elems, 1);
+        slices = std::min({div_up(Cost::tiles_for_balance, plan.blk.tiles), Cost::max_slices, by_memory});
+        slices = std::min(slices, r.rows);
+        r.chunk_rows = std::min(r.chunk_rows, div_up(r.rows, slices));
+    }
+    r.chunks = div_up(r.rows, r.chunk_rows);
+    r.slices = std::min(slices, r.chunks);
+    r.chunk_bytes = r.chunk_rows * row_bytes;
+}
+
+}  // namespace
+
+std::array<int64_t, 2> balance(int64_t total, int64_t n, int64_t i) {
+    const int64_t base = total / n, extra = total % n;
+    const int64_t begin = i * base + std::min(i, extra);
+    return {begin, begin + base + (i < extra ? 1 : 0)};
+}
+
+WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads) {
+    WeightsThreadGrid best;
+    int64_t best_work = INT64_MAX;
+    for (int t = 1; t <= nthreads; ++t) {
+        for (int s = 1; t * s <= nthreads; ++s) {
+            if (t > tiles || s > slices) continue;
+            // Busiest thread's (slice, tile) pairs; ties to more slice
+            // threads: each thread then streams less src / diff_dst.
+            const int64_t work = div_up(tiles, t) * div_up(slices, s);
+            if (work < best_work || (work == best_work && s > best.slice_threads)) {
+                best_work = work;
+                best.tile_threads = t;
+                best.slice_threads = s;
+                best.nthr = t * s;
+            }
+        }
+    }
+    return best;
+}
+
+WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp) const {
+    WeightsKernelDesc d{};  // every byte is a field (static_assert on its size): no padding to clear
+    d.isa = static_cast<uint8_t>(isa);
+    d.kind = static_cast<uint8_t>(blk.kind);
+    d.m = static_cast<uint8_t>(m);
+    d.n = static_cast<uint8_t>(n);
+    d.tail = static_cast<uint8_t>(tail_lanes);
+    // A single-tap depthwise tile never uses the displacement: share it.
+    d.tap_disp = (blk.kind == WeightsKernelKind::depthwise && m > 1) ? static_cast<int32_t>(tap_disp) : 0;
+    return d;
+}
+
+WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
+    WeightsPlan plan;
+    plan.isa = isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
+    plan.geo = make_geometry(p);
+    plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
+    plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
+    plan.transpose_inputs = !p.nxc;
+    plan.direct_weights = p.wei_str.o == 1;
+    plan.weights_elems = p.output_elems;
+    choose_blocking(plan);
+    if (plan.blk.kind == WeightsKernelKind::depthwise) {
+        // Displacements k * tap_disp + v * vbytes must fit in 32 bits.
+        const int64_t tap_disp = plan.geo.dil[2] * p.ic() * 4;
+        if ((plan.blk.m - 1) * tap_disp + 64 * plan.blk.n > INT32_MAX) {
+            plan.blk.m = plan.blk.m_last = 1;
+            plan.blk.m_tiles = plan.geo.k[2];
+            plan.blk.tiles = plan.geo.k[0] * plan.geo.k[1] * plan.geo.k[2] * plan.blk.n_tiles;
+        }
+    }
+    choose_reduction(plan, p);
+    plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
+    return plan;
+}
+
+std::string WeightsPlan::to_string() const {
+    std::ostringstream os;
+    const bool dw = blk.kind == WeightsKernelKind::depthwise;
+    os << (dw ? "depthwise" : "gemm") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
+       << " tiles=" << blk.tiles << " (" << (dw ? "kw" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
+       << " last " << blk.m_last << ", " << (dw ? "ch" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
+       << "v last " << blk.n_last << "v tail " << blk.tail << ")"
+       << " rows=" << red.rows << "x" << geo.segment << "px" << (geo.merged ? " merged" : "")
+       << " chunk=" << red.chunk_rows << " rows (" << red.chunks << " chunks, " << (red.chunk_bytes >> 10)
+       << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
+       << (transpose_inputs ? " ncx->nxc" : "") << (direct_weights ? " direct" : " permute")
+       << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";
+    os << "  parallel slice<" << red.slices << " (" << grid.slice_threads << " thr)";
+    os << " x tile<" << blk.tiles << " (" << grid.tile_threads << " thr):\n";
+    os << "    for chunk in slice (" << red.chunk_rows << " rows):\n";
+    if (dw)
+        os << "      for kd<" << geo.k[0] << " kh<" << geo.k[1] << " kw_tile<" << blk.m_tiles << " ch_tile<"
+           << blk.n_tiles << ":\n        for row, px: acc[" << blk.m << " taps][" << blk.n
+           << "v] += src[px+tap][ch] * diff_dst[px][ch]\n";
+    else
+        os << "      for kd<" << geo.k[0] << " kh<" << geo.k[1] << " kw<" << geo.k[2] << " g<" << geo.g
+           << " ic_tile<" << blk.m_tiles << " oc_tile<" << blk.n_tiles << ":\n        for row, px: acc["
+           << blk.m << " ic][" << blk.n << "v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n";
+    os << "  " << (red.slices > 1 ? "sum slices in order" : "no reduction")
+       << (direct_weights ? "" : ", permute XIO -> user layout");
+    return os.str();
+}
+
+}  // namespace convgrad::detail

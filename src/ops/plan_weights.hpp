@@ -1,0 +1,104 @@
+// The weight-gradient planner: a pure function of Problem + ISA (+ thread
+// count for the ThreadGrid only).
+//
+// Work decomposition. dW[tap][ic][oc] = sum over output pixels P of
+// src_tap[p][ic] * diff_dst[p][oc]. P is enumerated as rows (n, od, oh,
+// ow-segment) of contiguous output pixels; rows are grouped into chunks
+// (cache blocking: a chunk of src + diff_dst fits in L2) and chunks into
+// `slices` (the reduction split). A weight tile is one kernel call's output
+// (gemm: tap x m ic x n oc vectors; depthwise: kd,kh x taps kw x n channel
+// vectors).
+//
+// Determinism: the chunking and the slice count depend on the Problem only,
+// never on the thread count; each (slice, tile) is summed chunk by chunk in
+// a fixed order and the slices are added in slice order. Threads only pick
+// which (slice, tile) pairs they run, so diff_weights are bitwise identical
+// for any thread count.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "jit/bwd_weights_kernel.hpp"
+#include "jit/isa.hpp"
+#include "ops/problem.hpp"
+
+namespace convgrad::detail {
+
+// The Problem's geometry as the executor walks it: dense NXC activations,
+// and for 1x1 / stride-1 / unpadded layers the spatial axes merged into W
+// (one long row per image, split into segments).
+struct WeightsGeometry {
+    int64_t mb = 0, g = 1, icg = 0, ocg = 0;
+    std::array<int64_t, 3> in{}, out{}, k{}, stride{}, dil{}, pad{};
+    bool merged = false;      // spatial axes merged into W
+    int64_t segment = 0;      // output pixels per row (last one of an image may be shorter)
+    int64_t segs_per_row = 1;
+    int64_t rows() const { return mb * out[0] * out[1] * segs_per_row; }
+};
+
+// Register and channel blocking.
+struct WeightsBlocking {
+    WeightsKernelKind kind = WeightsKernelKind::gemm;
+    int vlen = 16;
+    int m = 1;  // gemm: input channels per tile; depthwise: kw taps per tile
+    int n = 1;  // vectors of output channels (gemm) / channels (depthwise) per tile
+    int64_t m_tiles = 1;  // per group (gemm) / per kernel row (depthwise)
+    int64_t n_tiles = 1;  // per group (gemm) / over all channels (depthwise)
+    int m_last = 1;       // rows of the last m tile
+    int n_last = 1;       // vectors of the last n tile
+    int tail = 0;         // live lanes of the last vector, 0 = all
+    int64_t tiles = 0;    // weight tiles in total (the parallel space)
+    double cycles_per_pixel = 0;  // cost model estimate for the whole weight space
+};
+
+// Cache blocking of the reduction and its split.
+struct WeightsReduction {
+    int64_t rows = 0, chunk_rows = 0, chunks = 0;
+    int64_t slices = 1;  // > 1: per-slice f32 partials + fixed-order sum
+    int64_t chunk_bytes = 0;
+};
+
+struct WeightsThreadGrid {
+    int nthr = 1;           // threads that get work
+    int tile_threads = 1;   // split of the tiles
+    int slice_threads = 1;  // split of the slices
+};
+
+struct WeightsPlan {
+    Isa isa = Isa::avx2;
+    WeightsGeometry geo;
+    WeightsBlocking blk;
+    WeightsReduction red;
+    WeightsThreadGrid grid;
+    bool transpose_inputs = false;  // NCX: src and diff_dst to NXC scratch first
+    bool direct_weights = true;     // OC-contiguous user layout: kernels write it directly
+    int64_t weights_elems = 0;      // diff_weights elements (target and each partial)
+
+    // The kernel desc for a tile of `m` rows and `n` vectors, `tail` lanes.
+    WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp) const;
+    // One line, then the loop nest.
+    std::string to_string() const;
+};
+
+// Named constants of the cost model (see plan_weights.cpp).
+struct WeightsCostModel {
+    static constexpr double fma_per_cycle = 2;
+    static constexpr double loads_per_cycle = 2;
+    static constexpr double fma_latency = 4;
+    static constexpr double instr_per_cycle = 6;
+    static constexpr double call_cycles = 60;       // kernel call + argument set-up
+    static constexpr int64_t l2_budget = 512 << 10;  // bytes of src + diff_dst per chunk
+    static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
+    static constexpr int64_t max_slices = 16;
+    static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
+    static constexpr int64_t segment_pixels = 448;   // merged rows are cut into this
+};
+
+WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads);
+WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads);
+// [begin, end) of part `i` of `n` of `total` items, balanced.
+std::array<int64_t, 2> balance(int64_t total, int64_t n, int64_t i);
+
+}  // namespace convgrad::detail

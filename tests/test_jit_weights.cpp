@@ -1,0 +1,303 @@
+// JIT weight gradient vs the reference: block boundaries, geometry, groups,
+// depthwise, layouts, both ISAs, thread counts, determinism, concurrency.
+#include <catch2/catch.hpp>
+#include <tbb/task_arena.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "jit/isa.hpp"
+#include "test_util.hpp"
+#include "weights_case.hpp"
+
+using testutil::Buffer;
+using convgrad::dims;
+using wtest::Case;
+
+namespace {
+
+std::vector<std::string> jit_isas() {
+    using convgrad::detail::Isa;
+    std::vector<std::string> r;
+    const Isa hw = convgrad::detail::cpu_isa();
+    if (hw >= Isa::avx512_core) r.push_back("avx512_core");
+    if (hw >= Isa::avx2) r.push_back("avx2");
+    return r;
+}
+
+std::string label(const Case& c, const std::string& isa) {
+    std::ostringstream os;
+    os << isa << (c.transpose ? " deconv" : " conv") << " mb" << c.mb << " g" << c.g << " ic" << c.ic
+       << " oc" << c.oc << " in";
+    for (auto v : c.in) os << v << ',';
+    os << " k";
+    for (auto v : c.k) os << v << ',';
+    os << (c.nxc ? " NXC " : " NCX ") << c.wfmt;
+    return os.str();
+}
+
+// Small integers: every order of summation is exact, so the JIT must match
+// the reference bit for bit.
+void check_exact(const Case& c, uint32_t seed = 1) {
+    const convgrad::op ref = c.make("ref");
+    const Buffer a = testutil::small_ints(convgrad::data_type::f32, ref.input0_elems(), seed);
+    const Buffer b = testutil::small_ints(convgrad::data_type::f32, ref.input1_elems(), seed + 7);
+    const Buffer want = testutil::run(ref, a, b);
+    for (const std::string& isa : jit_isas()) {
+        const convgrad::op jit = c.make(isa);
+        INFO(label(c, isa) << "\n" << jit.describe());
+        REQUIRE(jit.describe().rfind("jit:" + isa, 0) == 0);
+        CHECK(testutil::bitwise_equal(testutil::run(jit, a, b), want));
+    }
+}
+
+// Random reals: error bounded by the summation length times f32 epsilon.
+void check_reals(const Case& c) {
+    const convgrad::op ref = c.make("ref");
+    const Buffer a = testutil::random_reals(convgrad::data_type::f32, ref.input0_elems(), 3);
+    const Buffer b = testutil::random_reals(convgrad::data_type::f32, ref.input1_elems(), 4);
+    const Buffer want = testutil::run(ref, a, b);
+    const double terms = double(ref.input0_elems() + ref.input1_elems());
+    for (const std::string& isa : jit_isas()) {
+        const convgrad::op jit = c.make(isa);
+        INFO(label(c, isa));
+        CHECK(testutil::max_abs_diff(testutil::run(jit, a, b), want) < 1e-6 * terms + 1e-5);
+    }
+}
+
+Case conv2d(int64_t ic, int64_t oc, dims in, dims k) {
+    Case c;
+    c.ic = ic;
+    c.oc = oc;
+    c.in = std::move(in);
+    c.k = std::move(k);
+    return c;
+}
+
+}  // namespace
+
+TEST_CASE("weights: channel block boundaries", "[jit][weights]") {
+    for (int64_t ch : {1, 2, 15, 16, 17, 31, 33, 65}) {
+        Case c = conv2d(ch, 17, {5, 7}, {3, 3});
+        c.pb = c.pe = {1, 1};
+        check_exact(c);
+        c = conv2d(7, ch, {5, 7}, {3, 3});
+        check_exact(c);
+    }
+    check_exact(conv2d(65, 65, {3, 3}, {1, 1}));
+    check_exact(conv2d(33, 129, {2, 2}, {1, 1}));
+}
+
+TEST_CASE("weights: spatial sizes, strides, dilations, pads", "[jit][weights]") {
+    for (int64_t sp : {1, 2, 7}) {
+        Case c = conv2d(5, 19, {sp, sp + 1}, {1, 1});
+        check_exact(c);
+        c = conv2d(5, 19, {sp, sp}, {3, 3});
+        c.pb = c.pe = {1, 1};
+        check_exact(c);
+    }
+    Case c = conv2d(6, 20, {11, 13}, {3, 3});
+    c.s = {2, 3};
+    c.d = {2, 1};
+    c.pb = {2, 0};
+    c.pe = {1, 4};
+    check_exact(c);
+    // Pads larger than the kernel: taps entirely in padding.
+    c = conv2d(3, 18, {4, 5}, {2, 2});
+    c.pb = {3, 4};
+    c.pe = {5, 3};
+    check_exact(c);
+    // First layer: IC 3, 7x7 stride 2.
+    c = conv2d(3, 64, {23, 21}, {7, 7});
+    c.s = {2, 2};
+    c.pb = c.pe = {3, 3};
+    check_exact(c);
+    // 1x1 stride 2 and 1x1 stride 1 (merged rows, segments).
+    c = conv2d(12, 40, {9, 9}, {1, 1});
+    c.s = {2, 2};
+    check_exact(c);
+    c = conv2d(8, 24, {30, 31}, {1, 1});
+    check_exact(c);
+}
+
+TEST_CASE("weights: 1D and 3D", "[jit][weights]") {
+    Case c = conv2d(9, 21, {29}, {5});
+    c.s = {2};
+    c.d = {3};
+    c.pb = {4};
+    c.pe = {1};
+    check_exact(c);
+    c = conv2d(10, 18, {5, 6, 7}, {3, 2, 3});
+    c.s = {1, 2, 1};
+    c.pb = {1, 0, 2};
+    c.pe = {1, 1, 0};
+    check_exact(c);
+    c = conv2d(4, 16, {3, 4, 4}, {1, 1, 1});
+    check_exact(c);
+}
+
+TEST_CASE("weights: groups and depthwise", "[jit][weights]") {
+    Case c = conv2d(6, 10, {6, 5}, {3, 3});
+    c.g = 2;
+    c.pb = c.pe = {1, 1};
+    check_exact(c);
+    c = conv2d(48, 96, {4, 4}, {3, 3});
+    c.g = 3;
+    check_exact(c);
+    for (int64_t ch : {1, 2, 15, 16, 17, 33, 65}) {
+        Case dw = conv2d(ch, ch, {6, 9}, {3, 3});
+        dw.g = ch;
+        dw.pb = dw.pe = {1, 1};
+        if (ch > 1) check_exact(dw);
+    }
+    Case dw = conv2d(40, 40, {9, 12}, {5, 5});  // dilated, strided, wide pads
+    dw.g = 40;
+    dw.d = {2, 2};
+    dw.s = {1, 2};
+    dw.pb = {4, 5};
+    dw.pe = {4, 6};
+    check_exact(dw);
+    dw = conv2d(24, 24, {40}, {11});  // 1D, kernel wider than the register budget allows in one tile
+    dw.g = 24;
+    dw.pb = {5};
+    dw.pe = {5};
+    check_exact(dw);
+    dw = conv2d(20, 20, {4, 5, 6}, {3, 3, 3});
+    dw.g = 20;
+    dw.pb = dw.pe = {1, 1, 1};
+    check_exact(dw);
+    dw = conv2d(16, 32, {6, 6}, {3, 3});  // channel multiplier 2: not the depthwise kernel
+    dw.g = 16;
+    check_exact(dw);
+}
+
+TEST_CASE("weights: data and weight formats", "[jit][weights]") {
+    for (bool nxc : {true, false}) {
+        for (const char* f : {"XIO", "OIX"}) {
+            Case c = conv2d(6, 20, {7, 6}, {3, 2});
+            c.g = 2;
+            c.nxc = nxc;
+            c.wfmt = f;
+            c.pb = {1, 0};
+            check_exact(c);
+        }
+        for (const char* f : {"IOX", "XOI", "OIX", "XIO"}) {
+            Case c = conv2d(6, 20, {9, 8}, {3, 3});
+            c.g = 2;
+            c.s = {2, 2};
+            c.pb = c.pe = {1, 1};
+            c.nxc = nxc;
+            c.wfmt = f;
+            c.transpose = true;
+            check_exact(c);
+        }
+        Case dw = conv2d(18, 18, {7, 7}, {3, 3});
+        dw.g = 18;
+        dw.nxc = nxc;
+        dw.wfmt = "OIX";
+        check_exact(dw);
+    }
+}
+
+TEST_CASE("weights: random reals within tolerance", "[jit][weights]") {
+    Case c = conv2d(37, 45, {14, 14}, {3, 3});
+    c.mb = 3;
+    c.pb = c.pe = {1, 1};
+    check_reals(c);
+    Case dw = conv2d(35, 35, {20, 20}, {3, 3});
+    dw.g = 35;
+    dw.pb = dw.pe = {1, 1};
+    check_reals(dw);
+}
+
+TEST_CASE("weights: bitwise identical for 1, 2, 3 and 4 threads", "[jit][weights]") {
+    Case big = conv2d(40, 70, {12, 12}, {3, 3});  // many tiles: split over tiles
+    big.mb = 3;
+    big.pb = big.pe = {1, 1};
+    Case few = conv2d(3, 8, {40, 40}, {1, 1});  // few tiles: split over slices
+    few.mb = 4;
+    Case dw = conv2d(32, 32, {30, 30}, {3, 3});
+    dw.g = 32;
+    dw.mb = 4;
+    dw.pb = dw.pe = {1, 1};
+    for (const Case& c : {big, few, dw}) {
+        const Buffer a = testutil::random_reals(convgrad::data_type::f32, c.make("ref").input0_elems(), 5);
+        const Buffer b = testutil::random_reals(convgrad::data_type::f32, c.make("ref").input1_elems(), 6);
+        for (const std::string& isa : jit_isas()) {
+            const convgrad::op jit = c.make(isa);
+            Buffer first;
+            for (int t : {1, 2, 3, 4}) {
+                tbb::task_arena arena(t);
+                Buffer out;
+                arena.execute([&] { out = testutil::run(jit, a, b); });
+                INFO(label(c, isa) << " threads " << t);
+                if (t == 1)
+                    first = out;
+                else
+                    CHECK(testutil::bitwise_equal(out, first));
+            }
+            // Thread counts also give the reference answer (not just agree).
+            CHECK(testutil::max_abs_diff(first, testutil::run(c.make("ref"), a, b)) < 1e-3);
+        }
+    }
+}
+
+TEST_CASE("weights: concurrent execute from 8 threads on one op", "[jit][weights]") {
+    Case c = conv2d(20, 36, {9, 9}, {3, 3});
+    c.mb = 2;
+    c.pb = c.pe = {1, 1};
+    const convgrad::op jit = c.make(jit_isas().front());
+    const Buffer a = testutil::small_ints(convgrad::data_type::f32, jit.input0_elems(), 8);
+    const Buffer b = testutil::small_ints(convgrad::data_type::f32, jit.input1_elems(), 9);
+    const Buffer want = testutil::run(c.make("ref"), a, b);
+    std::vector<Buffer> outs(8);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t)
+        threads.emplace_back([&, t] {
+            for (int rep = 0; rep < 3; ++rep) outs[t] = testutil::run(jit, a, b);
+        });
+    for (auto& t : threads) t.join();
+    for (const Buffer& o : outs) CHECK(testutil::bitwise_equal(o, want));
+}
+
+TEST_CASE("weights: describe and verbose cache lines", "[jit][weights]") {
+    Case c = conv2d(13, 29, {6, 6}, {3, 3});
+    for (const std::string& isa : jit_isas())
+        CHECK(c.make(isa).describe().rfind("jit:" + isa + " gemm", 0) == 0);
+    Case dw = conv2d(16, 16, {6, 6}, {3, 3});
+    dw.g = 16;
+    CHECK(dw.make("avx2").describe().rfind("jit:avx2 depthwise", 0) == 0);
+    CHECK(c.make("avx512_core_bf16").describe().find("jit:avx512_core_bf16") == std::string::npos);
+
+    // Capture stderr while creating the same op twice: a miss, then a hit.
+    char path[] = "/tmp/convgrad_verbose_XXXXXX";
+    const int fd = mkstemp(path);
+    REQUIRE(fd >= 0);
+    std::fflush(stderr);
+    const int saved = dup(2);
+    dup2(fd, 2);
+    setenv("CONVGRAD_VERBOSE", "1", 1);
+    Case unique = conv2d(3, 3 * 16 + 5, {4, 4}, {2, 2});  // desc used by no other test: m3, tail 5
+    unique.make("avx2");
+    unique.make("avx2");
+    unsetenv("CONVGRAD_VERBOSE");
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    std::ifstream f(path);
+    const std::string log((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::remove(path);
+    INFO(log);
+    // The first build of a kernel is a miss; the second op finds it cached.
+    const std::string tag = "convgrad,jit_cache,";
+    const size_t miss = log.find(",miss");
+    REQUIRE(miss != std::string::npos);
+    const size_t name_at = log.rfind(tag, miss) + tag.size();
+    const std::string name = log.substr(name_at, miss - name_at);
+    CHECK(name.rfind("wgemm_avx2_m", 0) == 0);
+    CHECK(log.find(tag + name + ",hit", miss) != std::string::npos);
+}

@@ -1,0 +1,80 @@
+// A weight-gradient test case described in convolution view, turned into
+// the user's op (ConvolutionBackwardWeights or ConvTransposeBackwardWeights).
+#pragma once
+
+#include <convgrad/convgrad.hpp>
+
+#include <string>
+
+#include "test_util.hpp"
+
+namespace wtest {
+
+using convgrad::dims;
+using convgrad::op_kind;
+
+struct Case {
+    int64_t mb = 2, g = 1, ic = 4, oc = 4;  // convolution view
+    dims in{5, 5}, k{3, 3}, s{}, d{}, pb{}, pe{};  // one entry per spatial dim; empty = 1 / 0
+    bool nxc = true;
+    std::string wfmt = "XIO";
+    bool transpose = false;  // ConvTransposeBackwardWeights
+
+    size_t nsp() const { return in.size(); }
+    int64_t at(const dims& v, size_t a, int64_t def) const { return v.empty() ? def : v[a]; }
+    int64_t out(size_t a) const {
+        const int64_t ext = (k[a] - 1) * at(d, a, 1) + 1;
+        return (in[a] + at(pb, a, 0) + at(pe, a, 0) - ext) / at(s, a, 1) + 1;
+    }
+    dims data(int64_t c, bool conv_src) const {
+        dims r{mb};
+        if (!nxc) r.push_back(c);
+        for (size_t a = 0; a < nsp(); ++a) r.push_back(conv_src ? in[a] : out(a));
+        if (nxc) r.push_back(c);
+        return r;
+    }
+    // Weights dims in wfmt. Conv: O = oc, I = ic/g. ConvTranspose: its
+    // I = our oc (groups fold there), its O = our ic (per group).
+    dims weights() const {
+        const int64_t o = transpose ? ic / g : oc, i = transpose ? oc : ic / g;
+        dims r;
+        for (char ax : wfmt) {
+            if (ax == 'O') r.push_back(o);
+            if (ax == 'I') r.push_back(i);
+            if (ax == 'X') r.insert(r.end(), k.begin(), k.end());
+        }
+        return r;
+    }
+    convgrad::attributes attrs() const {
+        convgrad::attributes a;
+        auto fill = [&](const dims& v, int64_t def) { return v.empty() ? dims(nsp(), def) : v; };
+        a.strides = fill(s, 1);
+        a.dilations = fill(d, 1);
+        a.pads_begin = fill(pb, 0);
+        a.pads_end = fill(pe, 0);
+        a.groups = g;
+        a.data_format = nxc ? "NXC" : "NCX";
+        a.weights_format = wfmt;
+        a.weights_shape = weights();
+        if (transpose) {
+            a.output_padding.resize(nsp());
+            for (size_t i = 0; i < nsp(); ++i) {
+                const int64_t ext = (k[i] - 1) * at(d, i, 1) + 1;
+                a.output_padding[i] = (in[i] + at(pb, i, 0) + at(pe, i, 0) - ext) % at(s, i, 1);
+            }
+        }
+        return a;
+    }
+    op_kind kind() const {
+        return transpose ? op_kind::conv_transpose_bwd_weights : op_kind::conv_bwd_weights;
+    }
+    // User inputs: conv (src, diff_dst); ConvTranspose (its src = our
+    // diff_dst, its diff_dst = our src).
+    dims input0() const { return transpose ? data(oc, false) : data(ic, true); }
+    dims input1() const { return transpose ? data(ic, true) : data(oc, false); }
+    convgrad::op make(const std::string& isa) const {
+        return testutil::make_op(isa, kind(), convgrad::data_type::f32, attrs(), input0(), input1());
+    }
+};
+
+}  // namespace wtest
