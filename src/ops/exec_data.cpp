@@ -1,11 +1,462 @@
 // JIT executor for the data gradient (ConvolutionBackwardData).
+//
+// execute: pack W (per call, into scratch) -> [NCX: diff_dst to NXC] ->
+// threads over the plan's items -> [NCX: diff_src back to NCX]. Each thread
+// owns whole diff_src elements, so there is no reduction between threads.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <vector>
+
+#include "jit/bwd_data_kernel.hpp"
 #include "ops/executor.hpp"
+#include "ops/plan_data.hpp"
 
 namespace convgrad::detail {
+namespace {
 
-std::unique_ptr<Executor> make_jit_data_executor(const Problem&, Isa, std::string* why) {
-    *why = "no JIT data-gradient kernel yet";
-    return nullptr;
+struct FreeDeleter {
+    void operator()(float* p) const { std::free(p); }
+};
+using FloatBuf = std::unique_ptr<float, FreeDeleter>;
+
+FloatBuf alloc_floats(int64_t n) {
+    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * 4 + 63) / 64 * 64;
+    return FloatBuf(static_cast<float*>(std::aligned_alloc(64, bytes)));
+}
+
+// Runs fn(t) for t in [0, threads) on the current arena, one task each.
+template <typename Fn>
+void for_each_thread(int threads, const Fn& fn) {
+    tbb::parallel_for(tbb::blocked_range<int>(0, threads, 1),
+                      [&](const tbb::blocked_range<int>& r) {
+                          for (int t = r.begin(); t != r.end(); ++t) fn(t);
+                      },
+                      tbb::static_partitioner());
+}
+
+// Dense NXC element strides in a (D, H, W) geometry with c channels.
+struct NxcStrides {
+    int64_t n, d, h, w;
+};
+NxcStrides nxc_strides(const std::array<int64_t, 3>& sp, int64_t c) {
+    return {sp[0] * sp[1] * sp[2] * c, sp[1] * sp[2] * c, sp[2] * c, c};
+}
+
+// dst[i][j] = src[j][i] per image for a rows × cols matrix, in tiles so
+// both sides stream whole cache lines.
+void transpose_images(const float* src, float* dst, int64_t mb, int64_t rows, int64_t cols, int threads) {
+    constexpr int64_t kTile = 32;
+    const int64_t rt = (rows + kTile - 1) / kTile, ct = (cols + kTile - 1) / kTile;
+    const int64_t items = mb * rt;
+    for_each_thread(threads, [&](int t) {
+        for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
+            const int64_t n = it / rt, r0 = it % rt * kTile, r1 = std::min(rows, r0 + kTile);
+            const float* s = src + n * rows * cols;
+            float* d = dst + n * rows * cols;
+            for (int64_t c0 = 0; c0 < ct * kTile; c0 += kTile)
+                for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
+                    for (int64_t r = r0; r < r1; ++r) d[c * rows + r] = s[r * cols + c];
+        }
+    });
+}
+void ncx_to_nxc(const float* src, float* dst, int64_t mb, int64_t c, int64_t sp, int threads) {
+    transpose_images(src, dst, mb, c, sp, threads);
+}
+void nxc_to_ncx(const float* src, float* dst, int64_t mb, int64_t c, int64_t sp, int threads) {
+    transpose_images(src, dst, mb, sp, c, threads);
+}
+
+// One W tap along the executor's W axis for a stride phase: diff_src pixel
+// j of the phase reads diff_dst pixel base + j.
+struct PhaseTap {
+    int64_t kw, base;
+};
+
+// Per-thread state: entry list and edge staging windows.
+struct ThreadCtx {
+    std::vector<DataEntry> entries;
+    std::vector<float> stage;
+    int64_t stage_used = 0;
+};
+
+// A (kd, kh) tap valid for one diff_src row, with its diff_dst row.
+struct RowTap {
+    int64_t tap_dh;  // kd * KH + kh
+    const float* dd_row;
+};
+
+// A diff_src row that one diff_dst row reaches through taps (kd, kh).
+struct ColTarget {
+    int64_t tap_dh;  // kd * KH + kh
+    float* row;      // diff_src row (NXC), channel 0
+};
+
+void add_run(float* d, const float* s, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+}
+
+class JitDataExecutor final : public Executor {
+public:
+    JitDataExecutor(const Problem& p, const DataPlan& plan);
+    void run(const void* in0, const void* in1, void* out) const override;
+    std::string describe() const override;
+
+private:
+    void build_kernels();
+    const DataKernel& kernel(int64_t mb, bool last) const { return *kernels_[mb * 2 + last]; }
+    void pack_weights(const float* w, float* wp, int threads) const;
+    void run_direct(const float* dd, const float* wp, float* dst, int threads) const;
+    void run_col(const float* dd, const float* wp, float* dst, int threads) const;
+    void direct_item(const float* dd, const float* wp, float* dst, int64_t row, int64_t cb, int64_t chunk,
+                     ThreadCtx& ctx) const;
+    void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0, int64_t mb,
+                     int64_t nblocks, const float* wblock, int64_t chan_dd, int64_t nchan, float* dst, bool last,
+                     int64_t noc, bool accumulate, ThreadCtx& ctx) const;
+    void col_rows(const float* dd, const float* wp, float* dst, int64_t n, int64_t ra, int64_t rb,
+                  std::vector<float>& colbuf) const;
+    void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
+                         const std::vector<ColTarget>& targets) const;
+
+    Problem p_;
+    DataPlan plan_;
+    NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry
+    std::vector<std::vector<PhaseTap>> phases_;
+    std::vector<std::shared_ptr<const DataKernel>> kernels_;
+    int built_ = 0, hits_ = 0;
+};
+
+JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
+    : p_(p), plan_(plan), dd_str_(nxc_strides(plan.geo.out, p.oc())), dst_str_(nxc_strides(plan.geo.in, p.ic())) {
+    const DataGeometry& g = plan_.geo;
+    phases_.resize(static_cast<size_t>(g.stride[2]));
+    for (int64_t r = 0; r < g.stride[2]; ++r)
+        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+            const int64_t t = r + g.pad[2] - kw * g.dil[2];
+            if (((t % g.stride[2]) + g.stride[2]) % g.stride[2] == 0)
+                phases_[static_cast<size_t>(r)].push_back({kw, floor_div(t, g.stride[2])});
+        }
+    build_kernels();
+}
+
+// Every (block pixels, last channel block) kernel the plan can call.
+void JitDataExecutor::build_kernels() {
+    const DataBlocking& b = plan_.blk;
+    const DataGeometry& g = plan_.geo;
+    std::vector<int64_t> sizes{b.m};
+    if (plan_.path == DataPath::col) {
+        sizes.push_back(p_.out[2] % b.m);
+    } else {
+        for (int64_t r = 0; r < g.stride[2]; ++r) sizes.push_back(phase_pixel_count(g, r) % b.m);
+    }
+    kernels_.assign(static_cast<size_t>(2 * (b.m + 1)), nullptr);
+    const bool dw = plan_.path == DataPath::depthwise;
+    const int64_t dd_pix = p_.oc() * 4;
+    const int64_t dst_pix = plan_.path == DataPath::col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * 4;
+    for (int64_t mb : sizes) {
+        if (mb == 0) continue;
+        for (int last = 0; last < 2; ++last) {
+            if (!last && plan_.cb.per_group == 1) continue;
+            auto& slot = kernels_[static_cast<size_t>(mb * 2 + last)];
+            if (slot) continue;
+            const DataKernelDesc d = make_data_desc(
+                    plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
+                    last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma,
+                    dd_pix, dst_pix);
+            bool hit = false;
+            slot = get_data_kernel(d, &hit);
+            ++built_;
+            hits_ += hit;
+        }
+    }
+}
+
+void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
+    const int threads = tbb::this_task_arena::max_concurrency();
+    const float* dd = static_cast<const float*>(in0);
+    FloatBuf wp = alloc_floats(plan_.scratch.wpack_floats);
+    pack_weights(static_cast<const float*>(in1), wp.get(), threads);
+    FloatBuf dd_nxc, dst_nxc;
+    float* dst = static_cast<float*>(out);
+    if (!p_.nxc) {
+        dd_nxc = alloc_floats(plan_.scratch.dd_nxc_floats);
+        dst_nxc = alloc_floats(plan_.scratch.dst_nxc_floats);
+        ncx_to_nxc(dd, dd_nxc.get(), p_.mb, p_.oc(), p_.out_sp(), threads);
+        dd = dd_nxc.get();
+        dst = dst_nxc.get();
+    }
+    if (plan_.path == DataPath::col)
+        run_col(dd, wp.get(), dst, threads);
+    else
+        run_direct(dd, wp.get(), dst, threads);
+    if (!p_.nxc) nxc_to_ncx(dst, static_cast<float*>(out), p_.mb, p_.ic(), p_.in_sp(), threads);
+}
+
+// Packs the user's W (any layout, through its strides) into the plan's
+// blocks: direct [g][ic block][tap][oc][lanes], depthwise [block][tap][lanes],
+// col [g][lane block][oc][lanes] with lane = tap * ICg + ic. Lanes past the
+// channels are zero, so the kernel never needs a masked W load.
+void JitDataExecutor::pack_weights(const float* w, float* wp, int threads) const {
+    const WeightStrides& ws = p_.wei_str;
+    const DataChannelBlocks& cb = plan_.cb;
+    const int64_t ksp = p_.k_sp(), kh = p_.k[1], kw = p_.k[2];
+    auto tap_offset = [&](int64_t tap) {
+        return tap / (kh * kw) * ws.k[0] + tap / kw % kh * ws.k[1] + tap % kw * ws.k[2];
+    };
+    const bool col = plan_.path == DataPath::col, dw = plan_.path == DataPath::depthwise;
+    // Rows of the pack: (g, block, tap) for direct and depthwise, (g, block, oc) for col.
+    const int64_t groups = dw ? 1 : p_.g, inner = col ? p_.ocg : ksp;
+    const int64_t items = groups * cb.per_group * inner;
+    for_each_thread(threads, [&](int t) {
+        for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
+            const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
+            const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
+            const int64_t reps = dw || col ? 1 : p_.ocg;  // oc rows per pack row
+            float* out = wp + g * cb.padded() * (col ? p_.ocg : ksp * (dw ? 1 : p_.ocg)) +
+                         b * cb.block * (col ? p_.ocg : ksp * reps) + x * reps * width;
+            for (int64_t o = 0; o < reps; ++o)
+                for (int64_t l = 0; l < width; ++l) {
+                    const int64_t lane = b * cb.block + l;
+                    float v = 0.f;
+                    if (lane < cb.lanes) {
+                        if (dw)
+                            v = w[lane * ws.o + tap_offset(x)];
+                        else if (col)
+                            v = w[(g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg)];
+                        else
+                            v = w[(g * p_.ocg + o) * ws.o + lane * ws.i + tap_offset(x)];
+                    }
+                    out[o * width + l] = v;
+                }
+        }
+    });
+}
+
+// Items are (row, channel block) pairs in the plan's loop order; each
+// thread takes a contiguous range and runs the oc chunks of a pair in order.
+void JitDataExecutor::run_direct(const float* dd, const float* wp, float* dst, int threads) const {
+    const int64_t ncb = plan_.cb.total, rows = plan_.rows, items = rows * ncb;
+    const int64_t inner = plan_.rows_outer ? ncb : rows;
+    const int64_t ocg = plan_.path == DataPath::depthwise ? 1 : p_.ocg;
+    const int64_t chunks = (ocg + plan_.oc_chunk - 1) / plan_.oc_chunk;
+    for_each_thread(threads, [&](int t) {
+        ThreadCtx ctx;
+        ctx.entries.reserve(static_cast<size_t>(p_.k_sp()));
+        ctx.stage.resize(static_cast<size_t>(plan_.scratch.per_thread_floats));
+        const int64_t lo = items * t / threads, hi = items * (t + 1) / threads;
+        for (int64_t i = lo; i < hi;) {
+            const int64_t outer = i / inner, ib = i % inner, ie = std::min(inner, ib + (hi - i));
+            for (int64_t x = ib; x < ie && plan_.rows_outer; ++x)
+                for (int64_t ch = 0; ch < chunks; ++ch) direct_item(dd, wp, dst, outer, x, ch, ctx);
+            for (int64_t ch = 0; ch < chunks && !plan_.rows_outer; ++ch)
+                for (int64_t x = ib; x < ie; ++x) direct_item(dd, wp, dst, x, outer, ch, ctx);
+            i += ie - ib;
+        }
+    });
+}
+
+// One diff_src row × channel block × oc chunk: every W phase, its blocks of
+// pixels cut into edge blocks (staged) and one interior run.
+void JitDataExecutor::direct_item(const float* dd, const float* wp, float* dst, int64_t row, int64_t cb,
+                                  int64_t chunk, ThreadCtx& ctx) const {
+    const DataGeometry& g = plan_.geo;
+    const DataChannelBlocks& cbs = plan_.cb;
+    const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
+    std::vector<RowTap> rts;
+    rts.reserve(static_cast<size_t>(g.k[0] * g.k[1]));
+    for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+        const int64_t td = id + g.pad[0] - kd * g.dil[0];
+        if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
+        for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+            const int64_t th = ih + g.pad[1] - kh * g.dil[1];
+            if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
+            rts.push_back({kd * g.k[1] + kh, dd + n * dd_str_.n + td / g.stride[0] * dd_str_.d +
+                                                     th / g.stride[1] * dd_str_.h});
+        }
+    }
+    const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
+    const int64_t grp = dw ? 0 : cb / cbs.per_group, blk = cb % cbs.per_group;
+    const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block;
+    const int64_t ocg = dw ? 1 : p_.ocg, oc0 = chunk * plan_.oc_chunk;
+    const int64_t noc = std::min(plan_.oc_chunk, ocg - oc0);
+    const int64_t ksp = p_.k_sp();
+    const float* wblock = wp + grp * cbs.padded() * ksp * ocg + blk * cbs.block * ksp * ocg + oc0 * width;
+    const int64_t chan_dd = dw ? blk * cbs.block : grp * ocg + oc0;
+    const int64_t nchan = dw ? std::min(cbs.block, cbs.lanes - blk * cbs.block) : noc;
+    float* dst_row = dst + n * dst_str_.n + id * dst_str_.d + ih * dst_str_.h +
+                     (dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block);
+    const int64_t m = plan_.blk.m;
+    for (int64_t r = 0; r < g.stride[2]; ++r) {
+        const int64_t npx = phase_pixel_count(g, r);
+        const std::vector<PhaseTap>& taps = phases_[static_cast<size_t>(r)];
+        const int64_t full = npx / m;
+        // Interior blocks: every tap in range for all m pixels.
+        int64_t b_lo = 0, b_hi = full;
+        for (const PhaseTap& pt : taps) {
+            b_lo = std::max(b_lo, pt.base < 0 ? (-pt.base + m - 1) / m : 0);
+            b_hi = std::min(b_hi, g.out[2] - pt.base - m < 0 ? 0 : (g.out[2] - pt.base - m) / m + 1);
+        }
+        b_hi = std::max(b_hi, b_lo);
+        float* dst_ph = dst_row + r * dst_str_.w;
+        auto call = [&](int64_t j0, int64_t mb, int64_t nblocks) {
+            direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, nchan,
+                        dst_ph + j0 * g.stride[2] * dst_str_.w, last, noc, chunk > 0, ctx);
+        };
+        for (int64_t b = 0; b < std::min(b_lo, full); ++b) call(b * m, m, 1);
+        if (b_lo < b_hi) call(b_lo * m, m, b_hi - b_lo);
+        for (int64_t b = std::max(b_hi, b_lo); b < full; ++b) call(b * m, m, 1);
+        if (npx % m) call(full * m, npx % m, 1);
+    }
+}
+
+// Builds the entries for blocks starting at phase pixel j0 and calls the
+// kernel. A tap whose diff_dst pixels leave [0, OW) reads a staged window
+// (zeros outside); that only happens when nblocks == 1.
+void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0,
+                                  int64_t mb, int64_t nblocks, const float* wblock, int64_t chan_dd,
+                                  int64_t nchan, float* dst, bool last, int64_t noc, bool accumulate,
+                                  ThreadCtx& ctx) const {
+    const DataGeometry& g = plan_.geo;
+    const int64_t ow_n = g.out[2], kw_n = g.k[2];
+    const int64_t ocg = plan_.path == DataPath::depthwise ? 1 : p_.ocg;
+    const int64_t width = last ? int64_t(plan_.cb.tail_n) * plan_.cb.vlen : plan_.cb.block;
+    ctx.entries.clear();
+    ctx.stage_used = 0;
+    for (const RowTap& rt : rts)
+        for (const PhaseTap& pt : taps) {
+            const int64_t ow0 = pt.base + j0;
+            const float* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg * width;
+            if (ow0 >= 0 && ow0 + mb <= ow_n) {
+                ctx.entries.push_back({rt.dd_row + ow0 * dd_str_.w + chan_dd, w});
+                continue;
+            }
+            float* win = ctx.stage.data() + ctx.stage_used;
+            ctx.stage_used += mb * dd_str_.w;
+            for (int64_t j = 0; j < mb; ++j) {
+                const int64_t ow = ow0 + j;
+                if (ow >= 0 && ow < ow_n)
+                    std::memcpy(win + j * dd_str_.w, rt.dd_row + ow * dd_str_.w + chan_dd, static_cast<size_t>(nchan) * 4);
+                else
+                    std::memset(win + j * dd_str_.w, 0, static_cast<size_t>(nchan) * 4);
+            }
+            ctx.entries.push_back({win, w});
+        }
+    DataKernelArgs a;
+    a.entries = ctx.entries.data();
+    a.nentries = static_cast<int64_t>(ctx.entries.size());
+    a.noc = noc;
+    a.dst = dst;
+    a.nblocks = nblocks;
+    a.accumulate = accumulate;
+    kernel(mb, last)(a);
+}
+
+// Col path: threads own contiguous ranges of diff_src rows (n, id, ih).
+void JitDataExecutor::run_col(const float* dd, const float* wp, float* dst, int threads) const {
+    const int64_t per_image = p_.in[0] * p_.in[1], items = plan_.rows;
+    for_each_thread(threads, [&](int t) {
+        std::vector<float> colbuf(static_cast<size_t>(plan_.col_pixels * plan_.cb.padded()));
+        const int64_t lo = items * t / threads, hi = items * (t + 1) / threads;
+        for (int64_t n = lo / per_image; n * per_image < hi; ++n)
+            col_rows(dd, wp, dst, n, std::max(lo, n * per_image) - n * per_image,
+                     std::min(hi, (n + 1) * per_image) - n * per_image, colbuf);
+    });
+}
+
+// diff_src rows [ra, rb) (flattened id * IH + ih) of image n: zero them,
+// then for every diff_dst row that reaches them, in increasing order, the
+// column GEMM and the scatter of its columns into the owned rows.
+void JitDataExecutor::col_rows(const float* dd, const float* wp, float* dst, int64_t n, int64_t ra, int64_t rb,
+                               std::vector<float>& colbuf) const {
+    const Problem& p = p_;
+    const int64_t ic = p.ic(), oc = p.oc(), iw_n = p.in[2], row_floats = iw_n * ic;
+    const NxcStrides ds = nxc_strides(p.out, oc), ss = nxc_strides(p.in, ic);
+    for (int64_t r = ra; r < rb; ++r)
+        std::memset(dst + n * ss.n + r * ss.h, 0, static_cast<size_t>(row_floats) * 4);
+    const DataChannelBlocks& cb = plan_.cb;
+    const int64_t padded = cb.padded(), m = plan_.blk.m;
+    std::vector<ColTarget> targets;
+    for (int64_t od = 0; od < p.out[0]; ++od)
+        for (int64_t oh = 0; oh < p.out[1]; ++oh) {
+            targets.clear();
+            for (int64_t kd = 0; kd < p.k[0]; ++kd)
+                for (int64_t kh = 0; kh < p.k[1]; ++kh) {
+                    const int64_t id = od * p.stride[0] - p.pad_begin[0] + kd * p.dil[0];
+                    const int64_t ih = oh * p.stride[1] - p.pad_begin[1] + kh * p.dil[1];
+                    const int64_t r = id * p.in[1] + ih;
+                    if (id < 0 || id >= p.in[0] || ih < 0 || ih >= p.in[1] || r < ra || r >= rb) continue;
+                    targets.push_back({kd * p.k[1] + kh, dst + n * ss.n + r * ss.h});
+                }
+            if (targets.empty()) continue;
+            const float* dd_row = dd + n * ds.n + od * ds.d + oh * ds.h;
+            for (int64_t grp = 0; grp < p.g; ++grp)
+                for (int64_t ow0 = 0; ow0 < p.out[2]; ow0 += plan_.col_pixels) {
+                    const int64_t px = std::min(plan_.col_pixels, p.out[2] - ow0);
+                    for (int64_t b = 0; b < cb.per_group; ++b) {
+                        const bool last = b + 1 == cb.per_group;
+                        const DataEntry e{dd_row + ow0 * oc + grp * p.ocg,
+                                          wp + grp * padded * p.ocg + b * cb.block * p.ocg};
+                        DataKernelArgs a;
+                        a.entries = &e;
+                        a.nentries = 1;
+                        a.noc = p.ocg;
+                        a.dst = colbuf.data() + b * cb.block;
+                        a.nblocks = px / m;
+                        if (a.nblocks) kernel(m, last)(a);
+                        if (px % m == 0) continue;
+                        const DataEntry er{e.dd + px / m * m * oc, e.w};
+                        a.entries = &er;
+                        a.dst += px / m * m * padded;
+                        a.nblocks = 1;
+                        kernel(px % m, last)(a);
+                    }
+                    scatter_columns(colbuf.data(), px, ow0, grp, targets);
+                }
+        }
+}
+
+// col2im for px diff_dst pixels from ow0: column lanes (kd, kh, kw, ic)
+// added into the target rows, pixel by pixel in increasing ow (the fixed
+// order that makes the sums independent of the thread partition).
+void JitDataExecutor::scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
+                                      const std::vector<ColTarget>& targets) const {
+    const Problem& p = p_;
+    const int64_t ic = p.ic(), icg = p.icg, padded = plan_.cb.padded(), kw_n = p.k[2], dil = p.dil[2];
+    for (int64_t j = 0; j < px; ++j) {
+        const int64_t iw0 = (ow0 + j) * p.stride[2] - p.pad_begin[2];
+        const int64_t kw_lo = iw0 >= 0 ? 0 : (-iw0 + dil - 1) / dil;
+        const int64_t kw_hi = iw0 >= p.in[2] ? 0 : std::min(kw_n, (p.in[2] - 1 - iw0) / dil + 1);
+        for (const ColTarget& t : targets) {
+            const float* c = col + j * padded + t.tap_dh * kw_n * icg;
+            float* d = t.row + grp * icg;
+            if (dil == 1 && icg == ic) {
+                if (kw_hi > kw_lo) add_run(d + (iw0 + kw_lo) * ic, c + kw_lo * icg, (kw_hi - kw_lo) * icg);
+                continue;
+            }
+            for (int64_t kw = kw_lo; kw < kw_hi; ++kw) add_run(d + (iw0 + kw * dil) * ic, c + kw * icg, icg);
+        }
+    }
+}
+
+std::string JitDataExecutor::describe() const {
+    std::ostringstream os;
+    os << plan_.to_string() << "  kernels " << built_ << " (cache hits " << hits_ << ")";
+    return os.str();
+}
+
+}  // namespace
+
+std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why) {
+    DataPlan plan;
+    if (!make_data_plan(p, isa, tbb::this_task_arena::max_concurrency(), &plan, why)) return nullptr;
+    return std::make_unique<JitDataExecutor>(p, plan);
 }
 
 }  // namespace convgrad::detail

@@ -1,0 +1,273 @@
+#include "ops/plan_data.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+#include "jit/bwd_data_kernel.hpp"
+
+namespace convgrad::detail {
+namespace {
+
+// Cost model constants (one core, cycles). The machine retires two vector
+// FMAs per cycle with a 4-cycle latency, so a block needs >= 8 independent
+// accumulators; vector loads go at two per cycle and a scalar broadcast
+// shares the three load slots.
+constexpr double kFmaPerCycle = 2.0;
+constexpr double kFmaLatency = 4.0;
+constexpr double kVecLoadsPerCycle = 2.0;
+constexpr double kLoadsPerCycle = 3.0;
+constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list setup
+constexpr double kStageCyclesPerFloat = 0.25; // copying a diff_dst value into an edge window
+constexpr double kScatterCyclesPerLane = 0.2; // col2im: one column value added into diff_src
+// Cache budgets: the W chunk of one channel block stays in L2 beside the
+// diff_dst rows it meets; all of W stays resident when it is this small.
+constexpr int64_t kWChunkBytes = 640 * 1024;
+constexpr int64_t kWResidentBytes = 512 * 1024;
+constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
+constexpr int kMaxM = 16, kMaxN = 8;
+
+int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Cycles of one oc step (direct) or one tap (depthwise) of an m × n block.
+double step_cycles(DataPath path, int m, int n, bool bcast_in_fma) {
+    const double fma = m * n / kFmaPerCycle;
+    double loads = 0;
+    if (path == DataPath::depthwise)
+        loads = (n + m * n) / kVecLoadsPerCycle;
+    else
+        loads = std::max(n / kVecLoadsPerCycle, (n + (bcast_in_fma ? m * n : m)) / kLoadsPerCycle);
+    return std::max({fma, loads, kFmaLatency});
+}
+
+DataGeometry make_geometry(const Problem& p) {
+    DataGeometry g;
+    g.in = p.in;
+    g.out = p.out;
+    g.k = p.k;
+    g.stride = p.stride;
+    g.dil = p.dil;
+    g.pad = p.pad_begin;
+    const bool unit_hw = p.k[1] == 1 && p.k[2] == 1 && p.stride[1] == 1 && p.stride[2] == 1 &&
+                         p.pad_begin[1] == 0 && p.pad_begin[2] == 0 && p.out[1] == p.in[1] &&
+                         p.out[2] == p.in[2];
+    if (unit_hw && p.in[1] > 1) {
+        g.folded_hw = true;
+        g.in[2] = p.in[1] * p.in[2];
+        g.out[2] = g.in[2];
+        g.in[1] = g.out[1] = 1;
+    }
+    return g;
+}
+
+DataChannelBlocks make_channel_blocks(int64_t lanes, int64_t groups, int n, int vlen) {
+    DataChannelBlocks c;
+    const int64_t block = int64_t(n) * vlen;
+    c.lanes = lanes;
+    c.block = block;
+    c.vlen = vlen;
+    c.per_group = div_up(lanes, block);
+    c.total = c.per_group * groups;
+    const int64_t last = lanes - (c.per_group - 1) * block;
+    c.tail_n = static_cast<int>(div_up(last, vlen));
+    c.tail_lanes = static_cast<int>(last % vlen);
+    return c;
+}
+
+// How many W taps reach the pixels of phase r.
+int64_t phase_taps(const DataGeometry& g, int64_t r) {
+    int64_t t = 0;
+    for (int64_t kw = 0; kw < g.k[2]; ++kw) t += ((r + g.pad[2] - kw * g.dil[2]) % g.stride[2] + g.stride[2]) % g.stride[2] == 0;
+    return t;
+}
+
+// Average (kd, kh) taps per diff_src row.
+double row_taps(const DataGeometry& g) {
+    return double(g.k[0]) / double(g.stride[0]) * double(g.k[1]) / double(g.stride[1]);
+}
+
+// Cost of the direct or depthwise path, one thread, whole problem.
+double direct_cycles(const Problem& p, const DataGeometry& g, DataPath path, const DataBlocking& b,
+                     const DataChannelBlocks& cb) {
+    const double red = path == DataPath::depthwise ? 1.0 : double(p.ocg);
+    double per_row = 0;
+    for (int64_t r = 0; r < g.stride[2]; ++r) {
+        const int64_t j = phase_pixel_count(g, r), taps = phase_taps(g, r);
+        const int64_t full = j / b.m, rem = j % b.m;
+        for (int64_t c = 0; c < cb.per_group; ++c) {
+            const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
+            const double blocks = full * step_cycles(path, b.m, n, b.bcast_in_fma) +
+                                  (rem ? step_cycles(path, static_cast<int>(rem), n, b.bcast_in_fma) : 0);
+            per_row += blocks * taps * row_taps(g) * red + 3 * kCallCycles;
+            // Edge windows: about one block per side copied per tap.
+            per_row += 2.0 * taps * row_taps(g) * b.m * red * kStageCyclesPerFloat;
+        }
+    }
+    const int64_t groups = path == DataPath::depthwise ? 1 : p.g;
+    return per_row * groups * p.mb * g.in[0] * g.in[1];
+}
+
+// Cost of the col path: a GEMM per diff_dst pixel, then the scatter.
+double col_cycles(const Problem& p, const DataBlocking& b, const DataChannelBlocks& cb) {
+    double per_pixel = 0;
+    for (int64_t c = 0; c < cb.per_group; ++c) {
+        const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
+        per_pixel += step_cycles(DataPath::col, b.m, n, b.bcast_in_fma) / b.m * p.ocg;
+    }
+    per_pixel += cb.lanes * kScatterCyclesPerLane + kCallCycles / 16;
+    return per_pixel * p.g * p.mb * p.out_sp();
+}
+
+int vregs(Isa isa, DataPath path, const DataBlocking& b, int tail) {
+    const DataKernelKind kind = path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
+    return data_kernel_vregs(make_data_desc(isa, kind, b.m, b.n, tail, b.oc_unroll, b.bcast_in_fma, 0, 0));
+}
+
+// Searches m × n (× broadcast form) for the lowest estimated cycles.
+void choose_blocking(const Problem& p, DataPlan* pl) {
+    const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
+    const int nregs = pl->isa >= Isa::avx512_core ? 32 : 16;
+    const int64_t lanes = pl->path == DataPath::direct ? p.icg
+                          : pl->path == DataPath::col  ? p.k_sp() * p.icg
+                                                       : p.ic();
+    const int max_n = static_cast<int>(std::min<int64_t>(kMaxN, div_up(lanes, vlen)));
+    double best = -1;
+    for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
+        for (int n = 1; n <= max_n; ++n)
+            for (int m = 1; m <= kMaxM; ++m) {
+                DataBlocking b;
+                b.m = m;
+                b.n = n;
+                b.vlen = vlen;
+                b.bcast_in_fma = bif;
+                const DataChannelBlocks cb = make_channel_blocks(lanes, pl->path == DataPath::depthwise ? 1 : p.g, n, vlen);
+                const int tail = pl->path == DataPath::col ? 0 : cb.tail_lanes;
+                if (vregs(pl->isa, pl->path, b, tail) > nregs) continue;
+                const double c = pl->path == DataPath::col ? col_cycles(p, b, cb)
+                                                           : direct_cycles(p, pl->geo, pl->path, b, cb);
+                if (best < 0 || c < best * 0.999) {
+                    best = c;
+                    pl->blk = b;
+                    pl->cb = cb;
+                    if (pl->path == DataPath::col) pl->cb.tail_lanes = 0;  // the column buffer is padded
+                }
+            }
+    pl->est_cycles = best;
+}
+
+void choose_cache_blocking(const Problem& p, DataPlan* pl) {
+    const int64_t lane_bytes = int64_t(pl->blk.lanes()) * 4;
+    if (pl->path == DataPath::direct) {
+        const int64_t chunk_bytes = p.k_sp() * p.ocg * lane_bytes;
+        const int64_t chunks = div_up(chunk_bytes, kWChunkBytes);
+        const int64_t u = pl->blk.oc_unroll;
+        pl->oc_chunk = std::min(p.ocg, div_up(div_up(p.ocg, chunks), u) * u);
+    } else {
+        pl->oc_chunk = p.ocg;
+    }
+    pl->rows_outer = pl->scratch.wpack_floats * 4 <= kWResidentBytes;
+    if (pl->path == DataPath::col) {
+        const int64_t px = std::max<int64_t>(1, kColBufferBytes / (pl->cb.padded() * 4));
+        pl->col_pixels = std::max<int64_t>(pl->blk.m, px / pl->blk.m * pl->blk.m);
+        pl->col_pixels = std::min(pl->col_pixels, div_up(p.out[2], pl->blk.m) * pl->blk.m);
+    }
+}
+
+void size_scratch(const Problem& p, DataPlan* pl) {
+    DataScratch& s = pl->scratch;
+    const int64_t padded = pl->cb.padded();
+    switch (pl->path) {
+        case DataPath::direct: s.wpack_floats = p.g * padded * p.k_sp() * p.ocg; break;
+        case DataPath::depthwise: s.wpack_floats = padded * p.k_sp(); break;
+        case DataPath::col: s.wpack_floats = p.g * padded * p.ocg; break;
+    }
+    s.dd_nxc_floats = p.nxc ? 0 : p.mb * p.oc() * p.out_sp();
+    s.dst_nxc_floats = p.nxc ? 0 : p.mb * p.ic() * p.in_sp();
+    s.per_thread_floats = pl->path == DataPath::col ? 0 : p.k_sp() * pl->blk.m * p.oc();
+}
+
+}  // namespace
+
+const char* data_path_name(DataPath p) {
+    switch (p) {
+        case DataPath::direct: return "direct";
+        case DataPath::depthwise: return "depthwise";
+        case DataPath::col: return "col";
+    }
+    return "?";
+}
+
+int64_t DataChannelBlocks::padded() const {
+    return per_group == 0 ? 0 : (per_group - 1) * block + int64_t(tail_n) * vlen;
+}
+
+bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::string* why) {
+    if (p.dt != data_type::f32) {
+        *why = std::string("data type ") + dtype_name(p.dt) + " not yet supported by the JIT data gradient";
+        return false;
+    }
+    *pl = DataPlan();
+    pl->isa = isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
+    pl->geo = make_geometry(p);
+    if (p.icg == 1 && p.ocg == 1) {
+        pl->path = DataPath::depthwise;
+        choose_blocking(p, pl);
+    } else {
+        pl->path = DataPath::direct;
+        choose_blocking(p, pl);
+        const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
+        if (p.icg < 2 * vlen && p.k_sp() > 1) {
+            DataPlan col = *pl;
+            col.path = DataPath::col;
+            col.geo = make_geometry(p);
+            choose_blocking(p, &col);
+            if (col.est_cycles < pl->est_cycles) *pl = col;
+        }
+    }
+    size_scratch(p, pl);
+    choose_cache_blocking(p, pl);
+    pl->rows = p.mb * pl->geo.in[0] * pl->geo.in[1];
+    pl->grid.threads = std::max(1, threads);
+    pl->grid.items = pl->path == DataPath::col ? pl->rows : pl->rows * pl->cb.total;
+    // Displacements inside the kernel are 32-bit.
+    const int64_t dd_pix = p.oc() * 4;
+    const int64_t dst_pix = pl->path == DataPath::col ? pl->cb.padded() * 4 : pl->geo.stride[2] * p.ic() * 4;
+    if (int64_t(pl->blk.m) * std::max(dd_pix, dst_pix) + pl->blk.lanes() * 4 >= INT32_MAX) {
+        *why = "pixel strides exceed 32-bit displacements";
+        return false;
+    }
+    return true;
+}
+
+std::string DataPlan::to_string() const {
+    std::ostringstream os;
+    os << "jit:" << isa_name(isa) << " " << data_path_name(path) << " m" << blk.m << " n" << blk.n << "x"
+       << blk.vlen << (blk.bcast_in_fma ? " bcast-in-fma" : "") << " threads " << grid.threads << "\n";
+    const char* lane_name = path == DataPath::col ? "(tap, ic) lanes" : "channels";
+    if (path == DataPath::col) {
+        os << "  for row in " << rows << " (n, id, ih) rows, split over threads\n"
+           << "    for dd row touching it, g, " << col_pixels << "-pixel chunk\n"
+           << "      for lane block in " << cb.per_group << " (" << cb.lanes << " " << lane_name << ", tail "
+           << cb.tail_n << " vec)\n"
+           << "        for " << blk.m << "-pixel block: for oc in " << oc_chunk << ": " << blk.n << " W loads, "
+           << blk.m << " bcasts, " << blk.m * blk.n << " FMAs\n"
+           << "      col2im: add columns into diff_src rows\n";
+    } else {
+        const std::string row = "for row in " + std::to_string(rows) + (geo.folded_hw ? " (n, id) planes" : " (n, id, ih) rows");
+        const std::string cbl = "for cb in " + std::to_string(cb.total) + " (" + std::to_string(cb.lanes) + " " +
+                                lane_name + "/group, tail " + std::to_string(cb.tail_n) + " vec " +
+                                std::to_string(cb.tail_lanes) + " lanes)";
+        os << "  " << (rows_outer ? row : cbl) << "  [items split over threads]\n";
+        os << "    " << (rows_outer ? cbl : row) << "\n";
+        os << "      for oc chunk of " << oc_chunk << "\n"
+           << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels (edges staged)\n"
+           << "          for valid tap (kd, kh, kw): "
+           << (path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"
+                                           : "for oc: " + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m) +
+                                                     " bcasts, " + std::to_string(blk.m * blk.n) + " FMAs")
+           << "\n";
+    }
+    return os.str();
+}
+
+}  // namespace convgrad::detail

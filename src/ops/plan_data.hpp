@@ -1,0 +1,97 @@
+// The data-gradient planner: a pure function of Problem + ISA + thread count.
+//
+// Three paths share one kernel (jit/bwd_data_kernel.hpp):
+//  - direct: diff_src pixels × vectors of input channels; per (tap, oc) the
+//    kernel broadcasts diff_dst and multiplies packed W vectors.
+//  - depthwise (g == IC == OC): vectors over channels, no oc reduction.
+//  - col (few input channels per group, e.g. a first layer with ic = 3):
+//    a GEMM per diff_dst pixel over lanes (tap, ic) = K·ICg, so the vector
+//    width is filled by taps instead of padding 3 channels to 16, then the
+//    columns are added into diff_src in a fixed order (col2im).
+// Everything that changes a bit of the result (path, blocking, oc chunks)
+// is chosen without looking at the thread count; only the ThreadGrid
+// depends on it, so results are identical for any thread count.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "jit/isa.hpp"
+#include "ops/problem.hpp"
+
+namespace convgrad::detail {
+
+enum class DataPath { direct, depthwise, col };
+const char* data_path_name(DataPath p);
+
+// The spatial view the executor walks: D, H, W of diff_src (in) and
+// diff_dst (out). A 1x1, stride-1, unpadded problem folds H into W so the
+// whole plane is one long row of pixels.
+struct DataGeometry {
+    std::array<int64_t, 3> in{}, out{}, k{}, stride{}, dil{}, pad{};
+    bool folded_hw = false;
+    int64_t k_sp() const { return k[0] * k[1] * k[2]; }
+};
+
+// Register blocking: m pixels × n vectors (vlen lanes each).
+struct DataBlocking {
+    int m = 1, n = 1, vlen = 16;
+    int oc_unroll = 2;
+    bool bcast_in_fma = false;
+    int lanes() const { return n * vlen; }
+};
+
+// Channel blocks: `lanes` per group (ICg, C for depthwise, K·ICg for col)
+// cut into blocks of blocking.lanes(); the last one is `tail_n` vectors
+// whose last vector has `tail_lanes` valid lanes (0 = full).
+struct DataChannelBlocks {
+    int64_t lanes = 0, per_group = 0, total = 0;
+    int64_t block = 0;  // lanes of a full block
+    int vlen = 16;
+    int tail_n = 0, tail_lanes = 0;
+    int64_t padded() const;  // lanes per group rounded up to whole vectors
+};
+
+// Thread partition over items (row, channel block): contiguous ranges in
+// `rows_outer` or channel-block-major order.
+struct DataThreadGrid {
+    int threads = 1;
+    int64_t items = 0;
+};
+
+struct DataScratch {
+    int64_t wpack_floats = 0;       // packed weights, shared
+    int64_t dd_nxc_floats = 0;      // NCX diff_dst transposed
+    int64_t dst_nxc_floats = 0;     // NCX diff_src before the transpose back
+    int64_t per_thread_floats = 0;  // staging windows / column buffer
+};
+
+struct DataPlan {
+    Isa isa = Isa::avx512_core;
+    DataPath path = DataPath::direct;
+    DataGeometry geo;
+    DataBlocking blk;
+    DataChannelBlocks cb;
+    int64_t rows = 0;          // (n, id, ih) rows of diff_src
+    int64_t oc_chunk = 0;      // direct: oc per pass (W chunk stays in L2)
+    bool rows_outer = true;    // loop order of (row, channel block)
+    int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
+    DataThreadGrid grid;
+    DataScratch scratch;
+    double est_cycles = 0;     // cost model, whole problem, one thread
+
+    // The loop nest, starting with "jit:<isa>".
+    std::string to_string() const;
+};
+
+inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+// diff_src pixels of stride phase r along the geometry's W axis.
+inline int64_t phase_pixel_count(const DataGeometry& g, int64_t r) {
+    return r < g.in[2] ? (g.in[2] - r + g.stride[2] - 1) / g.stride[2] : 0;
+}
+
+// Returns false (with *why) when no JIT plan exists for the problem.
+bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* plan, std::string* why);
+
+}  // namespace convgrad::detail

@@ -1,0 +1,264 @@
+// JIT data gradient (ConvolutionBackwardData) against the reference.
+#include <tbb/task_arena.h>
+
+#include <catch2/catch.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_util.hpp"
+#include "weights_case.hpp"
+
+namespace {
+
+using convgrad::data_type;
+using convgrad::dims;
+using convgrad::op_kind;
+
+// A data-gradient case: the weight tests' convolution-view case, read as
+// ConvolutionBackwardData (input 0 diff_dst, input 1 weights, output diff_src).
+struct DCase : wtest::Case {
+    convgrad::op make(const std::string& isa) const {
+        convgrad::attributes a = attrs();
+        a.weights_shape.clear();
+        a.dst_shape = data(ic, true);
+        return testutil::make_op(isa, op_kind::conv_bwd_data, data_type::f32, a, data(oc, false), weights());
+    }
+};
+
+// Small integers: the JIT result must equal the reference bit for bit.
+void check_exact(const DCase& c, const std::vector<std::string>& isas = {"avx512_core", "avx2"}) {
+    const auto ref = c.make("ref");
+    const auto dd = testutil::small_ints(data_type::f32, ref.input0_elems(), 11);
+    const auto w = testutil::small_ints(data_type::f32, ref.input1_elems(), 12);
+    const auto expect = testutil::run(ref, dd, w);
+    for (const std::string& isa : isas) {
+        if (isa == "avx512_core" && convgrad::max_isa() == "avx2") continue;
+        const auto jit = c.make(isa);
+        INFO(jit.describe());
+        REQUIRE(jit.describe().rfind("jit:" + isa, 0) == 0);
+        CHECK(testutil::bitwise_equal(testutil::run(jit, dd, w), expect));
+    }
+}
+
+}  // namespace
+
+TEST_CASE("data: channel block boundaries", "[jit][data]") {
+    for (int64_t ic : {1, 2, 15, 16, 17, 31, 33, 65})
+        for (int64_t oc : {1, 16, 17, 33}) {
+            DCase c;
+            c.ic = ic;
+            c.oc = oc;
+            c.in = {4, 7};
+            c.pb = c.pe = {1, 1};
+            INFO("ic " << ic << " oc " << oc);
+            check_exact(c);
+        }
+}
+
+TEST_CASE("data: spatial sizes, strides, dilations, pads", "[jit][data]") {
+    for (int64_t iw : {1, 2, 7, 13})
+        for (int64_t s : {1, 2, 3, 4})
+            for (int64_t k : {1, 2, 3}) {
+                DCase c;
+                c.ic = 17;
+                c.oc = 5;
+                c.in = {3, iw};
+                c.k = {k, k};
+                c.s = {s, s};
+                c.pb = {k - 1, k / 2};
+                c.pe = {0, k - 1};
+                if (c.out(0) < 1 || c.out(1) < 1) continue;
+                INFO("iw " << iw << " s " << s << " k " << k);
+                check_exact(c);
+            }
+    DCase dil;  // dilation 2 and 3, pads larger than the kernel, stride > kernel
+    dil.ic = 20;
+    dil.oc = 9;
+    dil.in = {9, 11};
+    dil.k = {3, 2};
+    dil.d = {2, 3};
+    dil.pb = {5, 4};
+    dil.pe = {4, 6};
+    check_exact(dil);
+    dil.s = {3, 5};
+    dil.d = {1, 1};
+    dil.k = {2, 2};
+    check_exact(dil);  // stride > kernel: pixels no tap reaches are zeros
+}
+
+TEST_CASE("data: 1D and 3D", "[jit][data]") {
+    DCase d1;
+    d1.ic = 33;
+    d1.oc = 7;
+    d1.in = {29};
+    d1.k = {5};
+    d1.s = {2};
+    d1.pb = {2};
+    d1.pe = {3};
+    check_exact(d1);
+    DCase d3;
+    d3.ic = 18;
+    d3.oc = 6;
+    d3.in = {4, 5, 6};
+    d3.k = {3, 2, 3};
+    d3.s = {2, 1, 2};
+    d3.d = {1, 2, 1};
+    d3.pb = {1, 1, 1};
+    d3.pe = {1, 0, 2};
+    check_exact(d3);
+}
+
+TEST_CASE("data: groups and depthwise", "[jit][data]") {
+    for (int64_t g : {2, 3}) {
+        DCase c;
+        c.g = g;
+        c.ic = 17 * g;
+        c.oc = 5 * g;
+        c.in = {6, 9};
+        c.pb = c.pe = {1, 1};
+        check_exact(c);
+    }
+    for (int64_t ch : {1, 15, 16, 17, 33}) {
+        for (const dims& in : {dims{23}, dims{5, 9}, dims{3, 4, 5}}) {
+            DCase c;
+            c.g = c.ic = c.oc = ch;
+            c.in = in;
+            c.k = dims(in.size(), 3);
+            c.k.back() = 5;
+            c.s = dims(in.size(), 1);
+            c.s.back() = 2;
+            c.d = dims(in.size(), 1);
+            c.d.front() = 2;
+            c.pb = dims(in.size(), 2);
+            c.pe = dims(in.size(), 3);
+            INFO("depthwise ch " << ch << " rank " << in.size());
+            check_exact(c);
+            if (c.make("avx512_core").describe().find("depthwise") == std::string::npos) FAIL("not depthwise");
+        }
+    }
+}
+
+TEST_CASE("data: small input channels use the column path", "[jit][data]") {
+    DCase c;  // a first layer in miniature: ic 3, 7x7 stride 2 pad 3
+    c.ic = 3;
+    c.oc = 20;
+    c.in = {17, 22};
+    c.k = {7, 7};
+    c.s = {2, 2};
+    c.pb = {3, 3};
+    c.pe = {2, 3};
+    check_exact(c);
+    CHECK(c.make("avx512_core").describe().find(" col ") != std::string::npos);
+    c.g = 2;  // grouped, dilated, 3D
+    c.ic = 4;
+    c.oc = 6;
+    c.in = {5, 6, 9};
+    c.k = {2, 3, 3};
+    c.s = {1, 2, 2};
+    c.d = {2, 1, 2};
+    c.pb = {1, 1, 2};
+    c.pe = {0, 2, 1};
+    check_exact(c);
+    c.nxc = false;
+    c.wfmt = "OIX";
+    check_exact(c);
+}
+
+TEST_CASE("data: data and weight formats", "[jit][data]") {
+    for (bool nxc : {true, false})
+        for (const char* wfmt : {"XIO", "OIX"}) {
+            DCase c;
+            c.g = 2;
+            c.ic = 34;
+            c.oc = 10;
+            c.in = {5, 8};
+            c.s = {2, 1};
+            c.pb = c.pe = {1, 1};
+            c.nxc = nxc;
+            c.wfmt = wfmt;
+            INFO(nxc << " " << wfmt);
+            check_exact(c);
+        }
+}
+
+TEST_CASE("data: 1x1 layers fold H into W", "[jit][data]") {
+    DCase c;
+    c.ic = 40;
+    c.oc = 24;
+    c.in = {6, 7};
+    c.k = {1, 1};
+    check_exact(c);
+    CHECK(c.make("avx512_core").describe().find("planes") != std::string::npos);
+    c.s = {2, 2};  // strided 1x1: odd rows and columns are zeros
+    check_exact(c);
+}
+
+TEST_CASE("data: random reals within tolerance", "[jit][data]") {
+    DCase c;
+    c.ic = 48;
+    c.oc = 400;  // long enough to be cut into oc chunks (W chunk > the L2 budget)
+    c.in = {6, 6};
+    c.pb = c.pe = {1, 1};
+    const auto ref = c.make("ref");
+    const auto dd = testutil::random_reals(data_type::f32, ref.input0_elems(), 5);
+    const auto w = testutil::random_reals(data_type::f32, ref.input1_elems(), 6);
+    const auto expect = testutil::run(ref, dd, w);
+    for (const char* isa : {"avx512_core", "avx2"}) {
+        const auto o = c.make(isa);
+        INFO(o.describe());
+        if (std::string(isa) == "avx512_core") CHECK(o.describe().find("oc chunk of 200") != std::string::npos);
+        // 3600 products of magnitude <= 1 per element, sums up to ~60:
+        // f32 rounding of the chain stays well below 2e-3.
+        CHECK(testutil::max_abs_diff(testutil::run(o, dd, w), expect) < 2e-3);
+    }
+}
+
+TEST_CASE("data: bitwise identical for 1, 2 and 3 threads", "[jit][data]") {
+    std::vector<DCase> cases(3);
+    cases[0].ic = 35;
+    cases[0].oc = 20;
+    cases[0].in = {9, 10};
+    cases[0].pb = cases[0].pe = {1, 1};
+    cases[1].g = cases[1].ic = cases[1].oc = 20;  // depthwise
+    cases[1].in = {9, 10};
+    cases[2].ic = 3;  // column path, rows of one image split between threads
+    cases[2].oc = 16;
+    cases[2].mb = 1;
+    cases[2].in = {15, 12};
+    cases[2].k = {7, 7};
+    cases[2].s = {2, 2};
+    cases[2].pb = cases[2].pe = {3, 3};
+    for (const DCase& c : cases) {
+        const auto o = c.make("avx512_core");
+        const auto dd = testutil::random_reals(data_type::f32, o.input0_elems(), 1);
+        const auto w = testutil::random_reals(data_type::f32, o.input1_elems(), 2);
+        std::vector<testutil::Buffer> outs;
+        for (int t : {1, 2, 3}) {
+            tbb::task_arena arena(t);
+            arena.execute([&] { outs.push_back(testutil::run(o, dd, w)); });
+        }
+        CHECK(testutil::bitwise_equal(outs[0], outs[1]));
+        CHECK(testutil::bitwise_equal(outs[0], outs[2]));
+    }
+}
+
+TEST_CASE("data: concurrent execute from 8 threads on one op", "[jit][data]") {
+    DCase c;
+    c.ic = 24;
+    c.oc = 16;
+    c.in = {8, 8};
+    c.pb = c.pe = {1, 1};
+    const auto o = c.make("avx512_core");
+    const auto dd = testutil::small_ints(data_type::f32, o.input0_elems(), 3);
+    const auto w = testutil::small_ints(data_type::f32, o.input1_elems(), 4);
+    const auto expect = testutil::run(c.make("ref"), dd, w);
+    std::vector<testutil::Buffer> outs(8);
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 8; ++i)
+        threads.emplace_back([&, i] {
+            for (int rep = 0; rep < 5; ++rep) outs[static_cast<size_t>(i)] = testutil::run(o, dd, w);
+        });
+    for (auto& t : threads) t.join();
+    for (const auto& out : outs) CHECK(testutil::bitwise_equal(out, expect));
+}
