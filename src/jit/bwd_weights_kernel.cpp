@@ -51,7 +51,7 @@ void WeightsSkeleton::load_vec(const Xmm& r, const Xbyak::Address& a, int v) {
 }
 
 void WeightsSkeleton::generate() {
-    preamble(2);  // rbx, r12
+    preamble(4);  // rbx, r12, r13, r14
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
     load_args();
     for (int r = 0; r < rows(); ++r)
@@ -61,7 +61,7 @@ void WeightsSkeleton::generate() {
     postamble();
 }
 
-// Reads: rdi. Writes: rsi, rdx, rcx, r8, r9, r10.
+// Reads: rdi. Writes: rsi, rdx, rcx, r8, r9, r10, r13, r14.
 void WeightsSkeleton::load_args() {
     auto field = [&](size_t off) { return qword[reg_args_ + off]; };
     mov(reg_src_base_, field(offsetof(WeightsKernelArgs, src)));
@@ -70,6 +70,8 @@ void WeightsSkeleton::load_args() {
     mov(reg_nrows_, field(offsetof(WeightsKernelArgs, nrows)));
     mov(reg_src_step_, field(offsetof(WeightsKernelArgs, src_step)));
     mov(reg_dst_step_, field(offsetof(WeightsKernelArgs, dst_step)));
+    mov(reg_prefetch_, field(offsetof(WeightsKernelArgs, prefetch)));
+    mov(reg_prefetch_step_, field(offsetof(WeightsKernelArgs, prefetch_step)));
 }
 
 // For every row: point r11/rax at its first pixel, rbx = its pixel count,
@@ -91,11 +93,14 @@ void WeightsSkeleton::row_loop() {
     L(done);
 }
 
-// rbx (> 0) pixels from r11/rax, stepping by r9/r10. Clobbers rbx, r11, rax.
+// rbx (> 0) pixels from r11/rax, stepping by r9/r10; one prefetch per
+// pixel at r13 += r14. Clobbers rbx, r11, rax, r13.
 void WeightsSkeleton::pixel_loop() {
     Xbyak::Label pixel;
     align(16);
     L(pixel);
+    prefetcht1(ptr[reg_prefetch_]);
+    add(reg_prefetch_, reg_prefetch_step_);
     pixel_body();
     add(reg_src_, reg_src_step_);
     add(reg_dst_, reg_dst_step_);

@@ -41,6 +41,12 @@ struct WeightsKernelArgs {
     int64_t dst_step = 0;        // bytes between consecutive pixels in diff_dst
     int64_t wei_row_stride = 0;  // bytes between tile rows: next ic (gemm), next kw tap (depthwise)
     int64_t accumulate = 0;      // 0: store the tile, else add it to diff_weights
+    // One prefetcht1 per pixel at `prefetch`, advancing by prefetch_step:
+    // the executor points it at data of the thread's next chunk, so DRAM
+    // traffic overlaps the FMAs instead of stalling the next chunk's first
+    // tile. Prefetches never fault; step 0 repeats one line.
+    const char* prefetch = nullptr;
+    int64_t prefetch_step = 0;
 };
 
 enum class WeightsKernelKind : uint8_t { gemm, depthwise };

@@ -8,6 +8,7 @@
 //   rcx  row cursor       r8   rows left         r9   src step (bytes)
 //   r10  diff_dst step    r11  src pixel ptr     rax  diff_dst pixel ptr
 //   rbx  pixels left      r12  scratch (tail mask set-up, flush pointer)
+//   r13  prefetch ptr     r14  prefetch step
 //   vregs [0, rows*n): accumulators, acc(row, v) = rows-major;
 //   vregs [rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
 #pragma once
@@ -40,6 +41,7 @@ protected:
     const Xbyak::Reg64 reg_args_ = rdi, reg_src_base_ = rsi, reg_dst_base_ = rdx;
     const Xbyak::Reg64 reg_row_ = rcx, reg_nrows_ = r8, reg_src_step_ = r9, reg_dst_step_ = r10;
     const Xbyak::Reg64 reg_src_ = r11, reg_dst_ = rax, reg_npix_ = rbx, reg_scratch_ = r12;
+    const Xbyak::Reg64 reg_prefetch_ = r13, reg_prefetch_step_ = r14;
 
 private:
     void load_args();

@@ -64,6 +64,28 @@ std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
     return {lo, std::max(lo, hi)};
 }
 
+// A thread's walk over the next chunk's memory (diff_dst rows, then src
+// rows), one cache line per pixel the kernels process.
+struct Prefetch {
+    const char* pos = nullptr;  // nullptr: nothing left to prefetch
+    const char* dst_end = nullptr;
+    const char* src_begin = nullptr;
+    const char* src_end = nullptr;
+
+    // Where the next call starts, and advance past its `pixels` lines.
+    const char* take(int64_t pixels) {
+        const char* at = pos;
+        if (!pos) return nullptr;
+        pos += 64 * pixels;
+        if (dst_end && pos >= dst_end) {
+            pos = src_begin + (pos - dst_end);
+            dst_end = nullptr;
+        }
+        if (!dst_end && pos >= src_end) pos = nullptr;
+        return at;
+    }
+};
+
 // Where one tile reads and writes; pointers are element-exact.
 struct TileCall {
     const float* src;
@@ -97,13 +119,19 @@ private:
     const WeightsKernel& kernel(int rows, bool last_n) const;
     void compute_thread(int64_t tid, const WeightsThreadGrid& grid, const float* src,
                         const float* diff_dst, float* target, float* partials) const;
+    // Per-thread row lists of the current chunk, one per tap (gemm).
+    struct TapRows {
+        std::vector<std::vector<WeightsRow>> rows;
+        std::vector<bool> built;
+    };
     void run_gemm_tile(int64_t tile, int64_t q0, int64_t q1, bool accumulate, float* target,
-                       const float* src, const float* diff_dst, std::vector<WeightsRow>& rows,
-                       int64_t& rows_tap) const;
+                       const float* src, const float* diff_dst, TapRows& tap_rows, Prefetch& pf) const;
     void run_dw_tile(int64_t tile, int64_t q0, int64_t q1, bool accumulate, float* target,
-                     const float* src, const float* diff_dst, std::vector<WeightsRow>& rows) const;
+                     const float* src, const float* diff_dst, std::vector<WeightsRow>& rows,
+                     Prefetch& pf) const;
     void call(const WeightsKernel& k, const TileCall& c, const std::vector<WeightsRow>& rows,
-              bool accumulate) const;
+              bool accumulate, Prefetch& pf) const;
+    Prefetch prefetch_chunk(int64_t chunk, const float* src, const float* diff_dst) const;
     void build_rows(std::vector<WeightsRow>& out, int64_t q0, int64_t q1, int64_t kd, int64_t kh,
                     int64_t kw, int64_t ow_lo, int64_t ow_hi) const;
     void reduce_and_store(float* target, const float* partials, float* user) const;
@@ -166,8 +194,13 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, int64_t q0, in
 }
 
 void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
-                              const std::vector<WeightsRow>& rows, bool accumulate) const {
+                              const std::vector<WeightsRow>& rows, bool accumulate, Prefetch& pf) const {
     WeightsKernelArgs a;
+    int64_t pixels = 0;
+    for (const WeightsRow& r : rows) pixels += r.pixels;
+    const char* at = pf.take(pixels);
+    a.prefetch = at ? at : reinterpret_cast<const char*>(c.diff_dst);
+    a.prefetch_step = at ? 64 : 0;
     a.src = c.src;
     a.diff_dst = c.diff_dst;
     a.diff_weights = c.diff_weights;
@@ -180,26 +213,26 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     k.run(a);
 }
 
-// Tile order (outermost first): kd, kh, kw, g, ic tile, oc tile. The row
-// list depends on the tap only; rows_tap remembers which tap it holds.
+// Tile order (outermost first): g, oc tile, tap, ic tile, so a thread's
+// consecutive tiles share the chunk's diff_dst slice (kept in L1). Row
+// lists depend on the tap only and are built once per chunk.
 void JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t q0, int64_t q1, bool accumulate,
                                        float* target, const float* src, const float* diff_dst,
-                                       std::vector<WeightsRow>& rows, int64_t& rows_tap) const {
+                                       TapRows& tap_rows, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    int64_t rest = tile;
-    const int64_t ot = rest % b.n_tiles;
-    rest /= b.n_tiles;
-    const int64_t it = rest % b.m_tiles;
-    rest /= b.m_tiles;
-    const int64_t grp = rest % g.g;
-    const int64_t tap = rest / g.g;
+    const int64_t taps = g.k[0] * g.k[1] * g.k[2];
+    const int64_t it = tile % b.m_tiles;
+    const int64_t tap = (tile / b.m_tiles) % taps;
+    const int64_t ot = (tile / (b.m_tiles * taps)) % b.n_tiles;
+    const int64_t grp = tile / (b.m_tiles * taps * b.n_tiles);
     const int64_t kw = tap % g.k[2], kh = (tap / g.k[2]) % g.k[1], kd = tap / (g.k[2] * g.k[1]);
-    if (rows_tap != tap) {
+    std::vector<WeightsRow>& rows = tap_rows.rows[static_cast<size_t>(tap)];
+    if (!tap_rows.built[static_cast<size_t>(tap)]) {
         rows.clear();
         const auto ow = valid_ow(g, kw);
         build_rows(rows, q0, q1, kd, kh, kw, ow[0], ow[1]);
-        rows_tap = tap;
+        tap_rows.built[static_cast<size_t>(tap)] = true;
     }
     const int64_t ic0 = it * b.m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
     const TileCall c{src + grp * g.icg + ic0, diff_dst + oc0,
@@ -207,7 +240,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t q0, int64_t q1, boo
                              kh * wei_str_.k[1] + kw * wei_str_.k[2],
                      wei_str_.i};
     const int m = it == b.m_tiles - 1 ? b.m_last : b.m;
-    call(kernel(m, ot == b.n_tiles - 1), c, rows, accumulate);
+    call(kernel(m, ot == b.n_tiles - 1), c, rows, accumulate, pf);
 }
 
 // Tile order: kd, kh, kw tile, channel tile. The interior pixels, where all
@@ -215,7 +248,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t q0, int64_t q1, boo
 // pixels of each tap to the single-tap kernel (always accumulating).
 void JitWeightsExecutor::run_dw_tile(int64_t tile, int64_t q0, int64_t q1, bool accumulate,
                                      float* target, const float* src, const float* diff_dst,
-                                     std::vector<WeightsRow>& rows) const {
+                                     std::vector<WeightsRow>& rows, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const int64_t ct = tile % b.n_tiles;
@@ -238,7 +271,7 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, int64_t q0, int64_t q1, bool 
     };
     rows.clear();
     if (lo < hi) build_rows(rows, q0, q1, kd, kh, kw0, lo, hi);
-    call(kernel(taps, last_n), at_tap(kw0), rows, accumulate);
+    call(kernel(taps, last_n), at_tap(kw0), rows, accumulate, pf);
     for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
         const auto r = valid_ow(g, kw);
         rows.clear();
@@ -248,7 +281,7 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, int64_t q0, int64_t q1, bool 
         } else {
             build_rows(rows, q0, q1, kd, kh, kw, r[0], r[1]);
         }
-        if (!rows.empty()) call(*kernels_[2][last_n || b.n_tiles == 1], at_tap(kw), rows, true);
+        if (!rows.empty()) call(*kernels_[2][last_n || b.n_tiles == 1], at_tap(kw), rows, true, pf);
     }
 }
 
@@ -257,22 +290,53 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     const WeightsReduction& red = plan_.red;
     const auto tiles = balance(plan_.blk.tiles, grid.tile_threads, tid % grid.tile_threads);
     const auto slices = balance(red.slices, grid.slice_threads, tid / grid.tile_threads);
-    std::vector<WeightsRow> rows;
-    rows.reserve(static_cast<size_t>(red.chunk_rows * plan_.geo.segs_per_row * 2 + 2));
+    std::vector<WeightsRow> rows;  // depthwise
+    rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
+    TapRows tap_rows;  // gemm
+    tap_rows.rows.resize(static_cast<size_t>(p_.k_sp()));
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
         float* out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
         const auto chunks = balance(red.chunks, red.slices, s);
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
-            int64_t rows_tap = -1;
+            const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
+            Prefetch pf = has_next ? prefetch_chunk(c + 1, src, diff_dst) : Prefetch{};
+            tap_rows.built.assign(tap_rows.rows.size(), false);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)
-                    run_dw_tile(t, q0, q1, c != chunks[0], out, src, diff_dst, rows);
+                    run_dw_tile(t, q0, q1, c != chunks[0], out, src, diff_dst, rows, pf);
                 else
-                    run_gemm_tile(t, q0, q1, c != chunks[0], out, src, diff_dst, rows, rows_tap);
+                    run_gemm_tile(t, q0, q1, c != chunks[0], out, src, diff_dst, tap_rows, pf);
             }
         }
     }
+}
+
+// The memory of chunk `chunk`: its diff_dst pixels are contiguous (rows
+// in order), its src rows span from the first row's top tap to the last
+// row's bottom tap.
+Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const float* src, const float* diff_dst) const {
+    const WeightsGeometry& g = plan_.geo;
+    const int64_t q0 = chunk * plan_.red.chunk_rows, q1 = std::min(plan_.red.rows, q0 + plan_.red.chunk_rows);
+    auto dst_pixel = [&](int64_t q) { return (q / g.segs_per_row) * g.out[2] + (q % g.segs_per_row) * g.segment; };
+    auto src_row = [&](int64_t q, bool last) {  // index of an input (n, d, h) row
+        const int64_t r = q / g.segs_per_row, oh = r % g.out[1], od = (r / g.out[1]) % g.out[0];
+        const int64_t n = r / (g.out[1] * g.out[0]);
+        auto in = [&](int a, int64_t o) {
+            const int64_t i = o * g.stride[a] - g.pad[a] + (last ? (g.k[a] - 1) * g.dil[a] : 0);
+            return std::clamp<int64_t>(i, 0, g.in[a] - 1);
+        };
+        return (n * g.in[0] + in(0, od)) * g.in[1] + in(1, oh);
+    };
+    Prefetch pf;
+    const char* dst = reinterpret_cast<const char*>(diff_dst);
+    const char* s = reinterpret_cast<const char*>(src);
+    pf.pos = dst + dst_pixel(q0) * p_.oc() * 4;
+    pf.dst_end = dst + dst_pixel(q1) * p_.oc() * 4;
+    const int64_t src_pixels = g.merged ? 0 : g.in[2];  // merged: rows are pixel ranges
+    pf.src_begin = s + (g.merged ? dst_pixel(q0) : src_row(q0, false) * src_pixels) * p_.ic() * 4;
+    pf.src_end = s + (g.merged ? dst_pixel(q1) : (src_row(q1 - 1, true) + 1) * src_pixels) * p_.ic() * 4;
+    return pf;
 }
 
 // Phases 3 and 4: fixed-order sum of the partials, then the permutation.

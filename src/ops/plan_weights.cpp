@@ -8,7 +8,10 @@
 //  - blocking candidates: every (r, v) that fits the vector registers
 //    (weights_kernel_vregs); the cheapest total over the weight space wins,
 //    ties to the larger tile;
-//  - chunks: as many rows as keep src + diff_dst of the chunk in l2_budget;
+//  - chunks: as many pixels as keep the chunk's diff_dst slice of one tile
+//    (n vectors per pixel) plus the src lines it broadcasts from in
+//    l1_budget: a thread runs every tile of its range over one chunk, oc
+//    tile outermost, so that slice is read from L1 by all taps and ic tiles;
 //  - slices: 1 when there are tiles_for_balance tiles or more (threads split
 //    the tiles: no reduction at all), else enough slices to reach that many
 //    (slice, tile) pairs, at most max_slices and max_partial_bytes.
@@ -50,14 +53,21 @@ WeightsGeometry make_geometry(const Problem& p) {
         g.out[a] = g.in[a] = 1;
         g.merged = true;
     }
-    g.segment = g.merged ? std::min(g.out[2], Cost::segment_pixels) : g.out[2];
-    g.segs_per_row = div_up(g.out[2], g.segment);
+    g.segment = g.out[2];  // merged rows are cut to the chunk size later
     return g;
 }
 
 double tile_cycles(double fmas, double loads, double instrs) {
     return std::max({fmas / Cost::fma_per_cycle, loads / Cost::loads_per_cycle, Cost::fma_latency,
                      instrs / Cost::instr_per_cycle});
+}
+
+// Output pixels per chunk for tiles of v vectors (see the header comment).
+double chunk_pixels(const WeightsPlan& plan, int v) {
+    const double vbytes = 4.0 * plan.blk.vlen * v;
+    const bool dw = plan.blk.kind == WeightsKernelKind::depthwise;
+    const double src_bytes = dw ? vbytes * plan.geo.stride[2] : 64.0;
+    return std::max(16.0, Cost::l1_budget / (vbytes + src_bytes));
 }
 
 // Cycles per output pixel of r x v tiles, amortising a flush over `pixels`.
@@ -92,14 +102,14 @@ void choose_blocking(WeightsPlan& plan) {
     const int64_t vecs = div_up(channels, b.vlen);
     const int64_t rows_total = dw ? g.k[2] : g.icg;  // depthwise tile rows are kw taps
     b.tail = static_cast<int>(channels % b.vlen);
-    const double chunk_pixels = 2048;
     double best = 1e300;
     for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
         for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
             if (!fits(plan, m, n, b.tail)) continue;
+            const double pixels = chunk_pixels(plan, n);
             auto row_cost = [&](int r) {
                 return over_tiles(vecs, n, [&](int v) {
-                    return dw ? dw_tile(r, v, chunk_pixels) : gemm_tile(r, v, chunk_pixels);
+                    return dw ? dw_tile(r, v, pixels) : gemm_tile(r, v, pixels);
                 });
             };
             const double cost = over_tiles(rows_total, m, row_cost) * (dw ? 1 : g.g);
@@ -119,13 +129,13 @@ void choose_blocking(WeightsPlan& plan) {
 }
 
 void choose_reduction(WeightsPlan& plan, const Problem& p) {
-    const WeightsGeometry& g = plan.geo;
+    WeightsGeometry& g = plan.geo;
     WeightsReduction& r = plan.red;
-    const int64_t src_row = std::min(g.in[2], g.segment * g.stride[2] + g.k[2] * g.dil[2]) *
-                            g.stride[1] * p.ic();
-    const int64_t row_bytes = 4 * (g.segment * p.oc() + src_row);
+    const int64_t target = static_cast<int64_t>(chunk_pixels(plan, plan.blk.n));
+    if (g.merged) g.segment = std::min(g.out[2], target);
+    g.segs_per_row = div_up(g.out[2], g.segment);
     r.rows = g.rows();
-    r.chunk_rows = std::clamp<int64_t>(Cost::l2_budget / std::max<int64_t>(row_bytes, 1), 1, r.rows);
+    r.chunk_rows = std::clamp<int64_t>((target + g.segment / 2) / g.segment, 1, r.rows);
     int64_t slices = 1;
     if (plan.blk.tiles < Cost::tiles_for_balance) {
         const int64_t by_memory = 1 + Cost::max_partial_bytes / std::max<int64_t>(4 * plan.weights_elems, 1);
@@ -135,7 +145,8 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     }
     r.chunks = div_up(r.rows, r.chunk_rows);
     r.slices = std::min(slices, r.chunks);
-    r.chunk_bytes = r.chunk_rows * row_bytes;
+    const int64_t src_row = std::min(g.in[2], g.segment * g.stride[2] + g.k[2] * g.dil[2]) * p.ic();
+    r.chunk_bytes = r.chunk_rows * 4 * (g.segment * p.oc() + src_row * g.k[1]);
 }
 
 }  // namespace
@@ -222,8 +233,8 @@ std::string WeightsPlan::to_string() const {
            << blk.n_tiles << ":\n        for row, px: acc[" << blk.m << " taps][" << blk.n
            << "v] += src[px+tap][ch] * diff_dst[px][ch]\n";
     else
-        os << "      for kd<" << geo.k[0] << " kh<" << geo.k[1] << " kw<" << geo.k[2] << " g<" << geo.g
-           << " ic_tile<" << blk.m_tiles << " oc_tile<" << blk.n_tiles << ":\n        for row, px: acc["
+        os << "      for g<" << geo.g << " oc_tile<" << blk.n_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1]
+           << " kw<" << geo.k[2] << " ic_tile<" << blk.m_tiles << ":\n        for row, px: acc["
            << blk.m << " ic][" << blk.n << "v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n";
     os << "  " << (red.slices > 1 ? "sum slices in order" : "no reduction")
        << (direct_weights ? "" : ", permute XIO -> user layout");

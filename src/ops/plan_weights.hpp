@@ -89,11 +89,10 @@ struct WeightsCostModel {
     static constexpr double fma_latency = 4;
     static constexpr double instr_per_cycle = 6;
     static constexpr double call_cycles = 60;       // kernel call + argument set-up
-    static constexpr int64_t l2_budget = 512 << 10;  // bytes of src + diff_dst per chunk
+    static constexpr double l1_budget = 32 << 10;    // bytes of one tile's chunk data (L1d is 48 KiB)
     static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
     static constexpr int64_t max_slices = 16;
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
-    static constexpr int64_t segment_pixels = 448;   // merged rows are cut into this
 };
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads);
