@@ -1,0 +1,185 @@
+// Mode C of the sweep: the comparison passes correct results in every op,
+// dtype and layout, and fails a deliberately corrupted one. Also the option
+// parser and the case list of the sweep.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "check.hpp"
+#include "json_op.hpp"
+#include "sweep.hpp"
+
+using namespace convgrad::cli;
+using convgrad::data_type;
+using convgrad::op_kind;
+
+namespace {
+
+op_case small_case(op_kind kind, data_type dt, const layout_options& lo = {}) {
+    const bool deconv = kind == op_kind::conv_transpose_bwd_weights;
+    const conv_desc d = deconv ? parse_descriptor("g2mb2oc4ic6ih5ow12iw5kh3kw3sh1sw2ph1pw0", desc_kind::deconv)
+                               : parse_descriptor("g2mb2ic6ih7iw6oc4kh3kw2sh2sw1ph1pw0dw1");
+    return make_case(d, kind, dt, lo);
+}
+
+}  // namespace
+
+TEST_CASE("cli check: correct results pass in every op, dtype and layout", "[cli][check]") {
+    for (op_kind kind : {op_kind::conv_bwd_weights, op_kind::conv_bwd_data, op_kind::conv_transpose_bwd_weights})
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16})
+            for (const char* df : {"NXC", "NCX"})
+                for (bool shape_input : {false, true}) {
+                    const op_case c = small_case(kind, dt, {df, "OIX", "none", shape_input});
+                    INFO(to_json(c));
+                    REQUIRE(c.skip_reason.empty());
+                    const check_result r = check_case(c, "", false);
+                    CHECK(r.ok);
+                    CHECK(r.exact == "ok");
+                    CHECK_THAT(r.reals, Catch::StartsWith("err/tol"));
+                }
+}
+
+TEST_CASE("cli check: a corrupted result is detected", "[cli][check]") {
+    for (op_kind kind : {op_kind::conv_bwd_weights, op_kind::conv_bwd_data, op_kind::conv_transpose_bwd_weights})
+        for (data_type dt : {data_type::f32, data_type::bf16}) {
+            const op_case c = small_case(kind, dt);
+            INFO(to_json(c));
+            const check_result r = check_case(c, "", true);
+            CHECK_FALSE(r.ok);
+            CHECK_THAT(r.exact, Catch::Contains("1 element wrong"));
+            CHECK_THAT(r.reals, Catch::Contains("1 element wrong"));
+        }
+}
+
+TEST_CASE("cli check: the real-valued tolerance", "[cli][check]") {
+    tensor_buffer want(data_type::f32, 2), got(data_type::f32, 2), sum(data_type::f32, 2);
+    want.set(0, 1.0f);
+    want.set(1, -3.0f);
+    sum.set(0, 100.0f);
+    sum.set(1, 100.0f);
+    // L = 1000: tol ~ 2 * 1001 * 2^-24 * 100 = 1.19e-2.
+    got.set(0, 1.0f + 1e-2f);
+    got.set(1, -3.0f);
+    CHECK(compare_reals(got, want, sum, 1000).ok);
+    got.set(0, 1.0f + 2e-2f);
+    const comparison c = compare_reals(got, want, sum, 1000);
+    CHECK_FALSE(c.ok);
+    CHECK(c.first_bad == 0);
+    got.set(0, NAN);
+    CHECK_FALSE(compare_reals(got, want, sum, 1000).ok);
+
+    CHECK(exact_fill_range(1000) == 2);
+    CHECK(exact_fill_range(5000000) == 1);  // 4 * 5e6 >= 2^24
+    CHECK(exact_fill_range(20000000) == 0);
+}
+
+TEST_CASE("cli check: bf16 and f16 buffers round to nearest even", "[cli][check]") {
+    tensor_buffer b(data_type::bf16, 1), h(data_type::f16, 1);
+    b.set(0, 1.0f + 1.0f / 256);  // halfway between bf16 1 and 1 + 2^-7: ties to even
+    CHECK(b.get(0) == 1.0f);
+    b.set(0, 1.0f + 3.0f / 256);
+    CHECK(b.get(0) == 1.0f + 4.0f / 256);
+    h.set(0, 0.1f);
+    CHECK(h.bits(0) == 0x2e66);
+    CHECK(absolute(h).get(0) == h.get(0));
+}
+
+TEST_CASE("cli check: minibatch changes keep the op consistent", "[cli][check]") {
+    for (op_kind kind : {op_kind::conv_bwd_weights, op_kind::conv_bwd_data, op_kind::conv_transpose_bwd_weights})
+        for (bool shape_input : {false, true}) {
+            const op_case c = small_case(kind, data_type::f32, {"NXC", "", "none", shape_input});
+            const op_case one = with_minibatch(c, 1);
+            CHECK(one.minibatch() == 1);
+            CHECK(one.make_op().flops() == Approx(c.make_op().flops() / 2));
+            CHECK(one.expected_flops == Approx(c.expected_flops / 2));
+        }
+}
+
+TEST_CASE("cli sweep: options are parsed or rejected clearly", "[cli][sweep]") {
+    const sweep_options o = parse_sweep_args({"--op=bwd_w,ConvolutionBackwardData", "--dt=bf16,f16", "--mb=3",
+                                              "--threads=2", "--isa=avx2", "--mode=cp", "--check-mb=1",
+                                              "ic3oc4iw5kw3", "--data-format=NCX"});
+    CHECK(o.ops == std::vector<op_kind>{op_kind::conv_bwd_weights, op_kind::conv_bwd_data});
+    CHECK(o.dtypes == std::vector<data_type>{data_type::bf16, data_type::f16});
+    CHECK((o.mb == 3 && o.threads == 2 && o.isa == "avx2" && o.check && o.perf && o.check_mb == 1));
+    const std::vector<op_case> cases = collect_cases(o);
+    REQUIRE(cases.size() == 4);
+    CHECK(cases[0].minibatch() == 3);
+    CHECK(cases[0].attrs.data_format == "NCX");
+
+    struct bad {
+        std::vector<std::string> args;
+        const char* message;
+    };
+    const std::vector<bad> table = {
+        {{"--op=fwd"}, "option --op=fwd: op: expected bwd_w | bwd_d | deconv_bwd_w"},
+        {{"--dt=f64"}, "option --dt=f64: data type"},
+        {{"--mb=0"}, "option --mb=0: expected an integer from 1"},
+        {{"--threads=two"}, "expected an integer"},
+        {{"--isa=sse"}, "option --isa=sse: expected ref | avx2"},
+        {{"--mode=X"}, "expected C, P or CP"},
+        {{"--frobnicate=1"}, "unknown option"},
+        {{"--verbose"}, "unknown option"},
+        {{"--csv="}, "empty value"},
+    };
+    for (const bad& b : table) {
+        INFO(b.args[0]);
+        CHECK_THROWS_WITH(parse_sweep_args(b.args), Catch::Contains(b.message));
+    }
+    CHECK_THROWS_WITH(collect_cases(parse_sweep_args({"--data-format=NHWC", "ic3oc4iw5kw3"})),
+                      Catch::Contains("data format: expected NXC | NCX"));
+    CHECK_THROWS_WITH(collect_cases(parse_sweep_args({"--weights-format=IOX", "ic3oc4iw5kw3"})),
+                      Catch::Contains("weights format: expected XIO | OIX"));
+    CHECK_THROWS_WITH(collect_cases(parse_sweep_args({"ic3oc4iw5kw3", "ic3oc-4iw5kw3"})),
+                      Catch::Contains("argument 2: \"ic3oc-4iw5kw3\": at column 6: negative value"));
+    CHECK_THROWS_WITH(collect_cases(parse_sweep_args({"--batch=/nonexistent/file"})),
+                      Catch::Contains("cannot read"));
+}
+
+TEST_CASE("cli sweep: the default list is ResNet-50, both conv ops", "[cli][sweep]") {
+    const std::vector<op_case> cases = collect_cases(parse_sweep_args({}));
+    REQUIRE(cases.size() == 40);
+    CHECK(cases[0].kind == op_kind::conv_bwd_weights);
+    CHECK(cases[1].kind == op_kind::conv_bwd_data);
+    CHECK(cases[0].name == "\"resnet_50:conv1\"");
+}
+
+TEST_CASE("cli sweep: run_case passes, fails a corrupted result, and skips the inexpressible", "[cli][sweep]") {
+    sweep_options o = parse_sweep_args({"--mode=CP", "--op=bwd_w,bwd_d,deconv_bwd_w", "g2mb3ic4oc6iw9kw3sw2"});
+    const peak_table peaks;
+    for (const op_case& c : collect_cases(o)) {
+        const case_result r = run_case(c, o, peaks);
+        INFO(format_line(r));
+        CHECK(r.status == "PASS");
+        CHECK(r.check_mb == 2);
+        CHECK(r.reps > 0);
+        CHECK(r.gflops > 0);
+        CHECK(r.flops == Approx(c.expected_flops));
+    }
+    o.corrupt_for_test = true;
+    o.perf = false;
+    for (const op_case& c : collect_cases(o)) {
+        const case_result r = run_case(c, o, peaks);
+        CHECK(r.status == "FAIL");
+        CHECK_THAT(format_line(r), Catch::StartsWith("FAIL"));
+    }
+    // p_end = -3 with stride 2: raising it to 0 would change the output size.
+    const op_case skip = make_case(parse_descriptor("ic1oc1iw8ow3kw1sw2pw0"), op_kind::conv_bwd_weights,
+                                   data_type::f32, {});
+    CHECK_THAT(skip.skip_reason, Catch::Contains("cannot be raised to 0"));
+    CHECK(run_case(skip, o, peaks).status == "SKIP");
+}
+
+TEST_CASE("cli perf: the peak table", "[cli][perf]") {
+    const peak_table defaults;
+    CHECK(defaults.gflops(data_type::f32, 2) == 469.4);
+    CHECK(defaults.gflops(data_type::bf16, 1) == 471.0);
+    CHECK(defaults.gflops(data_type::f16, 2) == 469.4);
+    CHECK(defaults.gflops(data_type::f32, 4) == Approx(4 * 238.6));
+    const peak_table t = peak_table::parse(R"({"f32": {"1": 100, "8": 700}, "bf16": {"1": 200}})", "p");
+    CHECK(t.gflops(data_type::f32, 8) == 700);
+    CHECK(t.gflops(data_type::bf16, 3) == 600);
+    CHECK_THROWS_WITH(peak_table::parse(R"({"f32": {"1": 100}})", "p.json"), Catch::Contains("p.json"));
+    CHECK_THROWS_WITH(peak_table::parse(R"({"f32": {"x": 1}, "bf16": {"1": 1}})", "p"),
+                      Catch::Contains("f32.x"));
+}

@@ -1,0 +1,260 @@
+// Descriptor -> Graph op, following ../shared/shapes/README.md "Reading a
+// descriptor as a oneDNN Graph backward op".
+#include "op_case.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+#include <numeric>
+#include <stdexcept>
+
+namespace convgrad::cli {
+namespace {
+
+std::string upper(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return s;
+}
+
+std::string lower(std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+}
+
+dims spatial(const std::array<int64_t, 3>& v, int nsp) { return dims(v.end() - nsp, v.end()); }
+
+// Activation dims (mb, c, x...) in data_format.
+dims data_dims(int64_t mb, int64_t c, const dims& x, const std::string& format) {
+    dims r{mb};
+    if (format == "NCX") r.push_back(c);
+    r.insert(r.end(), x.begin(), x.end());
+    if (format == "NXC") r.push_back(c);
+    return r;
+}
+
+// Builds a weights shape from named axes: each letter of `format` is one
+// axis, 'X' standing for all kernel axes.
+dims weights_dims(const std::string& format, int64_t o, int64_t i, const dims& k) {
+    dims r;
+    for (char axis : format) {
+        if (axis == 'O') r.push_back(o);
+        if (axis == 'I') r.push_back(i);
+        if (axis == 'X') r.insert(r.end(), k.begin(), k.end());
+    }
+    return r;
+}
+
+void check_format(const std::string& value, std::initializer_list<const char*> allowed,
+                  const std::string& what) {
+    for (const char* a : allowed)
+        if (value == a) return;
+    std::string list;
+    for (const char* a : allowed) list += (list.empty() ? "" : " | ") + std::string(a);
+    throw std::invalid_argument(what + ": expected " + list + ", given \"" + value + "\"");
+}
+
+// Total padding of the auto_pad rule (../shared/SEMANTICS.md).
+int64_t auto_pad_total(const conv_desc& d, int a, bool transpose) {
+    const int64_t e = d.ext(a), s = d.s[a];
+    if (transpose) return std::max<int64_t>(e - s, 0);
+    const int64_t r = d.i[a] % s;
+    return std::max<int64_t>(e - (r ? r : s), 0);
+}
+
+// The descriptor as the auto_pad rule sees it: pads from the rule, output
+// size recomputed from them (the descriptor's own padding is ignored).
+conv_desc apply_auto_pad(conv_desc d, const std::string& mode, bool transpose) {
+    for (int a = 3 - d.nsp; a < 3; ++a) {
+        const int64_t total = mode == "valid" ? 0 : auto_pad_total(d, a, transpose);
+        d.p[a] = mode == "same_lower" ? (total + 1) / 2 : total / 2;
+        d.p_end[a] = total - d.p[a];
+        const int64_t e = d.ext(a), s = d.s[a];
+        if (transpose)
+            d.o[a] = s * (d.i[a] - 1) + e - total;
+        else
+            d.o[a] = (d.i[a] + total - e) / s + 1;
+        if (d.o[a] <= 0 || (!transpose && d.i[a] + total < e))
+            throw std::invalid_argument("auto_pad=" + mode + ": the kernel extent " +
+                                        std::to_string(e) + " does not fit the input " +
+                                        std::to_string(d.i[a]));
+    }
+    return d;
+}
+
+// Graph needs pads_end >= 0. Convolution: raise a negative end padding to 0
+// when the floor rule keeps the output size. Returns a skip reason or "".
+std::string conv_pads_end(const conv_desc& d, dims& pads_end) {
+    for (int a = 3 - d.nsp; a < 3; ++a) {
+        const int64_t pe = std::max<int64_t>(d.p_end[a], 0);
+        pads_end.push_back(pe);
+        const int64_t span = d.i[a] + d.p[a] + pe - d.ext(a);
+        if (span < 0 || span / d.s[a] + 1 != d.o[a])
+            return "end padding " + std::to_string(d.p_end[a]) +
+                   " cannot be raised to 0 without changing the output size";
+    }
+    return "";
+}
+
+// ConvTranspose: a negative end padding is extra output, i.e. output_padding.
+std::string deconv_pads_end(const conv_desc& d, dims& pads_end, dims& output_padding) {
+    bool any = false;
+    for (int a = 3 - d.nsp; a < 3; ++a) {
+        pads_end.push_back(std::max<int64_t>(d.p_end[a], 0));
+        output_padding.push_back(std::max<int64_t>(-d.p_end[a], 0));
+        any = any || d.p_end[a] < 0;
+        if (-d.p_end[a] >= d.s[a])
+            return "end padding " + std::to_string(d.p_end[a]) +
+                   " needs output_padding >= stride, which Graph does not allow";
+    }
+    if (!any) output_padding.clear();
+    return "";
+}
+
+int64_t product(const dims& v) {
+    return std::accumulate(v.begin(), v.end(), int64_t(1), std::multiplies<int64_t>());
+}
+
+int64_t channels(const dims& v, const std::string& data_format) {
+    if (v.size() < 2) return 1;
+    return upper(data_format) == "NCX" ? v[1] : v.back();
+}
+
+}  // namespace
+
+op op_case::make_op() const {
+    return op(kind, dt, attrs, input0, input1, has_shape_input ? &shape_input : nullptr);
+}
+
+bool same_op(const op_case& a, const op_case& b) {
+    const attributes &x = a.attrs, &y = b.attrs;
+    return a.name == b.name && a.kind == b.kind && a.dt == b.dt && a.input0 == b.input0 &&
+           a.input1 == b.input1 && a.has_shape_input == b.has_shape_input &&
+           a.shape_input == b.shape_input && x.strides == y.strides &&
+           x.pads_begin == y.pads_begin && x.pads_end == y.pads_end && x.dilations == y.dilations &&
+           x.auto_pad == y.auto_pad && x.groups == y.groups && x.data_format == y.data_format &&
+           x.weights_format == y.weights_format && x.weights_shape == y.weights_shape &&
+           x.dst_shape == y.dst_shape && x.output_padding == y.output_padding;
+}
+
+const char* short_op_name(op_kind kind) {
+    switch (kind) {
+        case op_kind::conv_bwd_weights: return "bwd_w";
+        case op_kind::conv_bwd_data: return "bwd_d";
+        case op_kind::conv_transpose_bwd_weights: return "deconv_bwd_w";
+    }
+    return "?";
+}
+
+op_kind parse_op_name(const std::string& name) {
+    for (op_kind k : {op_kind::conv_bwd_weights, op_kind::conv_bwd_data,
+                      op_kind::conv_transpose_bwd_weights})
+        if (name == short_op_name(k)) return k;
+    try {
+        return parse_op_kind(name);
+    } catch (const error&) {
+        throw std::invalid_argument("op: expected bwd_w | bwd_d | deconv_bwd_w or a spec name "
+                                    "(ConvolutionBackwardWeights, ConvolutionBackwardData, "
+                                    "ConvTransposeBackwardWeights), given \"" + name + "\"");
+    }
+}
+
+desc_kind descriptor_kind(op_kind kind) {
+    return kind == op_kind::conv_transpose_bwd_weights ? desc_kind::deconv : desc_kind::conv;
+}
+
+op_case make_case(const conv_desc& desc, op_kind kind, data_type dt, const layout_options& lo) {
+    const bool transpose = kind == op_kind::conv_transpose_bwd_weights;
+    if (desc.kind != descriptor_kind(kind))
+        throw std::invalid_argument(std::string(short_op_name(kind)) + " reads " +
+                                    (transpose ? "transposed-convolution (deconv/)"
+                                               : "convolution (conv/)") +
+                                    " descriptors");
+    const std::string data_format = upper(lo.data_format);
+    const std::string weights_format = lo.weights_format.empty() ? "XIO" : upper(lo.weights_format);
+    const std::string auto_pad = lower(lo.auto_pad);
+    check_format(data_format, {"NXC", "NCX"}, "data format");
+    if (transpose)
+        check_format(weights_format, {"XIO", "OIX", "IOX", "XOI"}, "weights format (ConvTranspose)");
+    else
+        check_format(weights_format, {"XIO", "OIX"}, "weights format");
+    check_format(auto_pad, {"none", "same_upper", "same_lower", "valid"}, "auto_pad");
+
+    const conv_desc d = auto_pad == "none" ? desc : apply_auto_pad(desc, auto_pad, transpose);
+    op_case c;
+    c.name = d.name;
+    c.descriptor = to_string(desc);
+    c.kind = kind;
+    c.dt = dt;
+    c.expected_flops = d.flops();
+    const int n = d.nsp;
+    attributes& at = c.attrs;
+    at.strides = spatial(d.s, n);
+    at.dilations = spatial(d.d, n);
+    for (int64_t& v : at.dilations) v += 1;  // benchdnn counts skipped taps
+    at.groups = d.g;
+    at.data_format = data_format;
+    at.weights_format = weights_format;
+    at.auto_pad = auto_pad;
+    if (auto_pad == "none") {
+        at.pads_begin = spatial(d.p, n);
+        c.skip_reason = transpose ? deconv_pads_end(d, at.pads_end, at.output_padding)
+                                  : conv_pads_end(d, at.pads_end);
+    }
+
+    const dims src = data_dims(d.mb, d.ic, spatial(d.i, n), data_format);
+    const dims dst = data_dims(d.mb, d.oc, spatial(d.o, n), data_format);
+    // Conv weights: O = OC (groups folded in), I = IC/g. ConvTranspose: I = its
+    // src channels (groups folded in), O = its dst channels / g.
+    const dims weights = transpose ? weights_dims(weights_format, d.oc / d.g, d.ic, spatial(d.k, n))
+                                   : weights_dims(weights_format, d.oc, d.ic / d.g, spatial(d.k, n));
+    dims* shape_attr = nullptr;
+    if (kind == op_kind::conv_bwd_data) {
+        c.input0 = dst;
+        c.input1 = weights;
+        at.dst_shape = src;
+        shape_attr = &at.dst_shape;
+    } else {
+        c.input0 = src;
+        c.input1 = dst;
+        at.weights_shape = weights;
+        shape_attr = &at.weights_shape;
+    }
+    if (lo.shape_as_input) {
+        c.has_shape_input = true;
+        c.shape_input.assign(shape_attr->begin(), shape_attr->end());
+        shape_attr->clear();
+    }
+    return c;
+}
+
+op_case with_minibatch(const op_case& c, int64_t mb) {
+    op_case r = c;
+    const int64_t old_mb = c.minibatch();
+    if (mb == old_mb || old_mb <= 0) return r;
+    r.input0[0] = mb;
+    if (c.kind == op_kind::conv_bwd_data) {
+        if (!r.attrs.dst_shape.empty()) r.attrs.dst_shape[0] = mb;
+        if (r.has_shape_input && !r.shape_input.empty()) r.shape_input[0] = static_cast<int32_t>(mb);
+    } else {
+        r.input1[0] = mb;
+    }
+    r.expected_flops = c.expected_flops * static_cast<double>(mb) / static_cast<double>(old_mb);
+    return r;
+}
+
+int64_t reduction_length(const op_case& c) {
+    const std::string& fmt = c.attrs.data_format;
+    switch (c.kind) {
+        case op_kind::conv_bwd_weights: return product(c.input1) / channels(c.input1, fmt);
+        case op_kind::conv_transpose_bwd_weights: return product(c.input0) / channels(c.input0, fmt);
+        case op_kind::conv_bwd_data: {
+            dims diff_src = c.attrs.dst_shape;
+            if (c.has_shape_input) diff_src.assign(c.shape_input.begin(), c.shape_input.end());
+            const int64_t ic = diff_src.empty() ? 1 : channels(diff_src, fmt);
+            return product(c.input1) / std::max<int64_t>(ic, 1);
+        }
+    }
+    return 1;
+}
+
+}  // namespace convgrad::cli

@@ -1,0 +1,169 @@
+// convgrad-peak: measures this machine's arithmetic peak, so the sweep's and
+// the bench's "% of peak" columns are honest on any machine.
+//
+// Method (as ../shared/peers/RESULTS.md): a JIT loop of independent
+// vfmadd231ps zmm (f32) or vdpbf16ps zmm (bf16) instructions, one per
+// accumulator, on 1 thread and on all hardware threads started together;
+// rate = total flops / wall time; median of 3 runs; the best accumulator
+// count wins. Without AVX-512 the f32 loop uses ymm FMA; without
+// AVX512_BF16 the bf16 entry repeats the f32 one (bf16 is then converted).
+//
+// usage: convgrad-peak [--out=FILE]   (JSON for convgrad-sweep --peaks=FILE)
+#include <xbyak/xbyak.h>
+#include <xbyak/xbyak_util.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+enum class loop_kind { fma_zmm, fma_ymm, dpbf16_zmm };
+
+// rdi = iteration count. Each iteration issues `unroll` rounds of one
+// instruction per accumulator; the two sources stay in the top registers.
+class peak_loop : public Xbyak::CodeGenerator {
+public:
+    peak_loop(loop_kind kind, int accumulators)
+        : Xbyak::CodeGenerator(8192, Xbyak::DontSetProtectRWE), kind_(kind), acc_(accumulators) {
+        unroll_ = std::max(1, 48 / acc_);
+        generate();
+        setProtectModeRE();
+    }
+    double flops_per_iteration() const {
+        const int per_instr = kind_ == loop_kind::fma_ymm ? 16 : kind_ == loop_kind::fma_zmm ? 32 : 64;
+        return static_cast<double>(per_instr) * acc_ * unroll_;
+    }
+    void run(uint64_t iterations) const { getCode<void (*)(uint64_t)>()(iterations); }
+
+private:
+    void generate() {
+        using namespace Xbyak;
+        const bool ymm = kind_ == loop_kind::fma_ymm;
+        for (int i = 0; i < acc_; ++i) {
+            if (ymm) vxorps(Ymm(i), Ymm(i), Ymm(i));
+            else vpxord(Zmm(i), Zmm(i), Zmm(i));
+        }
+        Label loop, done;
+        test(rdi, rdi);
+        jz(done, T_NEAR);
+        L(loop);
+        for (int u = 0; u < unroll_; ++u)
+            for (int i = 0; i < acc_; ++i) {
+                if (ymm) vfmadd231ps(Ymm(i), Ymm(14), Ymm(15));
+                else if (kind_ == loop_kind::fma_zmm) vfmadd231ps(Zmm(i), Zmm(30), Zmm(31));
+                else vdpbf16ps(Zmm(i), Zmm(30), Zmm(31));
+            }
+        dec(rdi);
+        jnz(loop, T_NEAR);
+        L(done);
+        vzeroupper();
+        ret();
+    }
+    loop_kind kind_;
+    int acc_, unroll_ = 1;
+};
+
+// GFLOP/s of `threads` copies of the loop started together.
+double measure(const peak_loop& loop, int threads, uint64_t iterations) {
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    std::vector<std::thread> pool;
+    using clock = std::chrono::steady_clock;
+    std::vector<clock::time_point> ends(threads);
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            ++ready;
+            while (!go.load()) {
+            }
+            loop.run(iterations);
+            ends[t] = clock::now();
+        });
+    while (ready.load() < threads) {
+    }
+    const auto start = clock::now();
+    go = true;
+    for (std::thread& th : pool) th.join();
+    const auto last = *std::max_element(ends.begin(), ends.end());
+    const double seconds = std::chrono::duration<double>(last - start).count();
+    return loop.flops_per_iteration() * static_cast<double>(iterations) * threads / seconds / 1e9;
+}
+
+double median_of_3(const peak_loop& loop, int threads, uint64_t iterations) {
+    double r[3];
+    for (double& v : r) v = measure(loop, threads, iterations);
+    std::sort(r, r + 3);
+    return r[1];
+}
+
+// Best over accumulator counts (latency x throughput needs 8..24).
+double peak(loop_kind kind, int threads) {
+    const int max_acc = kind == loop_kind::fma_ymm ? 14 : 24;
+    double best = 0;
+    for (int acc : {8, 12, 16, 24}) {
+        if (acc > max_acc) continue;
+        const peak_loop loop(kind, acc);
+        // Calibrate to ~0.2 s per run.
+        const auto t0 = std::chrono::steady_clock::now();
+        loop.run(100000);
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const uint64_t iterations = static_cast<uint64_t>(100000 * 0.2 / std::max(s, 1e-6)) + 1;
+        best = std::max(best, median_of_3(loop, threads, iterations));
+    }
+    return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string out_path;
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg.rfind("--out=", 0) == 0) {
+            out_path = arg.substr(6);
+        } else {
+            std::cerr << "usage: convgrad-peak [--out=FILE]\n";
+            return 2;
+        }
+    }
+    using Cpu = Xbyak::util::Cpu;
+    const Cpu cpu;
+    const bool avx512 = cpu.has(Cpu::tAVX512F);
+    const bool bf16 = avx512 && cpu.has(Cpu::tAVX512_BF16);
+    if (!cpu.has(Cpu::tFMA | Cpu::tAVX2)) {
+        std::cerr << "convgrad-peak: this CPU has no AVX2/FMA; nothing to measure\n";
+        return 1;
+    }
+    const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    std::vector<int> counts{1};
+    if (all > 1) counts.push_back(all);
+    std::string f32_json, bf16_json;
+    for (int t : counts) {
+        const double f32 = peak(avx512 ? loop_kind::fma_zmm : loop_kind::fma_ymm, t);
+        const double b16 = bf16 ? peak(loop_kind::dpbf16_zmm, t) : f32;
+        std::fprintf(stderr, "%d thread(s): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s\n", t, f32, b16,
+                     bf16 ? "" : " (no vdpbf16ps: f32 figure)");
+        char buf[96];
+        std::snprintf(buf, sizeof buf, "%s\"%d\": %.1f", f32_json.empty() ? "" : ", ", t, f32);
+        f32_json += buf;
+        std::snprintf(buf, sizeof buf, "%s\"%d\": %.1f", bf16_json.empty() ? "" : ", ", t, b16);
+        bf16_json += buf;
+    }
+    const std::string json = std::string("{\"f32\": {") + f32_json + "}, \"bf16\": {" + bf16_json +
+                             "}, \"method\": \"convgrad-peak: " +
+                             (avx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm") +
+                             (bf16 ? ", vdpbf16ps zmm" : "") + ", median of 3\"}\n";
+    if (out_path.empty()) {
+        std::cout << json;
+    } else {
+        std::ofstream(out_path) << json;
+        std::cerr << "wrote " << out_path << '\n';
+    }
+    return 0;
+}

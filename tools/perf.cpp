@@ -1,0 +1,96 @@
+#include "perf.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <vector>
+
+namespace convgrad::cli {
+
+peak_table::peak_table()
+    // ../shared/peers/RESULTS.md: vfmadd231ps zmm and vdpbf16ps zmm, best
+    // accumulator count, median of 3 runs.
+    : table_{{"f32", {{1, 238.6}, {2, 469.4}}}, {"bf16", {{1, 471.0}, {2, 948.2}}}},
+      source_("measured 2-core Zen 5 peaks (../shared/peers/RESULTS.md)") {}
+
+peak_table peak_table::load(const std::string& path) {
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument("--peaks: cannot read \"" + path + "\"");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return parse(ss.str(), path);
+}
+
+peak_table peak_table::parse(const std::string& json_text, const std::string& source) {
+    using json = nlohmann::json;
+    json j;
+    try {
+        j = json::parse(json_text);
+    } catch (const json::parse_error& e) {
+        throw std::invalid_argument(source + ": invalid JSON: " + e.what());
+    }
+    peak_table t;
+    t.source_ = source;
+    for (const char* dt : {"f32", "bf16"}) {
+        if (!j.is_object() || !j.contains(dt) || !j.at(dt).is_object())
+            throw std::invalid_argument(source + ": expected an object \"" + std::string(dt) +
+                                        "\": {\"1\": GFLOPS, ...}");
+        std::map<int, double>& row = t.table_[dt];
+        row.clear();
+        for (auto it = j.at(dt).begin(); it != j.at(dt).end(); ++it) {
+            int threads = 0;
+            try {
+                threads = std::stoi(it.key());
+            } catch (const std::exception&) {
+            }
+            if (threads < 1 || !it.value().is_number() || it.value().get<double>() <= 0)
+                throw std::invalid_argument(source + ": " + dt + "." + it.key() +
+                                            ": expected a thread count and a positive GFLOP/s");
+            row[threads] = it.value().get<double>();
+        }
+        if (!row.count(1)) throw std::invalid_argument(source + ": " + dt + " needs the 1-thread figure \"1\"");
+    }
+    return t;
+}
+
+double peak_table::gflops(data_type dt, int threads) const {
+    const std::map<int, double>& row = table_.at(dt == data_type::bf16 ? "bf16" : "f32");
+    const auto it = row.find(threads);
+    return it != row.end() ? it->second : row.at(1) * threads;
+}
+
+timing time_op(const op& o, const void* input0, const void* input1, void* output,
+               const timing_budget& budget) {
+    using clock = std::chrono::steady_clock;
+    auto run_seconds = [&] {
+        const auto t0 = clock::now();
+        o.execute(input0, input1, output);
+        return std::chrono::duration<double>(clock::now() - t0).count();
+    };
+    timing t;
+    const double warm = run_seconds();
+    if (warm >= budget.single_run_limit_s) {
+        t.median_ms = warm * 1e3;
+        t.reps = 1;
+        t.single_run = true;
+        return t;
+    }
+    std::vector<double> runs;
+    double total = 0;
+    while ((static_cast<int>(runs.size()) < budget.min_reps || total < budget.min_seconds) &&
+           total < budget.max_seconds) {
+        runs.push_back(run_seconds());
+        total += runs.back();
+    }
+    std::sort(runs.begin(), runs.end());
+    const size_t n = runs.size();
+    t.median_ms = 1e3 * (n % 2 ? runs[n / 2] : 0.5 * (runs[n / 2 - 1] + runs[n / 2]));
+    t.reps = static_cast<int>(n);
+    return t;
+}
+
+}  // namespace convgrad::cli

@@ -1,0 +1,51 @@
+// Mode P: timing an op and relating it to the machine's peak.
+#pragma once
+
+#include <convgrad/convgrad.hpp>
+
+#include <map>
+#include <string>
+
+namespace convgrad::cli {
+
+// Peak GFLOP/s per data type and thread count. The defaults are the
+// figures measured on the project's machine (2-core Zen 5, see
+// ../shared/peers/RESULTS.md); convgrad-peak measures another machine.
+class peak_table {
+public:
+    peak_table();  // the measured defaults
+    // Reads the JSON written by convgrad-peak:
+    //   {"f32": {"1": 238.6, "2": 469.4}, "bf16": {"1": 471.0, "2": 948.2}}
+    // Throws std::invalid_argument naming the file and the problem.
+    static peak_table load(const std::string& path);
+    static peak_table parse(const std::string& json_text, const std::string& source);
+    // f16 has no native FMA without avx512_fp16: its peak is the f32 one.
+    // Thread counts not measured scale the 1-thread figure.
+    double gflops(data_type dt, int threads) const;
+    std::string source() const { return source_; }
+
+private:
+    std::map<std::string, std::map<int, double>> table_;
+    std::string source_;
+};
+
+struct timing {
+    double median_ms = 0;
+    int reps = 0;
+    bool single_run = false;  // the only run was also the warm-up (slow implementations)
+};
+
+// Warm-up, then repetitions until both a count and a time budget are met;
+// reports the median. A run longer than `single_run_limit_s` is reported as
+// it is (one run), so the reference path stays affordable on big shapes.
+struct timing_budget {
+    int min_reps = 5;
+    double min_seconds = 0.5;
+    double max_seconds = 5.0;
+    double single_run_limit_s = 1.0;
+};
+
+timing time_op(const op& o, const void* input0, const void* input1, void* output,
+               const timing_budget& budget = {});
+
+}  // namespace convgrad::cli

@@ -1,0 +1,92 @@
+// convgrad-sweep: see sweep_usage() and docs/sweep.md.
+#include <tbb/task_arena.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include "json_op.hpp"
+#include "sweep.hpp"
+
+namespace {
+
+using namespace convgrad::cli;
+
+// A one-line progress bar on stderr, only when stderr is a terminal.
+class progress_bar {
+public:
+    explicit progress_bar(size_t total) : total_(total), enabled_(::isatty(STDERR_FILENO) != 0) {}
+    void show(size_t done, const std::string& what) const {
+        if (!enabled_) return;
+        const int width = 30, filled = static_cast<int>(width * done / (total_ ? total_ : 1));
+        std::fprintf(stderr, "\r\033[K[%s%s] %zu/%zu %.40s", std::string(filled, '#').c_str(),
+                     std::string(width - filled, '.').c_str(), done, total_, what.c_str());
+        std::fflush(stderr);
+    }
+    void clear() const {
+        if (enabled_) std::fprintf(stderr, "\r\033[K");
+    }
+
+private:
+    size_t total_;
+    bool enabled_;
+};
+
+template <class Writer>
+void write_file(const std::string& path, Writer write) {
+    if (path.empty()) return;
+    std::ofstream out(path);
+    if (!out) throw std::invalid_argument("cannot write \"" + path + "\"");
+    write(out);
+}
+
+int run(const sweep_options& o) {
+    const peak_table peaks = o.peaks_file.empty() ? peak_table() : peak_table::load(o.peaks_file);
+    const std::vector<op_case> cases = collect_cases(o);
+    if (o.emit_json) {
+        for (const op_case& c : cases) std::cout << to_json(c) << '\n';
+        return 0;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<case_result> results;
+    const progress_bar bar(cases.size());
+    tbb::task_arena arena(o.threads ? o.threads : tbb::task_arena::automatic);
+    arena.execute([&] {
+        for (const op_case& c : cases) {
+            bar.show(results.size(), c.name.empty() ? c.descriptor : c.name);
+            results.push_back(run_case(c, o, peaks));
+            bar.clear();
+            std::cout << format_line(results.back()) << std::endl;
+        }
+    });
+    int passed = 0, failed = 0, skipped = 0;
+    for (const case_result& r : results) {
+        passed += r.status == "PASS";
+        failed += r.status == "FAIL";
+        skipped += r.status == "SKIP";
+    }
+    write_file(o.csv_file, [&](std::ostream& out) { write_csv(out, results); });
+    write_file(o.json_file, [&](std::ostream& out) { write_json(out, results, peaks.source()); });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::cout << "total time " << static_cast<int>(seconds + 0.5) << " s\n"
+              << passed << " passed, " << failed << " failed, " << skipped << " skipped" << std::endl;
+    return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        const sweep_options o = parse_sweep_args(std::vector<std::string>(argv + 1, argv + argc));
+        if (o.help) {
+            std::cout << sweep_usage();
+            return 0;
+        }
+        return run(o);
+    } catch (const std::exception& e) {
+        std::cerr << "convgrad-sweep: " << e.what() << '\n';
+        return 2;
+    }
+}
