@@ -80,6 +80,12 @@ struct PhaseTap {
     int64_t kw, base;
 };
 
+// Pixels [lo, hi) of a phase read every tap inside [0, OW); the ones
+// outside are edge pixels.
+struct PhaseSplit {
+    int64_t lo, hi;
+};
+
 // Per-thread state: entry list and edge staging windows.
 struct ThreadCtx {
     std::vector<DataEntry> entries;
@@ -99,8 +105,22 @@ struct ColTarget {
     float* row;      // diff_src row (NXC), channel 0
 };
 
-void add_run(float* d, const float* s, int64_t n) {
-    for (int64_t i = 0; i < n; ++i) d[i] += s[i];
+// d[i] += s[i]. Whole vectors of kLanes first (a constant trip count the
+// compiler turns into one vector add), then single floats; elementwise, so
+// the result is the same bits whatever the vector width.
+template <int kLanes>
+inline void add_run_lanes(float* __restrict d, const float* __restrict s, int64_t n) {
+    int64_t i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) d[i + l] += s[i + l];
+    for (; i < n; ++i) d[i] += s[i];
+}
+// The executor only runs on CPUs with the plan's ISA, so these are safe to call.
+__attribute__((target("avx512f"))) void add_run_avx512(float* d, const float* s, int64_t n) {
+    add_run_lanes<16>(d, s, n);
+}
+__attribute__((target("avx2"))) void add_run_avx2(float* d, const float* s, int64_t n) {
+    add_run_lanes<8>(d, s, n);
 }
 
 class JitDataExecutor final : public Executor {
@@ -129,6 +149,11 @@ private:
     DataPlan plan_;
     NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry
     std::vector<std::vector<PhaseTap>> phases_;
+    std::vector<PhaseSplit> splits_;
+    // Edge pixels: one at a time with their valid taps (cheap when a pixel
+    // has few channels to copy), or in full blocks reading staged windows.
+    bool exact_edges_ = false;
+    PhaseSplit split_phase(int64_t r) const { return splits_[static_cast<size_t>(r)]; }
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
     int built_ = 0, hits_ = 0;
 };
@@ -143,6 +168,18 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
             if (((t % g.stride[2]) + g.stride[2]) % g.stride[2] == 0)
                 phases_[static_cast<size_t>(r)].push_back({kw, floor_div(t, g.stride[2])});
         }
+    for (int64_t r = 0; r < g.stride[2]; ++r) {
+        const int64_t npx = phase_pixel_count(g, r);
+        PhaseSplit s{0, npx};
+        for (const PhaseTap& pt : phases_[static_cast<size_t>(r)]) {
+            s.lo = std::max(s.lo, -pt.base);
+            s.hi = std::min(s.hi, g.out[2] - pt.base);
+        }
+        s.lo = std::min(s.lo, npx);
+        s.hi = std::max(s.hi, s.lo);
+        splits_.push_back(s);
+    }
+    exact_edges_ = plan_.exact_edges;
     build_kernels();
 }
 
@@ -154,7 +191,11 @@ void JitDataExecutor::build_kernels() {
     if (plan_.path == DataPath::col) {
         sizes.push_back(p_.out[2] % b.m);
     } else {
-        for (int64_t r = 0; r < g.stride[2]; ++r) sizes.push_back(phase_pixel_count(g, r) % b.m);
+        for (int64_t r = 0; r < g.stride[2]; ++r) {
+            const PhaseSplit s = split_phase(r);
+            sizes.push_back(exact_edges_ ? (s.hi - s.lo) % b.m : phase_pixel_count(g, r) % b.m);
+            if (exact_edges_ && s.hi - s.lo < phase_pixel_count(g, r)) sizes.push_back(1);
+        }
     }
     kernels_.assign(static_cast<size_t>(2 * (b.m + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
@@ -296,22 +337,29 @@ void JitDataExecutor::direct_item(const float* dd, const float* wp, float* dst, 
     for (int64_t r = 0; r < g.stride[2]; ++r) {
         const int64_t npx = phase_pixel_count(g, r);
         const std::vector<PhaseTap>& taps = phases_[static_cast<size_t>(r)];
-        const int64_t full = npx / m;
-        // Interior blocks: every tap in range for all m pixels.
-        int64_t b_lo = 0, b_hi = full;
-        for (const PhaseTap& pt : taps) {
-            b_lo = std::max(b_lo, pt.base < 0 ? (-pt.base + m - 1) / m : 0);
-            b_hi = std::min(b_hi, g.out[2] - pt.base - m < 0 ? 0 : (g.out[2] - pt.base - m) / m + 1);
-        }
-        b_hi = std::max(b_hi, b_lo);
         float* dst_ph = dst_row + r * dst_str_.w;
         auto call = [&](int64_t j0, int64_t mb, int64_t nblocks) {
             direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, nchan,
                         dst_ph + j0 * g.stride[2] * dst_str_.w, last, noc, chunk > 0, ctx);
         };
-        for (int64_t b = 0; b < std::min(b_lo, full); ++b) call(b * m, m, 1);
+        const PhaseSplit sp = split_phase(r);
+        if (exact_edges_) {
+            // Edge pixels one at a time with only their valid taps; the
+            // interior in blocks of m.
+            for (int64_t j = 0; j < sp.lo; ++j) call(j, 1, 1);
+            const int64_t full = (sp.hi - sp.lo) / m, rem = (sp.hi - sp.lo) % m;
+            if (full) call(sp.lo, m, full);
+            if (rem) call(sp.lo + full * m, rem, 1);
+            for (int64_t j = sp.hi; j < npx; ++j) call(j, 1, 1);
+            continue;
+        }
+        // Blocks of m from pixel 0; those that cross an edge read staged windows.
+        const int64_t full = npx / m;
+        const int64_t b_lo = std::min(full, (sp.lo + m - 1) / m);
+        const int64_t b_hi = std::max(b_lo, sp.hi < m ? 0 : std::min(full, (sp.hi - m) / m + 1));
+        for (int64_t b = 0; b < b_lo; ++b) call(b * m, m, 1);
         if (b_lo < b_hi) call(b_lo * m, m, b_hi - b_lo);
-        for (int64_t b = std::max(b_hi, b_lo); b < full; ++b) call(b * m, m, 1);
+        for (int64_t b = b_hi; b < full; ++b) call(b * m, m, 1);
         if (npx % m) call(full * m, npx % m, 1);
     }
 }
@@ -337,6 +385,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
                 ctx.entries.push_back({rt.dd_row + ow0 * dd_str_.w + chan_dd, w});
                 continue;
             }
+            if (exact_edges_) continue;  // a single edge pixel: the tap reads padding
             float* win = ctx.stage.data() + ctx.stage_used;
             ctx.stage_used += mb * dd_str_.w;
             for (int64_t j = 0; j < mb; ++j) {
@@ -429,6 +478,7 @@ void JitDataExecutor::scatter_columns(const float* col, int64_t px, int64_t ow0,
                                       const std::vector<ColTarget>& targets) const {
     const Problem& p = p_;
     const int64_t ic = p.ic(), icg = p.icg, padded = plan_.cb.padded(), kw_n = p.k[2], dil = p.dil[2];
+    const auto add_run = plan_.isa >= Isa::avx512_core ? add_run_avx512 : add_run_avx2;
     for (int64_t j = 0; j < px; ++j) {
         const int64_t iw0 = (ow0 + j) * p.stride[2] - p.pad_begin[2];
         const int64_t kw_lo = iw0 >= 0 ? 0 : (-iw0 + dil - 1) / dil;

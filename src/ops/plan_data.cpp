@@ -11,12 +11,15 @@ namespace {
 
 // Cost model constants (one core, cycles). The machine retires two vector
 // FMAs per cycle with a 4-cycle latency, so a block needs >= 8 independent
-// accumulators; vector loads go at two per cycle and a scalar broadcast
-// shares the three load slots.
+// accumulators; loads (vectors and broadcasts alike) sustain about two per
+// cycle in the FMA loop (measured: m8 x n1 broadcast-bound blocks lose).
 constexpr double kFmaPerCycle = 2.0;
 constexpr double kFmaLatency = 4.0;
 constexpr double kVecLoadsPerCycle = 2.0;
-constexpr double kLoadsPerCycle = 3.0;
+constexpr double kLoadsPerCycle = 2.0;
+// W vectors stream from L2 when a channel block's W does not fit L1.
+constexpr double kL2BytesPerCycle = 32.0;
+constexpr int64_t kL1WBytes = 32 * 1024;
 constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list setup
 constexpr double kStageCyclesPerFloat = 0.25; // copying a diff_dst value into an edge window
 constexpr double kScatterCyclesPerLane = 0.2; // col2im: one column value added into diff_src
@@ -26,18 +29,30 @@ constexpr int64_t kWChunkBytes = 640 * 1024;
 constexpr int64_t kWResidentBytes = 512 * 1024;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 constexpr int kMaxM = 16, kMaxN = 8;
+// Staging an edge window pays a copy call per pixel: worth it only when a
+// pixel carries at least this many floats; below, edge pixels run alone.
+constexpr int64_t kMinStageFloats = 64;
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Cycles of one oc step (direct) or one tap (depthwise) of an m × n block.
-double step_cycles(DataPath path, int m, int n, bool bcast_in_fma) {
+// Cycles of one oc step (direct) or one tap (depthwise) of an m × n block
+// of `vbytes`-byte vectors; `w_in_l2`: the W vectors come from L2.
+double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, bool w_in_l2) {
     const double fma = m * n / kFmaPerCycle;
     double loads = 0;
     if (path == DataPath::depthwise)
         loads = (n + m * n) / kVecLoadsPerCycle;
     else
         loads = std::max(n / kVecLoadsPerCycle, (n + (bcast_in_fma ? m * n : m)) / kLoadsPerCycle);
-    return std::max({fma, loads, kFmaLatency});
+    const double l2 = w_in_l2 ? n * vbytes / kL2BytesPerCycle : 0.0;
+    return std::max({fma, loads, kFmaLatency, l2});
+}
+
+// Whether one channel block's W (all taps, all oc) exceeds the L1 budget.
+bool w_block_in_l2(const Problem& p, DataPath path, const DataBlocking& b) {
+    const int64_t red = path == DataPath::depthwise ? 1 : p.ocg;
+    const int64_t taps = path == DataPath::col ? 1 : p.k_sp();
+    return taps * red * b.lanes() * 4 > kL1WBytes;
 }
 
 DataGeometry make_geometry(const Problem& p) {
@@ -90,14 +105,16 @@ double row_taps(const DataGeometry& g) {
 double direct_cycles(const Problem& p, const DataGeometry& g, DataPath path, const DataBlocking& b,
                      const DataChannelBlocks& cb) {
     const double red = path == DataPath::depthwise ? 1.0 : double(p.ocg);
+    const bool l2 = w_block_in_l2(p, path, b);
+    const int vb = b.vlen * 4;
     double per_row = 0;
     for (int64_t r = 0; r < g.stride[2]; ++r) {
         const int64_t j = phase_pixel_count(g, r), taps = phase_taps(g, r);
         const int64_t full = j / b.m, rem = j % b.m;
         for (int64_t c = 0; c < cb.per_group; ++c) {
             const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
-            const double blocks = full * step_cycles(path, b.m, n, b.bcast_in_fma) +
-                                  (rem ? step_cycles(path, static_cast<int>(rem), n, b.bcast_in_fma) : 0);
+            const double blocks = full * step_cycles(path, b.m, n, b.bcast_in_fma, vb, l2) +
+                                  (rem ? step_cycles(path, static_cast<int>(rem), n, b.bcast_in_fma, vb, l2) : 0);
             per_row += blocks * taps * row_taps(g) * red + 3 * kCallCycles;
             // Edge windows: about one block per side copied per tap.
             per_row += 2.0 * taps * row_taps(g) * b.m * red * kStageCyclesPerFloat;
@@ -110,9 +127,10 @@ double direct_cycles(const Problem& p, const DataGeometry& g, DataPath path, con
 // Cost of the col path: a GEMM per diff_dst pixel, then the scatter.
 double col_cycles(const Problem& p, const DataBlocking& b, const DataChannelBlocks& cb) {
     double per_pixel = 0;
+    const bool l2 = w_block_in_l2(p, DataPath::col, b);
     for (int64_t c = 0; c < cb.per_group; ++c) {
         const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
-        per_pixel += step_cycles(DataPath::col, b.m, n, b.bcast_in_fma) / b.m * p.ocg;
+        per_pixel += step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, l2) / b.m * p.ocg;
     }
     per_pixel += cb.lanes * kScatterCyclesPerLane + kCallCycles / 16;
     return per_pixel * p.g * p.mb * p.out_sp();
@@ -166,6 +184,8 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
         pl->oc_chunk = p.ocg;
     }
     pl->rows_outer = pl->scratch.wpack_floats * 4 <= kWResidentBytes;
+    const int64_t stage_floats = pl->path == DataPath::depthwise ? pl->cb.block : pl->oc_chunk;
+    pl->exact_edges = stage_floats < kMinStageFloats;
     if (pl->path == DataPath::col) {
         const int64_t px = std::max<int64_t>(1, kColBufferBytes / (pl->cb.padded() * 4));
         pl->col_pixels = std::max<int64_t>(pl->blk.m, px / pl->blk.m * pl->blk.m);
@@ -260,7 +280,8 @@ std::string DataPlan::to_string() const {
         os << "  " << (rows_outer ? row : cbl) << "  [items split over threads]\n";
         os << "    " << (rows_outer ? cbl : row) << "\n";
         os << "      for oc chunk of " << oc_chunk << "\n"
-           << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels (edges staged)\n"
+           << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
+           << (exact_edges ? " (edge pixels alone)\n" : " (edges staged)\n")
            << "          for valid tap (kd, kh, kw): "
            << (path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"
                                            : "for oc: " + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m) +

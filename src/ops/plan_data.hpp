@@ -76,6 +76,7 @@ struct DataPlan {
     int64_t rows = 0;          // (n, id, ih) rows of diff_src
     int64_t oc_chunk = 0;      // direct: oc per pass (W chunk stays in L2)
     bool rows_outer = true;    // loop order of (row, channel block)
+    bool exact_edges = false;  // edge pixels one by one (else staged windows)
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
     DataThreadGrid grid;
     DataScratch scratch;
