@@ -86,6 +86,11 @@ struct Prefetch {
     }
 };
 
+// An output row (segment) of the chunk.
+struct RowPos {
+    int64_t n = 0, od = 0, oh = 0, seg = 0;
+};
+
 // Where one tile reads and writes; pointers are element-exact.
 struct TileCall {
     const float* src;
@@ -124,15 +129,18 @@ private:
         std::vector<std::vector<WeightsRow>> rows;
         std::vector<bool> built;
     };
-    void run_gemm_tile(int64_t tile, int64_t q0, int64_t q1, bool accumulate, float* target,
+    void run_gemm_tile(int64_t tile, const std::vector<RowPos>& chunk, bool accumulate, float* target,
                        const float* src, const float* diff_dst, TapRows& tap_rows, Prefetch& pf) const;
-    void run_dw_tile(int64_t tile, int64_t q0, int64_t q1, bool accumulate, float* target,
+    void run_dw_tile(int64_t tile, const std::vector<RowPos>& chunk, bool accumulate, float* target,
                      const float* src, const float* diff_dst, std::vector<WeightsRow>& rows,
                      Prefetch& pf) const;
     void call(const WeightsKernel& k, const TileCall& c, const std::vector<WeightsRow>& rows,
               bool accumulate, Prefetch& pf) const;
     Prefetch prefetch_chunk(int64_t chunk, const float* src, const float* diff_dst) const;
-    void build_rows(std::vector<WeightsRow>& out, int64_t q0, int64_t q1, int64_t kd, int64_t kh,
+    // The chunk's rows decoded once, then the kernel rows of one tap
+    // restricted to output pixels [ow_lo, ow_hi).
+    std::vector<RowPos>& decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const;
+    void build_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, int64_t kd, int64_t kh,
                     int64_t kw, int64_t ow_lo, int64_t ow_hi) const;
     void reduce_and_store(float* target, const float* partials, float* user) const;
 
@@ -168,27 +176,37 @@ const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n) const {
     return *kernels_[r][last_n || plan_.blk.n_tiles == 1];
 }
 
-void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, int64_t q0, int64_t q1, int64_t kd,
-                                    int64_t kh, int64_t kw, int64_t ow_lo, int64_t ow_hi) const {
+std::vector<RowPos>& JitWeightsExecutor::decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
+    const WeightsGeometry& g = plan_.geo;
+    out.clear();
+    for (int64_t q = q0; q < q1; ++q) {
+        RowPos r;
+        int64_t rest = q;
+        r.seg = rest % g.segs_per_row;
+        rest /= g.segs_per_row;
+        r.oh = rest % g.out[1];
+        rest /= g.out[1];
+        r.od = rest % g.out[0];
+        r.n = rest / g.out[0];
+        out.push_back(r);
+    }
+    return out;
+}
+
+void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk,
+                                    int64_t kd, int64_t kh, int64_t kw, int64_t ow_lo, int64_t ow_hi) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t ic = p_.ic(), oc = p_.oc();
-    for (int64_t q = q0; q < q1; ++q) {
-        int64_t rest = q;
-        const int64_t seg = rest % g.segs_per_row;
-        rest /= g.segs_per_row;
-        const int64_t oh = rest % g.out[1];
-        rest /= g.out[1];
-        const int64_t od = rest % g.out[0];
-        const int64_t n = rest / g.out[0];
-        const int64_t id = od * g.stride[0] - g.pad[0] + kd * g.dil[0];
-        const int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+    for (const RowPos& r : chunk) {
+        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+        const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
-        const int64_t a = std::max(ow_lo, seg * g.segment);
-        const int64_t b = std::min(ow_hi, (seg + 1) * g.segment);
+        const int64_t a = std::max(ow_lo, r.seg * g.segment);
+        const int64_t b = std::min(ow_hi, (r.seg + 1) * g.segment);
         if (a >= b) continue;
         const int64_t iw = a * g.stride[2] - g.pad[2] + kw * g.dil[2];
-        const int64_t src_pix = ((n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw;
-        const int64_t dst_pix = ((n * g.out[0] + od) * g.out[1] + oh) * g.out[2] + a;
+        const int64_t src_pix = ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw;
+        const int64_t dst_pix = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a;
         out.push_back({src_pix * ic * 4, dst_pix * oc * 4, b - a});
     }
 }
@@ -216,7 +234,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
 // Tile order (outermost first): g, oc tile, tap, ic tile, so a thread's
 // consecutive tiles share the chunk's diff_dst slice (kept in L1). Row
 // lists depend on the tap only and are built once per chunk.
-void JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t q0, int64_t q1, bool accumulate,
+void JitWeightsExecutor::run_gemm_tile(int64_t tile, const std::vector<RowPos>& chunk, bool accumulate,
                                        float* target, const float* src, const float* diff_dst,
                                        TapRows& tap_rows, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
@@ -231,7 +249,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t q0, int64_t q1, boo
     if (!tap_rows.built[static_cast<size_t>(tap)]) {
         rows.clear();
         const auto ow = valid_ow(g, kw);
-        build_rows(rows, q0, q1, kd, kh, kw, ow[0], ow[1]);
+        build_rows(rows, chunk, kd, kh, kw, ow[0], ow[1]);
         tap_rows.built[static_cast<size_t>(tap)] = true;
     }
     const int64_t ic0 = it * b.m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
@@ -246,7 +264,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t q0, int64_t q1, boo
 // Tile order: kd, kh, kw tile, channel tile. The interior pixels, where all
 // taps of the tile read inside src, go to the multi-tap kernel; the edge
 // pixels of each tap to the single-tap kernel (always accumulating).
-void JitWeightsExecutor::run_dw_tile(int64_t tile, int64_t q0, int64_t q1, bool accumulate,
+void JitWeightsExecutor::run_dw_tile(int64_t tile, const std::vector<RowPos>& chunk, bool accumulate,
                                      float* target, const float* src, const float* diff_dst,
                                      std::vector<WeightsRow>& rows, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
@@ -270,16 +288,16 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, int64_t q0, int64_t q1, bool 
                         wei_str_.k[2]};
     };
     rows.clear();
-    if (lo < hi) build_rows(rows, q0, q1, kd, kh, kw0, lo, hi);
+    if (lo < hi) build_rows(rows, chunk, kd, kh, kw0, lo, hi);
     call(kernel(taps, last_n), at_tap(kw0), rows, accumulate, pf);
     for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
         const auto r = valid_ow(g, kw);
         rows.clear();
         if (lo < hi) {
-            build_rows(rows, q0, q1, kd, kh, kw, r[0], std::min(r[1], lo));
-            build_rows(rows, q0, q1, kd, kh, kw, std::max(r[0], hi), r[1]);
+            build_rows(rows, chunk, kd, kh, kw, r[0], std::min(r[1], lo));
+            build_rows(rows, chunk, kd, kh, kw, std::max(r[0], hi), r[1]);
         } else {
-            build_rows(rows, q0, q1, kd, kh, kw, r[0], r[1]);
+            build_rows(rows, chunk, kd, kh, kw, r[0], r[1]);
         }
         if (!rows.empty()) call(*kernels_[2][last_n || b.n_tiles == 1], at_tap(kw), rows, true, pf);
     }
@@ -292,6 +310,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     const auto slices = balance(red.slices, grid.slice_threads, tid / grid.tile_threads);
     std::vector<WeightsRow> rows;  // depthwise
     rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
+    std::vector<RowPos> chunk_rows;
     TapRows tap_rows;  // gemm
     tap_rows.rows.resize(static_cast<size_t>(p_.k_sp()));
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
@@ -299,14 +318,15 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         const auto chunks = balance(red.chunks, red.slices, s);
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
+            const std::vector<RowPos>& chunk = decode_rows(chunk_rows, q0, q1);
             const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
             Prefetch pf = has_next ? prefetch_chunk(c + 1, src, diff_dst) : Prefetch{};
             tap_rows.built.assign(tap_rows.rows.size(), false);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)
-                    run_dw_tile(t, q0, q1, c != chunks[0], out, src, diff_dst, rows, pf);
+                    run_dw_tile(t, chunk, c != chunks[0], out, src, diff_dst, rows, pf);
                 else
-                    run_gemm_tile(t, q0, q1, c != chunks[0], out, src, diff_dst, tap_rows, pf);
+                    run_gemm_tile(t, chunk, c != chunks[0], out, src, diff_dst, tap_rows, pf);
             }
         }
     }

@@ -8,7 +8,7 @@
 //  - blocking candidates: every (r, v) that fits the vector registers
 //    (weights_kernel_vregs); the cheapest total over the weight space wins,
 //    ties to the larger tile;
-//  - chunks: as many pixels as keep the chunk's diff_dst slice of one tile
+//  - chunks (gemm): as many pixels as keep the chunk's diff_dst slice of one tile
 //    (n vectors per pixel) plus the src lines it broadcasts from in
 //    l1_budget: a thread runs every tile of its range over one chunk, oc
 //    tile outermost, so that slice is read from L1 by all taps and ic tiles;
@@ -63,11 +63,16 @@ double tile_cycles(double fmas, double loads, double instrs) {
 }
 
 // Output pixels per chunk for tiles of v vectors (see the header comment).
+// Depthwise has no channel reduction to keep in L1; each call runs over a
+// whole chunk of every channel instead, so chunks are L2-sized to amortise
+// the per-call and per-edge work.
 double chunk_pixels(const WeightsPlan& plan, int v) {
+    if (plan.blk.kind == WeightsKernelKind::depthwise) {
+        const double px_bytes = 4.0 * plan.geo.g * (1 + plan.geo.stride[2]);
+        return std::max(16.0, Cost::dw_l2_budget / px_bytes);
+    }
     const double vbytes = 4.0 * plan.blk.vlen * v;
-    const bool dw = plan.blk.kind == WeightsKernelKind::depthwise;
-    const double src_bytes = dw ? vbytes * plan.geo.stride[2] : 64.0;
-    return std::max(16.0, Cost::l1_budget / (vbytes + src_bytes));
+    return std::max(16.0, Cost::l1_budget / (vbytes + 64.0));
 }
 
 // Cycles per output pixel of r x v tiles, amortising a flush over `pixels`.

@@ -90,6 +90,7 @@ struct WeightsCostModel {
     static constexpr double instr_per_cycle = 6;
     static constexpr double call_cycles = 60;       // kernel call + argument set-up
     static constexpr double l1_budget = 32 << 10;    // bytes of one tile's chunk data (L1d is 48 KiB)
+    static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
     static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
     static constexpr int64_t max_slices = 16;
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
