@@ -283,7 +283,9 @@ void JitDataExecutor::pack_weights(const float* w, float* wp, int threads) const
 // Items are (row, channel block) pairs in the plan's loop order; each
 // thread takes a contiguous range and runs the oc chunks of a pair in order.
 void JitDataExecutor::run_direct(const float* dd, const float* wp, float* dst, int threads) const {
-    const int64_t ncb = plan_.cb.total, rows = plan_.rows, items = rows * ncb;
+    const int64_t ncb = plan_.cb.total, rows = plan_.rows;
+    DataThreadGrid grid = plan_.grid;
+    grid.threads = threads;
     const int64_t inner = plan_.rows_outer ? ncb : rows;
     const int64_t ocg = plan_.path == DataPath::depthwise ? 1 : p_.ocg;
     const int64_t chunks = (ocg + plan_.oc_chunk - 1) / plan_.oc_chunk;
@@ -291,7 +293,7 @@ void JitDataExecutor::run_direct(const float* dd, const float* wp, float* dst, i
         ThreadCtx ctx;
         ctx.entries.reserve(static_cast<size_t>(p_.k_sp()));
         ctx.stage.resize(static_cast<size_t>(plan_.scratch.per_thread_floats));
-        const int64_t lo = items * t / threads, hi = items * (t + 1) / threads;
+        const auto [lo, hi] = grid.range(t);
         for (int64_t i = lo; i < hi;) {
             const int64_t outer = i / inner, ib = i % inner, ie = std::min(inner, ib + (hi - i));
             for (int64_t x = ib; x < ie && plan_.rows_outer; ++x)
@@ -409,10 +411,12 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
 
 // Col path: threads own contiguous ranges of diff_src rows (n, id, ih).
 void JitDataExecutor::run_col(const float* dd, const float* wp, float* dst, int threads) const {
-    const int64_t per_image = p_.in[0] * p_.in[1], items = plan_.rows;
+    const int64_t per_image = p_.in[0] * p_.in[1];
+    DataThreadGrid grid = plan_.grid;
+    grid.threads = threads;
     for_each_thread(threads, [&](int t) {
         std::vector<float> colbuf(static_cast<size_t>(plan_.col_pixels * plan_.cb.padded()));
-        const int64_t lo = items * t / threads, hi = items * (t + 1) / threads;
+        const auto [lo, hi] = grid.range(t);
         for (int64_t n = lo / per_image; n * per_image < hi; ++n)
             col_rows(dd, wp, dst, n, std::max(lo, n * per_image) - n * per_image,
                      std::min(hi, (n + 1) * per_image) - n * per_image, colbuf);

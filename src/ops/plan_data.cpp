@@ -10,18 +10,19 @@ namespace convgrad::detail {
 namespace {
 
 // Cost model constants (one core, cycles). The machine retires two vector
-// FMAs per cycle with a 4-cycle latency, so a block needs >= 8 independent
-// accumulators; loads (vectors and broadcasts alike) sustain about two per
+// FMAs per cycle with a 4-cycle latency; measured, 8 independent
+// accumulators reach only 90 % of peak and 12 all of it, so each
+// accumulator is modelled as one FMA per 5 cycles; loads (vectors and broadcasts alike) sustain about two per
 // cycle in the FMA loop (measured: m8 x n1 broadcast-bound blocks lose).
 constexpr double kFmaPerCycle = 2.0;
-constexpr double kFmaLatency = 4.0;
+constexpr double kFmaLatency = 5.0;
 constexpr double kVecLoadsPerCycle = 2.0;
 constexpr double kLoadsPerCycle = 2.0;
 // W vectors stream from L2 when a channel block's W does not fit L1.
 constexpr double kL2BytesPerCycle = 32.0;
 constexpr int64_t kL1WBytes = 32 * 1024;
 constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list setup
-constexpr double kStageCyclesPerFloat = 0.25; // copying a diff_dst value into an edge window
+constexpr double kStageCyclesPerFloat = 0.08; // copying a diff_dst value into an edge window (~50 B/cycle)
 constexpr double kScatterCyclesPerLane = 0.2; // col2im: one column value added into diff_src
 // Cache budgets: the W chunk of one channel block stays in L2 beside the
 // diff_dst rows it meets; all of W stays resident when it is this small.
@@ -142,7 +143,7 @@ int vregs(Isa isa, DataPath path, const DataBlocking& b, int tail) {
 }
 
 // Searches m × n (× broadcast form) for the lowest estimated cycles.
-void choose_blocking(const Problem& p, DataPlan* pl) {
+bool choose_blocking(const Problem& p, DataPlan* pl) {
     const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
     const int nregs = pl->isa >= Isa::avx512_core ? 32 : 16;
     const int64_t lanes = pl->path == DataPath::direct ? p.icg
@@ -161,6 +162,9 @@ void choose_blocking(const Problem& p, DataPlan* pl) {
                 const DataChannelBlocks cb = make_channel_blocks(lanes, pl->path == DataPath::depthwise ? 1 : p.g, n, vlen);
                 const int tail = pl->path == DataPath::col ? 0 : cb.tail_lanes;
                 if (vregs(pl->isa, pl->path, b, tail) > nregs) continue;
+                // Pixel displacements inside the kernel are 32-bit.
+                const int64_t pix_bytes = std::max(p.oc(), pl->path == DataPath::col ? cb.padded() : p.stride[2] * p.ic()) * 4;
+                if (m * pix_bytes + b.lanes() * 4 >= INT32_MAX) continue;
                 const double c = pl->path == DataPath::col ? col_cycles(p, b, cb)
                                                            : direct_cycles(p, pl->geo, pl->path, b, cb);
                 if (best < 0 || c < best * 0.999) {
@@ -171,6 +175,7 @@ void choose_blocking(const Problem& p, DataPlan* pl) {
                 }
             }
     pl->est_cycles = best;
+    return best >= 0;
 }
 
 void choose_cache_blocking(const Problem& p, DataPlan* pl) {
@@ -229,33 +234,32 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     *pl = DataPlan();
     pl->isa = isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
     pl->geo = make_geometry(p);
+    bool ok = false;
     if (p.icg == 1 && p.ocg == 1) {
         pl->path = DataPath::depthwise;
-        choose_blocking(p, pl);
+        ok = choose_blocking(p, pl);
     } else {
         pl->path = DataPath::direct;
-        choose_blocking(p, pl);
+        ok = choose_blocking(p, pl);
         const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
         if (p.icg < 2 * vlen && p.k_sp() > 1) {
             DataPlan col = *pl;
             col.path = DataPath::col;
-            col.geo = make_geometry(p);
-            choose_blocking(p, &col);
-            if (col.est_cycles < pl->est_cycles) *pl = col;
+            if (choose_blocking(p, &col) && (!ok || col.est_cycles < pl->est_cycles)) {
+                *pl = col;
+                ok = true;
+            }
         }
+    }
+    if (!ok) {
+        *why = "pixel strides exceed 32-bit displacements";
+        return false;
     }
     size_scratch(p, pl);
     choose_cache_blocking(p, pl);
     pl->rows = p.mb * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
     pl->grid.items = pl->path == DataPath::col ? pl->rows : pl->rows * pl->cb.total;
-    // Displacements inside the kernel are 32-bit.
-    const int64_t dd_pix = p.oc() * 4;
-    const int64_t dst_pix = pl->path == DataPath::col ? pl->cb.padded() * 4 : pl->geo.stride[2] * p.ic() * 4;
-    if (int64_t(pl->blk.m) * std::max(dd_pix, dst_pix) + pl->blk.lanes() * 4 >= INT32_MAX) {
-        *why = "pixel strides exceed 32-bit displacements";
-        return false;
-    }
     return true;
 }
 

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "jit/isa.hpp"
 #include "ops/problem.hpp"
@@ -58,6 +59,11 @@ struct DataChannelBlocks {
 struct DataThreadGrid {
     int threads = 1;
     int64_t items = 0;
+    // Items [first, second) of thread t (< threads): contiguous, in order,
+    // together exactly [0, items).
+    std::pair<int64_t, int64_t> range(int t) const {
+        return {items * t / threads, items * (t + 1) / threads};
+    }
 };
 
 struct DataScratch {

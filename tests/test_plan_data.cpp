@@ -1,0 +1,150 @@
+// The data-gradient planner: golden plan text and properties.
+#include <catch2/catch.hpp>
+#include <random>
+#include <string>
+
+#include "jit/bwd_data_kernel.hpp"
+#include "ops/plan_data.hpp"
+
+namespace {
+
+using namespace convgrad;
+using namespace convgrad::detail;
+
+// A square 2D NXC/XIO problem at mb = 32 given like a benchdnn line.
+Problem square(int64_t g, int64_t ic, int64_t oc, int64_t ih, int64_t k, int64_t s, int64_t p, int64_t oh) {
+    attributes a;
+    a.strides = {s, s};
+    a.pads_begin = {p, p};
+    const int64_t pe = std::max<int64_t>(0, (oh - 1) * s + k - ih - p);
+    a.pads_end = {pe, pe};
+    a.groups = g;
+    a.dst_shape = {32, ih, ih, ic};
+    return make_problem(op_kind::conv_bwd_data, data_type::f32, a, {32, oh, oh, oc}, {k, k, ic / g, oc}, nullptr);
+}
+
+DataPlan plan_of(const Problem& p, Isa isa, int threads) {
+    DataPlan pl;
+    std::string why;
+    REQUIRE(make_data_plan(p, isa, threads, &pl, &why));
+    return pl;
+}
+
+}  // namespace
+
+TEST_CASE("data plan: golden text", "[jit][data][plan]") {
+    CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx512_core, 2).to_string() ==
+          "jit:avx512_core direct m4 n4x16 threads 2\n"
+          "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
+          "    for cb in 1 (64 channels/group, tail 4 vec 0 lanes)\n"
+          "      for oc chunk of 64\n"
+          "        for W phase in 1, block of 4 pixels (edges staged)\n"
+          "          for valid tap (kd, kh, kw): for oc: 4 W loads, 4 bcasts, 16 FMAs\n");
+    CHECK(plan_of(square(1, 3, 64, 224, 7, 2, 3, 112), Isa::avx512_core, 2).to_string() ==
+          "jit:avx512_core col m5 n2x16 threads 2\n"
+          "  for row in 7168 (n, id, ih) rows, split over threads\n"
+          "    for dd row touching it, g, 50-pixel chunk\n"
+          "      for lane block in 5 (147 (tap, ic) lanes, tail 2 vec)\n"
+          "        for 5-pixel block: for oc in 64: 2 W loads, 5 bcasts, 10 FMAs\n"
+          "      col2im: add columns into diff_src rows\n");
+    CHECK(plan_of(square(32, 32, 32, 112, 3, 1, 1, 112), Isa::avx512_core, 2).to_string() ==
+          "jit:avx512_core depthwise m14 n2x16 threads 2\n"
+          "  for row in 3584 (n, id, ih) rows  [items split over threads]\n"
+          "    for cb in 1 (32 channels/group, tail 2 vec 0 lanes)\n"
+          "      for oc chunk of 1\n"
+          "        for W phase in 1, block of 14 pixels (edge pixels alone)\n"
+          "          for valid tap (kd, kh, kw): 2 W loads, 28 dd loads + FMAs\n");
+    CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
+          "jit:avx2 direct m6 n2x8 threads 2\n"
+          "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
+          "    for cb in 4 (64 channels/group, tail 2 vec 0 lanes)\n"
+          "      for oc chunk of 64\n"
+          "        for W phase in 1, block of 6 pixels (edges staged)\n"
+          "          for valid tap (kd, kh, kw): for oc: 2 W loads, 6 bcasts, 12 FMAs\n");
+}
+
+TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
+    std::mt19937 gen(7);
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
+    for (int iter = 0; iter < 300; ++iter) {
+        const int64_t g = pick(0, 3) == 0 ? pick(2, 4) : 1;
+        const bool dw = pick(0, 4) == 0;
+        const int64_t icg = dw ? 1 : pick(1, 80), ocg = dw ? 1 : pick(1, 600);
+        const int64_t groups = dw ? pick(1, 40) : g;
+        const int64_t k = pick(1, 7), s = pick(1, 4), ih = pick(1, 30), p = pick(0, k);
+        const int64_t oh = (ih + 2 * p - k) / s + 1;
+        if (ih + 2 * p < k) continue;
+        attributes a;
+        a.strides = {s, s};
+        a.pads_begin = a.pads_end = {p, p};
+        a.groups = groups;
+        a.dst_shape = {2, ih, ih, icg * groups};
+        const Problem pr = make_problem(op_kind::conv_bwd_data, data_type::f32, a, {2, oh, oh, ocg * groups},
+                                        {k, k, icg, ocg * groups}, nullptr);
+        for (Isa isa : {Isa::avx512_core, Isa::avx2}) {
+            INFO(pr.to_string() << " " << isa_name(isa));
+            const DataPlan pl = plan_of(pr, isa, 3);
+            const DataChannelBlocks& cb = pl.cb;
+            // Register budget of every kernel the plan can emit.
+            const int nregs = isa == Isa::avx2 ? 16 : 32;
+            const auto kind = pl.path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
+            for (int m = 1; m <= pl.blk.m; ++m) {
+                CHECK(data_kernel_vregs(make_data_desc(isa, kind, m, pl.blk.n, 0, pl.blk.oc_unroll,
+                                                       pl.blk.bcast_in_fma, 0, 0)) <= nregs);
+                CHECK(data_kernel_vregs(make_data_desc(isa, kind, m, cb.tail_n, cb.tail_lanes, pl.blk.oc_unroll,
+                                                       pl.blk.bcast_in_fma, 0, 0)) <= nregs);
+            }
+            // Channel blocks cover the lanes exactly once, tails included.
+            const int64_t covered = (cb.per_group - 1) * cb.block + (cb.tail_lanes ? (cb.tail_n - 1) * cb.vlen + cb.tail_lanes
+                                                                                   : cb.tail_n * cb.vlen);
+            if (pl.path == DataPath::col)
+                CHECK(cb.padded() >= cb.lanes);
+            else
+                CHECK(covered == cb.lanes);
+            CHECK(cb.tail_n <= pl.blk.n);
+            // oc chunks tile the reduction.
+            CHECK(pl.oc_chunk >= 1);
+            CHECK(pl.oc_chunk <= (pl.path == DataPath::depthwise ? 1 : pr.ocg));
+            // Scratch: packed W holds every lane of every block and tap.
+            const int64_t per_block_rows = pl.path == DataPath::col ? pr.ocg : pr.k_sp() * (dw ? 1 : pr.ocg);
+            CHECK(pl.scratch.wpack_floats == (dw ? 1 : pr.g) * cb.padded() * per_block_rows);
+            if (pl.path != DataPath::col && !pl.exact_edges)
+                CHECK(pl.scratch.per_thread_floats >= pr.k_sp() * pl.blk.m * pr.oc());
+            // Threads: contiguous item ranges that tile [0, items) exactly once.
+            CHECK(pl.grid.items == (pl.path == DataPath::col ? pl.rows : pl.rows * cb.total));
+            int64_t next = 0;
+            for (int t = 0; t < pl.grid.threads; ++t) {
+                const auto r = pl.grid.range(t);
+                CHECK(r.first == next);
+                CHECK(r.second >= r.first);
+                next = r.second;
+            }
+            CHECK(next == pl.grid.items);
+            // Everything that can change a bit is independent of the thread count.
+            const DataPlan one = plan_of(pr, isa, 1);
+            CHECK(one.path == pl.path);
+            CHECK(one.blk.m == pl.blk.m);
+            CHECK(one.blk.n == pl.blk.n);
+            CHECK(one.oc_chunk == pl.oc_chunk);
+            CHECK(one.exact_edges == pl.exact_edges);
+        }
+    }
+}
+
+TEST_CASE("data plan: declines what it does not support", "[jit][data][plan]") {
+    attributes a;
+    a.strides = {1};
+    a.pads_begin = a.pads_end = {0};
+    a.dst_shape = {1, 4, 16};
+    Problem p = make_problem(op_kind::conv_bwd_data, data_type::bf16, a, {1, 4, 8}, {1, 16, 8}, nullptr);
+    DataPlan pl;
+    std::string why;
+    CHECK_FALSE(make_data_plan(p, Isa::avx512_core, 2, &pl, &why));
+    CHECK(why.find("bf16") != std::string::npos);
+    // Pixel strides near 2 GiB: the planner keeps displacements in 32 bits.
+    a.dst_shape = {1, 2, 16};
+    p = make_problem(op_kind::conv_bwd_data, data_type::f32, a, {1, 2, int64_t(1) << 28}, {1, 16, int64_t(1) << 28},
+                     nullptr);
+    REQUIRE(make_data_plan(p, Isa::avx512_core, 2, &pl, &why));
+    CHECK(pl.blk.m * (int64_t(4) << 28) < (int64_t(1) << 31));
+}
