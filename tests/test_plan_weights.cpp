@@ -1,0 +1,189 @@
+// Weight-gradient planner: golden plan text and properties (register
+// budget, exact coverage of the weights, reduction and thread grid).
+#include <catch2/catch.hpp>
+
+#include <climits>
+#include <set>
+
+#include "ops/plan_weights.hpp"
+#include "weights_case.hpp"
+
+using convgrad::dims;
+using convgrad::detail::Isa;
+using convgrad::detail::Problem;
+using convgrad::detail::WeightsKernelKind;
+using convgrad::detail::WeightsPlan;
+using wtest::Case;
+
+namespace {
+
+Problem problem(const Case& c) {
+    return convgrad::detail::make_problem(c.kind(), convgrad::data_type::f32, c.attrs(), c.input0(),
+                                          c.input1(), nullptr);
+}
+
+Case resnet(int64_t ic, int64_t oc, int64_t sp, int64_t k, int64_t s = 1) {
+    Case c;
+    c.mb = 32;
+    c.ic = ic;
+    c.oc = oc;
+    c.in = {sp, sp};
+    c.k = {k, k};
+    c.s = {s, s};
+    const int64_t pad = k / 2;
+    c.pb = {pad, pad};
+    c.pe = {pad - (s > 1 ? 1 : 0), pad - (s > 1 ? 1 : 0)};
+    if (k == 1) c.pe = {0, 0};
+    return c;
+}
+
+Case depthwise(int64_t ch, dims in, dims k) {
+    Case c;
+    c.mb = 4;
+    c.g = c.ic = c.oc = ch;
+    c.in = std::move(in);
+    c.k = std::move(k);
+    return c;
+}
+
+std::vector<Case> property_cases() {
+    std::vector<Case> r = {resnet(64, 64, 56, 3), resnet(256, 64, 56, 1), resnet(3, 64, 224, 7, 2),
+                           resnet(512, 512, 7, 3), resnet(17, 33, 9, 3)};
+    r.push_back(depthwise(32, {112, 112}, {3, 3}));
+    r.push_back(depthwise(33, {20}, {11}));
+    r.push_back(depthwise(40, {5, 6, 7}, {3, 3, 3}));
+    Case grouped = resnet(48, 96, 10, 3);
+    grouped.g = 3;
+    r.push_back(grouped);
+    Case tiny = resnet(2, 3, 5, 1);
+    tiny.mb = 1;
+    r.push_back(tiny);
+    return r;
+}
+
+// Intervals [first, first + size) of the tiles along one axis cover [0, total) exactly once.
+void check_axis(int64_t total, int64_t tiles, int64_t size, int64_t last, int64_t unit) {
+    REQUIRE(tiles >= 1);
+    REQUIRE(size >= 1);
+    REQUIRE(last >= 1);
+    REQUIRE(last <= size);
+    // Each element index is hit by exactly one tile.
+    std::vector<int> hits(static_cast<size_t>(total), 0);
+    for (int64_t t = 0; t < tiles; ++t) {
+        const int64_t len = (t == tiles - 1 ? last : size) * unit;
+        for (int64_t e = t * size * unit; e < std::min(total, t * size * unit + len); ++e) ++hits[e];
+    }
+    for (int h : hits) REQUIRE(h == 1);
+}
+
+}  // namespace
+
+TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
+    const Problem a = problem(resnet(64, 64, 56, 3));
+    CHECK(plan_weights(a, Isa::avx512_core, 2).to_string() ==
+          "gemm m13n2x16 tiles=90 (ic 5x13 last 12, oc 2x2v last 2v tail 0) rows=1792x56px chunk=3 rows "
+          "(598 chunks, 168 KiB) slices=1 grid=2x1 direct est=1204cyc/px\n"
+          "  parallel slice<1 (1 thr) x tile<90 (2 thr):\n"
+          "    for chunk in slice (3 rows):\n"
+          "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5:\n"
+          "        for row, px: acc[13 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
+          "  no reduction");
+    const Problem c = problem(resnet(256, 64, 56, 1));
+    CHECK(plan_weights(c, Isa::avx512_core, 2).to_string() ==
+          "gemm m14n2x16 tiles=38 (ic 19x14 last 4, oc 2x2v last 2v tail 0) rows=608x170px merged chunk=1 rows "
+          "(608 chunks, 213 KiB) slices=1 grid=2x1 direct est=534cyc/px\n"
+          "  parallel slice<1 (1 thr) x tile<38 (2 thr):\n"
+          "    for chunk in slice (1 rows):\n"
+          "      for g<1 oc_tile<2 kd<1 kh<1 kw<1 ic_tile<19:\n"
+          "        for row, px: acc[14 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
+          "  no reduction");
+    const Problem first = problem(resnet(3, 64, 224, 7, 2));
+    CHECK(plan_weights(first, Isa::avx2, 2).to_string() ==
+          "gemm m3n3x8 tiles=147 (ic 1x3 last 3, oc 3x3v last 2v tail 0) rows=3584x112px chunk=2 rows "
+          "(1792 chunks, 92 KiB) slices=1 grid=2x1 direct est=689cyc/px\n"
+          "  parallel slice<1 (1 thr) x tile<147 (2 thr):\n"
+          "    for chunk in slice (2 rows):\n"
+          "      for g<1 oc_tile<3 kd<1 kh<7 kw<7 ic_tile<1:\n"
+          "        for row, px: acc[3 ic][3v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
+          "  no reduction");
+    Case dwc = depthwise(32, {112, 112}, {3, 3});
+    dwc.mb = 32;
+    dwc.pb = dwc.pe = {1, 1};
+    dwc.wfmt = "OIX";
+    CHECK(plan_weights(problem(dwc), Isa::avx512_core, 2).to_string() ==
+          "depthwise m3n2x16 tiles=3 (kw 1x3 last 3, ch 1x2v last 2v tail 0) rows=3584x112px chunk=9 rows "
+          "(399 chunks, 504 KiB) slices=11 grid=1x2 permute est=12cyc/px\n"
+          "  parallel slice<11 (2 thr) x tile<3 (1 thr):\n"
+          "    for chunk in slice (9 rows):\n"
+          "      for kd<1 kh<3 kw_tile<1 ch_tile<1:\n"
+          "        for row, px: acc[3 taps][2v] += src[px+tap][ch] * diff_dst[px][ch]\n"
+          "  sum slices in order, permute XIO -> user layout");
+}
+
+TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
+    for (const Case& c : property_cases()) {
+        const Problem p = problem(c);
+        for (Isa isa : {Isa::avx2, Isa::avx512_core}) {
+            const WeightsPlan base = plan_weights(p, isa, 1);
+            const auto& b = base.blk;
+            const bool dw = b.kind == WeightsKernelKind::depthwise;
+            INFO(p.to_string() << " " << convgrad::detail::isa_name(isa) << "\n" << base.to_string());
+            CHECK(dw == (p.g > 1 && p.icg == 1 && p.ocg == 1));
+            // Register budget of every kernel the executor may build.
+            const int budget = isa == Isa::avx2 ? 16 : 32;
+            for (int m : {b.m, b.m_last, 1})
+                for (int n : {b.n, b.n_last})
+                    CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0)) <= budget);
+            // Exact cover: rows of the tile (ic or kw taps) and its vectors.
+            const int64_t channels = dw ? p.g : p.ocg;
+            check_axis(dw ? p.k[2] : p.icg, b.m_tiles, b.m, b.m_last, 1);
+            check_axis(channels, b.n_tiles, b.n, b.n_last, b.vlen);
+            CHECK(b.tail == channels % b.vlen);
+            CHECK(b.tiles == p.k[0] * p.k[1] * b.m_tiles * b.n_tiles * (dw ? 1 : p.k[2] * p.g));
+            if (dw) {
+                const int64_t tap_disp = p.dil[2] * p.ic() * 4;
+                CHECK((b.m - 1) * tap_disp + 64 * b.n <= INT32_MAX);
+            }
+            // Reduction: chunks cover the rows, slices never exceed them.
+            const auto& r = base.red;
+            CHECK(r.chunk_rows >= 1);
+            CHECK(r.chunks * r.chunk_rows >= r.rows);
+            CHECK((r.chunks - 1) * r.chunk_rows < r.rows);
+            CHECK(r.slices >= 1);
+            CHECK(r.slices <= r.chunks);
+            CHECK((r.slices - 1) * base.weights_elems * 4 <= convgrad::detail::WeightsCostModel::max_partial_bytes);
+            CHECK(r.rows == base.geo.rows());
+            for (int t : {1, 2, 3, 4, 8}) {
+                const WeightsPlan pt = plan_weights(p, isa, t);
+                // Determinism: nothing but the grid depends on the thread count.
+                CHECK(pt.red.chunk_rows == r.chunk_rows);
+                CHECK(pt.red.slices == r.slices);
+                CHECK(pt.blk.m == b.m);
+                CHECK(pt.blk.n == b.n);
+                const auto& grid = pt.grid;
+                CHECK(grid.nthr == grid.tile_threads * grid.slice_threads);
+                CHECK(grid.nthr <= t);
+                // Every (slice, tile) pair runs on exactly one thread.
+                std::set<std::pair<int64_t, int64_t>> seen;
+                int64_t count = 0;
+                for (int tid = 0; tid < grid.nthr; ++tid) {
+                    const auto tiles = convgrad::detail::balance(b.tiles, grid.tile_threads, tid % grid.tile_threads);
+                    const auto slices = convgrad::detail::balance(r.slices, grid.slice_threads, tid / grid.tile_threads);
+                    for (int64_t s = slices[0]; s < slices[1]; ++s)
+                        for (int64_t w = tiles[0]; w < tiles[1]; ++w, ++count) seen.insert({s, w});
+                }
+                CHECK(count == r.slices * b.tiles);
+                CHECK(static_cast<int64_t>(seen.size()) == count);
+            }
+        }
+    }
+}
+
+TEST_CASE("weights plan: kernel descs are independent of the shape", "[jit][weights][plan]") {
+    // Two shapes that differ only in sizes the kernel takes at run time
+    // share their gemm kernel descs (the cache stays small).
+    const WeightsPlan a = plan_weights(problem(resnet(64, 64, 56, 3)), Isa::avx512_core, 2);
+    const WeightsPlan b = plan_weights(problem(resnet(64, 64, 28, 3)), Isa::avx512_core, 2);
+    const auto da = a.desc(a.blk.m, a.blk.n, 0, 0), db = b.desc(b.blk.m, b.blk.n, 0, 0);
+    CHECK(std::memcmp(&da, &db, sizeof da) == 0);
+}
