@@ -64,11 +64,6 @@ void corrupt_one(tensor_buffer& t) {
     t.set(i, std::isfinite(w) && w != v ? w : 0.f);
 }
 
-std::string impl_name(const op& o) {
-    const std::string d = o.describe();
-    return d.substr(0, d.find_first_of(" :"));
-}
-
 }  // namespace
 
 tensor_buffer::tensor_buffer(data_type dt, int64_t elems)
@@ -183,6 +178,13 @@ isa_cap_guard::~isa_cap_guard() {
     else ::unsetenv("CONVGRAD_MAX_ISA");
 }
 
+std::string impl_label(const op& o) {
+    std::string d = o.describe();
+    d = d.substr(0, d.find(' '));
+    if (!d.empty() && d.back() == ':') d.pop_back();
+    return d;
+}
+
 op make_op_with_isa(const op_case& c, const std::string& isa) {
     isa_cap_guard guard(isa);
     return c.make_op();
@@ -201,7 +203,7 @@ check_result check_case(const op_case& c, const std::string& isa, bool corrupt_f
     };
 
     check_result r;
-    r.impl = impl_name(tested);
+    r.impl = impl_label(tested);
     const int64_t length = reduction_length(c);
     if (const int range = exact_fill_range(length)) {
         fill_integers(in0, range, seed);

@@ -78,6 +78,10 @@ private:
     std::string old_;
 };
 
+// The implementation an op runs ("ref", "jit:avx512_core", ...): the first
+// word of describe().
+std::string impl_label(const op& o);
+
 // Constructs the op with CONVGRAD_MAX_ISA = isa ("" = as the environment says).
 op make_op_with_isa(const op_case& c, const std::string& isa);
 

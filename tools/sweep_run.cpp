@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
@@ -21,6 +22,12 @@ std::string display_name(const op_case& c) {
     return n.empty() ? "(unnamed)" : n;
 }
 
+std::string format_ms(double ms) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, ms >= 100 ? "%.0f" : ms >= 1 ? "%.2f" : "%.4f", ms);
+    return buf;
+}
+
 double bytes_needed(const op& o, data_type dt) {
     const double es = dt == data_type::f32 ? 4 : 2;
     // Inputs, output, and for the check a second output and |input| copies.
@@ -30,7 +37,7 @@ double bytes_needed(const op& o, data_type dt) {
 // The reference is scalar: time it with a smaller budget (docs/sweep.md).
 timing_budget budget_for(const std::string& impl) {
     timing_budget b;
-    if (impl == "ref") {
+    if (impl.rfind("ref", 0) == 0) {
         b.min_reps = 3;
         b.min_seconds = 0.3;
         b.single_run_limit_s = 0.5;
@@ -45,7 +52,6 @@ void run_check(const op_case& c, const sweep_options& o, case_result& r) {
     r.exact = cr.exact;
     r.reals = cr.reals;
     r.err_over_tol = cr.worst_ratio;
-    r.impl = cr.impl;
     if (!cr.ok) r.status = "FAIL";
 }
 
@@ -104,7 +110,7 @@ case_result run_case(const op_case& c, const sweep_options& o, const peak_table&
     }
     try {
         const op tested = make_op_with_isa(c, o.isa);
-        r.impl = tested.describe().substr(0, tested.describe().find_first_of(" :"));
+        r.impl = impl_label(tested);
         r.flops = tested.flops();
         if (c.expected_flops > 0 && std::fabs(r.flops - c.expected_flops) > 1e-9 * c.expected_flops) {
             r.status = "FAIL";
@@ -133,9 +139,9 @@ std::string format_line(const case_result& r) {
     if (!r.exact.empty() || !r.reals.empty())
         os << " | C(mb" << r.check_mb << ") exact " << r.exact << ", reals " << r.reals;
     if (r.reps > 0) {
-        os << std::setprecision(3) << " | P";
+        os << " | P";
         if (r.timed_mb != r.mb) os << "(at mb" << r.timed_mb << ", slow path)";
-        os << ' ' << r.ms << " ms " << std::fixed << std::setprecision(1) << r.gflops << " GFLOP/s "
+        os << ' ' << format_ms(r.ms) << " ms " << std::fixed << std::setprecision(1) << r.gflops << " GFLOP/s "
            << r.peak_pct << "% of " << std::setprecision(0) << r.peak_gflops << " [" << r.impl << ", "
            << r.reps << (r.reps == 1 ? " run" : " runs") << "]";
         os.unsetf(std::ios::fixed);
