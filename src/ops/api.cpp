@@ -63,6 +63,12 @@ bool verbose() {
     return on;
 }
 
+// Plans print as multi-line loop nests; a verbose record stays on one line.
+std::string one_line(std::string s) {
+    for (size_t pos = 0; (pos = s.find('\n', pos)) != std::string::npos;) s.replace(pos, 1, " | ");
+    return s;
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -138,7 +144,8 @@ op::op(op_kind kind, data_type dt, const attributes& attrs, const dims& input0_d
     p->exec = detail::make_executor(p->problem);
     impl_ = std::move(p);
     if (verbose())
-        std::fprintf(stderr, "convgrad,create,%s,%.3f ms\n", describe().c_str(), ms_since(t0));
+        std::fprintf(stderr, "convgrad,create,%s,%.3f ms\n", one_line(describe()).c_str(),
+                     ms_since(t0));
 }
 
 op_kind op::kind() const { return impl_->problem.kind; }
@@ -166,8 +173,8 @@ void op::execute(const void* input0, const void* input1, void* output) const {
     const auto t0 = std::chrono::steady_clock::now();
     impl_->exec->run(input0, input1, output);
     if (verbose())
-        std::fprintf(stderr, "convgrad,execute,%s,%.3f ms\n", impl_->exec->describe().c_str(),
-                     ms_since(t0));
+        std::fprintf(stderr, "convgrad,execute,%s,%.3f ms\n",
+                     one_line(impl_->exec->describe()).c_str(), ms_since(t0));
 }
 
 std::string op::describe() const {

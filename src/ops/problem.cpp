@@ -7,6 +7,13 @@
 #include <climits>
 #include <sstream>
 
+// Checks a condition; the message parts are evaluated only on failure, so a
+// valid op pays for no string building.
+#define CONVGRAD_CHECK(checker, cond, what, expected, given) \
+    do {                                                     \
+        if (!(cond)) (checker).fail(what, expected, given);  \
+    } while (0)
+
 namespace convgrad::detail {
 namespace {
 
@@ -33,17 +40,13 @@ public:
                            const std::string& given) const {
         throw error(op_ + ": " + what + ": expected " + expected + ", given " + given);
     }
-    void require(bool ok, const std::string& what, const std::string& expected,
-                 const std::string& given) const {
-        if (!ok) fail(what, expected, given);
-    }
-    int64_t mul(int64_t a, int64_t b, const std::string& what) const {
+    int64_t mul(int64_t a, int64_t b, const char* what) const {
         int64_t r = 0;
         if (__builtin_mul_overflow(a, b, &r))
             fail(what, "a value that fits in int64", std::to_string(a) + " * " + std::to_string(b));
         return r;
     }
-    int64_t add(int64_t a, int64_t b, const std::string& what) const {
+    int64_t add(int64_t a, int64_t b, const char* what) const {
         int64_t r = 0;
         if (__builtin_add_overflow(a, b, &r))
             fail(what, "a value that fits in int64", std::to_string(a) + " + " + std::to_string(b));
@@ -53,7 +56,9 @@ public:
     // byte size a pointer can address.
     int64_t elems(const dims& d, const std::string& tensor, size_t esize) const {
         int64_t n = 1;
-        for (int64_t v : d) n = mul(n, v, tensor + " element count");
+        for (int64_t v : d)
+            if (__builtin_mul_overflow(n, v, &n))
+                fail(tensor + " element count", "a value that fits in int64", list(d));
         int64_t bytes = 0;
         if (__builtin_mul_overflow(n, static_cast<int64_t>(esize), &bytes))
             fail(tensor + " size in bytes", "a value that fits in int64", list(d));
@@ -61,11 +66,11 @@ public:
     }
     // Every entry of a user vector: count and minimum.
     void vec(const dims& v, const std::string& name, int nsp, int64_t min_value) const {
-        require(static_cast<int>(v.size()) == nsp, name,
+        CONVGRAD_CHECK(*this, static_cast<int>(v.size()) == nsp, name,
                 std::to_string(nsp) + " entries (one per spatial dim)",
                 std::to_string(v.size()) + " entries " + list(v));
         for (size_t i = 0; i < v.size(); ++i)
-            require(v[i] >= min_value, name + "[" + std::to_string(i) + "]",
+            CONVGRAD_CHECK(*this, v[i] >= min_value, name + "[" + std::to_string(i) + "]",
                     ">= " + std::to_string(min_value), std::to_string(v[i]));
     }
 
@@ -201,21 +206,21 @@ dims shape_source(const Checker& ck, const std::vector<int32_t>* shape_input,
     if (shape_input && !shape_input->empty()) {
         dims r(shape_input->begin(), shape_input->end());
         for (size_t i = 0; i < r.size(); ++i)
-            ck.require(r[i] > 0, name + " input[" + std::to_string(i) + "]", "> 0",
+            CONVGRAD_CHECK(ck, r[i] > 0, name + " input[" + std::to_string(i) + "]", "> 0",
                        std::to_string(r[i]));
         return r;
     }
     for (size_t i = 0; i < attr.size(); ++i)
-        ck.require(attr[i] > 0, name + "[" + std::to_string(i) + "]", "> 0",
+        CONVGRAD_CHECK(ck, attr[i] > 0, name + "[" + std::to_string(i) + "]", "> 0",
                    std::to_string(attr[i]));
     return attr;
 }
 
 void check_tensor(const Checker& ck, const dims& d, const std::string& name, size_t rank) {
-    ck.require(d.size() == rank, name + " rank", std::to_string(rank) + " dims",
+    CONVGRAD_CHECK(ck, d.size() == rank, name + " rank", std::to_string(rank) + " dims",
                std::to_string(d.size()) + " dims " + list(d));
     for (size_t i = 0; i < d.size(); ++i)
-        ck.require(d[i] > 0, name + " dim " + std::to_string(i), "> 0", std::to_string(d[i]));
+        CONVGRAD_CHECK(ck, d[i] > 0, name + " dim " + std::to_string(i), "> 0", std::to_string(d[i]));
 }
 
 const char* sp_name(int nsp, int a) {
@@ -247,7 +252,7 @@ Spatial read_spatial(const Checker& ck, const attributes& at, int nsp, AutoPad a
         }
         if (!at.output_padding.empty()) {
             s.op[x] = at.output_padding[a];
-            ck.require(s.op[x] < s.stride[x], "output_padding[" + std::to_string(a) + "]",
+            CONVGRAD_CHECK(ck, s.op[x] < s.stride[x], "output_padding[" + std::to_string(a) + "]",
                        "< strides[" + std::to_string(a) + "] = " + std::to_string(s.stride[x]),
                        std::to_string(s.op[x]));
         }
@@ -303,13 +308,13 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
     const AutoPad ap = parse_auto_pad(ck, at.auto_pad);
     p.nxc = parse_data_format(ck, at.data_format);
     p.wlayout = parse_weights_format(ck, kind, at.weights_format);
-    ck.require(at.groups >= 1, "groups", ">= 1", std::to_string(at.groups));
+    CONVGRAD_CHECK(ck, at.groups >= 1, "groups", ">= 1", std::to_string(at.groups));
     p.g = at.groups;
 
     const bool bwd_w = p.alg == Alg::weights;
     const std::string name0 = bwd_w ? "src (input 0)" : "diff_dst (input 0)";
     const std::string name1 = bwd_w ? "diff_dst (input 1)" : "weights (input 1)";
-    ck.require(in0.size() >= 3 && in0.size() <= 5, name0 + " rank",
+    CONVGRAD_CHECK(ck, in0.size() >= 3 && in0.size() <= 5, name0 + " rank",
                "3, 4 or 5 dims (N, C and 1 to 3 spatial dims)",
                std::to_string(in0.size()) + " dims " + list(in0));
     const int nsp = static_cast<int>(in0.size()) - 2;
@@ -325,10 +330,10 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
     WeiDims wei;
     if (bwd_w) {
         const DataDims a = split_data(in0, p.nxc, nsp), b = split_data(in1, p.nxc, nsp);
-        ck.require(b.n == a.n, "diff_dst (input 1) minibatch", std::to_string(a.n) + " (as src)",
+        CONVGRAD_CHECK(ck, b.n == a.n, "diff_dst (input 1) minibatch", std::to_string(a.n) + " (as src)",
                    std::to_string(b.n));
         const dims ws = shape_source(ck, shape_input, at.weights_shape, "weights_shape");
-        ck.require(!ws.empty(), "weights_shape",
+        CONVGRAD_CHECK(ck, !ws.empty(), "weights_shape",
                    "a shape from input 2 or the weights_shape attribute", "neither");
         check_tensor(ck, ws, "weights_shape", in0.size());
         ck.elems(ws, "diff_weights", es);
@@ -341,26 +346,26 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
         const std::string src_name = p.swap_inputs ? "diff_dst (input 1)" : "src (input 0)";
         const std::string dst_name = p.swap_inputs ? "src (input 0)" : "diff_dst (input 1)";
         // In convolution view: src has IC, diff_dst has OC; weights O = OC, I = IC/g.
-        ck.require(src.c % p.g == 0, "groups", "a divisor of " + src_name + " channels " +
+        CONVGRAD_CHECK(ck, src.c % p.g == 0, "groups", "a divisor of " + src_name + " channels " +
                    std::to_string(src.c), std::to_string(p.g));
-        ck.require(dst.c % p.g == 0, "groups", "a divisor of " + dst_name + " channels " +
+        CONVGRAD_CHECK(ck, dst.c % p.g == 0, "groups", "a divisor of " + dst_name + " channels " +
                    std::to_string(dst.c), std::to_string(p.g));
         const bool tr = p.swap_inputs;
-        ck.require(wei.i == src.c / p.g,
+        CONVGRAD_CHECK(ck, wei.i == src.c / p.g,
                    std::string("weights_shape ") + (tr ? "output-channel (O) dim" : "input-channel (I) dim"),
                    std::to_string(src.c / p.g) + " (" + src_name + " channels / groups)",
                    std::to_string(wei.i) + " in " + list(ws));
-        ck.require(wei.o == dst.c,
+        CONVGRAD_CHECK(ck, wei.o == dst.c,
                    std::string("weights_shape ") + (tr ? "input-channel (I) dim" : "output-channel (O) dim"),
                    std::to_string(dst.c) + " (" + dst_name + " channels)",
                    std::to_string(wei.o) + " in " + list(ws));
     } else {
         dst = split_data(in0, p.nxc, nsp);
         wei = split_weights(in1, p.wlayout, nsp);
-        ck.require(wei.o == dst.c, "weights (input 1) output-channel (O) dim",
+        CONVGRAD_CHECK(ck, wei.o == dst.c, "weights (input 1) output-channel (O) dim",
                    std::to_string(dst.c) + " (diff_dst channels)",
                    std::to_string(wei.o) + " in " + list(in1));
-        ck.require(dst.c % p.g == 0, "groups",
+        CONVGRAD_CHECK(ck, dst.c % p.g == 0, "groups",
                    "a divisor of diff_dst channels " + std::to_string(dst.c), std::to_string(p.g));
         src.n = dst.n;
         src.c = ck.mul(wei.i, p.g, "diff_src channels");
@@ -368,13 +373,13 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
         if (!ds.empty()) {
             check_tensor(ck, ds, "dst_shape", in0.size());
             const DataDims d = split_data(ds, p.nxc, nsp);
-            ck.require(d.n == dst.n, "dst_shape minibatch", std::to_string(dst.n) + " (as diff_dst)",
+            CONVGRAD_CHECK(ck, d.n == dst.n, "dst_shape minibatch", std::to_string(dst.n) + " (as diff_dst)",
                        std::to_string(d.n) + " in " + list(ds));
-            ck.require(d.c == src.c, "dst_shape channels",
+            CONVGRAD_CHECK(ck, d.c == src.c, "dst_shape channels",
                        std::to_string(src.c) + " (weights I * groups)", std::to_string(d.c) + " in " + list(ds));
             src.sp = d.sp;
         } else {
-            ck.require(ap == AutoPad::none || ap == AutoPad::valid, "dst_shape",
+            CONVGRAD_CHECK(ck, ap == AutoPad::none || ap == AutoPad::valid, "dst_shape",
                        "a shape from input 2 or the dst_shape attribute when auto_pad is " + at.auto_pad,
                        "neither");
             for (int x = 3 - nsp; x < 3; ++x) {
@@ -382,7 +387,7 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
                 int64_t i = ck.add(ck.mul(s.stride[x], dst.sp[x] - 1, "diff_src size"), e, "diff_src size");
                 i = ck.add(i, s.op[x], "diff_src size");
                 i = ck.add(ck.add(i, -s.pb[x], "diff_src size"), -s.pe[x], "diff_src size");
-                ck.require(i > 0, std::string("diff_src spatial ") + sp_name(nsp, x - (3 - nsp)) +
+                CONVGRAD_CHECK(ck, i > 0, std::string("diff_src spatial ") + sp_name(nsp, x - (3 - nsp)) +
                            " = strides*(diff_dst-1) + extent - pads_begin - pads_end + output_padding",
                            "> 0", std::to_string(i));
                 src.sp[x] = i;
@@ -403,7 +408,7 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
             int64_t y = ck.add(ck.mul(st, out - 1, "ConvTranspose output size"), e, "ConvTranspose output size");
             y = ck.add(y, s.op[x], "ConvTranspose output size");
             y = ck.add(ck.add(y, -s.pb[x], "ConvTranspose output size"), -s.pe[x], "ConvTranspose output size");
-            ck.require(in == y, "diff_dst (input 1) spatial " + ax,
+            CONVGRAD_CHECK(ck, in == y, "diff_dst (input 1) spatial " + ax,
                        std::to_string(y) + " = strides*(src-1) + (kernel-1)*dilations + 1 - pads_begin"
                        " - pads_end + output_padding",
                        std::to_string(in));
@@ -412,11 +417,11 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
             apply_auto_pad(ap, e - (rem ? rem : st), s.pb[x], s.pe[x]);
             const int64_t padded = ck.add(ck.add(in, s.pb[x], "padded size"), s.pe[x], "padded size");
             const std::string in_name = bwd_w ? "src" : "dst_shape";
-            ck.require(padded >= e, in_name + " spatial " + ax + " + pads_begin + pads_end",
+            CONVGRAD_CHECK(ck, padded >= e, in_name + " spatial " + ax + " + pads_begin + pads_end",
                        ">= kernel extent " + std::to_string(e), std::to_string(padded));
             const int64_t o = (padded - e) / st + 1;
             const std::string out_name = bwd_w ? "diff_dst (input 1)" : "diff_dst (input 0)";
-            ck.require(out == o, out_name + " spatial " + ax,
+            CONVGRAD_CHECK(ck, out == o, out_name + " spatial " + ax,
                        std::to_string(o) + " = (input + pads_begin + pads_end - extent) / strides + 1",
                        std::to_string(out));
         }
