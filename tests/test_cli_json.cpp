@@ -2,6 +2,8 @@
 // a framework would paste them, and clear errors for bad JSON.
 #include <catch2/catch.hpp>
 
+#include <random>
+
 #include "json_op.hpp"
 #include "test_cli_util.hpp"
 
@@ -142,4 +144,30 @@ TEST_CASE("cli json: bad JSON is rejected naming the field", "[cli][json]") {
         INFO(b.text);
         CHECK_THROWS_WITH(parse_json_ops(b.text), Catch::Contains(b.message));
     }
+}
+
+TEST_CASE("cli json: mutated JSON never crashes the reader or the op", "[cli][json][fuzz]") {
+    const std::string valid = to_json(make_case(parse_descriptor("g2mb2ic4ih6oc6kh3ph1sh2"),
+                                                op_kind::conv_bwd_data, data_type::f32, {}));
+    const std::string alphabet = "{}[]\",:0123456789-. abcdefnrstu";
+    std::mt19937 gen(3);
+    std::uniform_int_distribution<size_t> where(0, valid.size() - 1), what(0, alphabet.size() - 1), count(1, 4);
+    int accepted = 0;
+    for (int iter = 0; iter < 3000; ++iter) {
+        std::string s = valid;
+        for (size_t n = count(gen); n > 0; --n) s[where(gen)] = alphabet[what(gen)];
+        try {
+            for (const op_case& c : parse_json_ops(s)) {
+                ++accepted;
+                try {
+                    c.make_op();
+                } catch (const convgrad::error& e) {
+                    REQUIRE(std::string(e.what()).size() > 0);
+                }
+            }
+        } catch (const std::invalid_argument& e) {
+            REQUIRE(std::string(e.what()).size() > 0);
+        }
+    }
+    CHECK(accepted > 0);
 }

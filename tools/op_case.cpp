@@ -162,68 +162,77 @@ desc_kind descriptor_kind(op_kind kind) {
     return kind == op_kind::conv_transpose_bwd_weights ? desc_kind::deconv : desc_kind::conv;
 }
 
-op_case make_case(const conv_desc& desc, op_kind kind, data_type dt, const layout_options& lo) {
+namespace {
+
+// The normalised format names, after checking them for this op.
+layout_options checked_layout(const layout_options& lo, bool transpose) {
+    layout_options r = lo;
+    r.data_format = upper(lo.data_format);
+    r.weights_format = lo.weights_format.empty() ? "XIO" : upper(lo.weights_format);
+    r.auto_pad = lower(lo.auto_pad);
+    check_format(r.data_format, {"NXC", "NCX"}, "data format");
+    if (transpose)
+        check_format(r.weights_format, {"XIO", "OIX", "IOX", "XOI"}, "weights format (ConvTranspose)");
+    else
+        check_format(r.weights_format, {"XIO", "OIX"}, "weights format");
+    check_format(r.auto_pad, {"none", "same_upper", "same_lower", "valid"}, "auto_pad");
+    return r;
+}
+
+// strides, pads, dilations, groups, formats. Returns a skip reason or "".
+std::string set_geometry(attributes& at, const conv_desc& d, const layout_options& lo, bool transpose) {
+    at.strides = spatial(d.s, d.nsp);
+    at.dilations = spatial(d.d, d.nsp);
+    for (int64_t& v : at.dilations) v += 1;  // benchdnn counts skipped taps
+    at.groups = d.g;
+    at.data_format = lo.data_format;
+    at.weights_format = lo.weights_format;
+    at.auto_pad = lo.auto_pad;
+    if (lo.auto_pad != "none") return "";
+    at.pads_begin = spatial(d.p, d.nsp);
+    return transpose ? deconv_pads_end(d, at.pads_end, at.output_padding) : conv_pads_end(d, at.pads_end);
+}
+
+// Inputs 0 and 1 and the shape (attribute, or s32 input 2) of the op.
+void set_tensors(op_case& c, const conv_desc& d, const layout_options& lo) {
+    const int n = d.nsp;
+    const dims src = data_dims(d.mb, d.ic, spatial(d.i, n), lo.data_format);
+    const dims dst = data_dims(d.mb, d.oc, spatial(d.o, n), lo.data_format);
+    // Conv weights: O = OC (groups folded in), I = IC/g. ConvTranspose: I = its
+    // src channels (groups folded in), O = its dst channels / g.
+    const dims weights = c.kind == op_kind::conv_transpose_bwd_weights
+                             ? weights_dims(lo.weights_format, d.oc / d.g, d.ic, spatial(d.k, n))
+                             : weights_dims(lo.weights_format, d.oc, d.ic / d.g, spatial(d.k, n));
+    const bool data = c.kind == op_kind::conv_bwd_data;
+    c.input0 = data ? dst : src;
+    c.input1 = data ? weights : dst;
+    dims& shape = data ? c.attrs.dst_shape : c.attrs.weights_shape;
+    shape = data ? src : weights;
+    if (lo.shape_as_input) {
+        c.has_shape_input = true;
+        c.shape_input.assign(shape.begin(), shape.end());
+        shape.clear();
+    }
+}
+
+}  // namespace
+
+op_case make_case(const conv_desc& desc, op_kind kind, data_type dt, const layout_options& options) {
     const bool transpose = kind == op_kind::conv_transpose_bwd_weights;
     if (desc.kind != descriptor_kind(kind))
         throw std::invalid_argument(std::string(short_op_name(kind)) + " reads " +
-                                    (transpose ? "transposed-convolution (deconv/)"
-                                               : "convolution (conv/)") +
+                                    (transpose ? "transposed-convolution (deconv/)" : "convolution (conv/)") +
                                     " descriptors");
-    const std::string data_format = upper(lo.data_format);
-    const std::string weights_format = lo.weights_format.empty() ? "XIO" : upper(lo.weights_format);
-    const std::string auto_pad = lower(lo.auto_pad);
-    check_format(data_format, {"NXC", "NCX"}, "data format");
-    if (transpose)
-        check_format(weights_format, {"XIO", "OIX", "IOX", "XOI"}, "weights format (ConvTranspose)");
-    else
-        check_format(weights_format, {"XIO", "OIX"}, "weights format");
-    check_format(auto_pad, {"none", "same_upper", "same_lower", "valid"}, "auto_pad");
-
-    const conv_desc d = auto_pad == "none" ? desc : apply_auto_pad(desc, auto_pad, transpose);
+    const layout_options lo = checked_layout(options, transpose);
+    const conv_desc d = lo.auto_pad == "none" ? desc : apply_auto_pad(desc, lo.auto_pad, transpose);
     op_case c;
     c.name = d.name;
     c.descriptor = to_string(desc);
     c.kind = kind;
     c.dt = dt;
     c.expected_flops = d.flops();
-    const int n = d.nsp;
-    attributes& at = c.attrs;
-    at.strides = spatial(d.s, n);
-    at.dilations = spatial(d.d, n);
-    for (int64_t& v : at.dilations) v += 1;  // benchdnn counts skipped taps
-    at.groups = d.g;
-    at.data_format = data_format;
-    at.weights_format = weights_format;
-    at.auto_pad = auto_pad;
-    if (auto_pad == "none") {
-        at.pads_begin = spatial(d.p, n);
-        c.skip_reason = transpose ? deconv_pads_end(d, at.pads_end, at.output_padding)
-                                  : conv_pads_end(d, at.pads_end);
-    }
-
-    const dims src = data_dims(d.mb, d.ic, spatial(d.i, n), data_format);
-    const dims dst = data_dims(d.mb, d.oc, spatial(d.o, n), data_format);
-    // Conv weights: O = OC (groups folded in), I = IC/g. ConvTranspose: I = its
-    // src channels (groups folded in), O = its dst channels / g.
-    const dims weights = transpose ? weights_dims(weights_format, d.oc / d.g, d.ic, spatial(d.k, n))
-                                   : weights_dims(weights_format, d.oc, d.ic / d.g, spatial(d.k, n));
-    dims* shape_attr = nullptr;
-    if (kind == op_kind::conv_bwd_data) {
-        c.input0 = dst;
-        c.input1 = weights;
-        at.dst_shape = src;
-        shape_attr = &at.dst_shape;
-    } else {
-        c.input0 = src;
-        c.input1 = dst;
-        at.weights_shape = weights;
-        shape_attr = &at.weights_shape;
-    }
-    if (lo.shape_as_input) {
-        c.has_shape_input = true;
-        c.shape_input.assign(shape_attr->begin(), shape_attr->end());
-        shape_attr->clear();
-    }
+    c.skip_reason = set_geometry(c.attrs, d, lo, transpose);
+    set_tensors(c, d, lo);
     return c;
 }
 
