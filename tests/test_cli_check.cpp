@@ -170,6 +170,21 @@ TEST_CASE("cli sweep: run_case passes, fails a corrupted result, and skips the i
     CHECK(run_case(skip, o, peaks).status == "SKIP");
 }
 
+TEST_CASE("cli sweep: checks the reference cannot finish are skipped, not hung", "[cli][sweep]") {
+    // oneDNN's 3d_conv_large_shape:2 at mb1: the data gradient's reference
+    // would try 192^3 taps for each of 32 * 192^3 diff_src elements.
+    const sweep_options o = parse_sweep_args({"--mode=C", "--op=bwd_d", "g1mb1_ic32oc1_id192kd192"});
+    const std::vector<op_case> cases = collect_cases(o);
+    REQUIRE(cases.size() == 1);
+    CHECK(reference_steps(cases[0]) > 1e15);
+    const case_result r = run_case(cases[0], o, peak_table());
+    CHECK(r.status == "SKIP");
+    CHECK_THAT(r.detail, Catch::Contains("check skipped"));
+    // Ordinary shapes are far below the limit.
+    const op_case small = small_case(op_kind::conv_bwd_data, data_type::f32);
+    CHECK(reference_steps(small) == Approx(small.make_op().flops() / 2 + 2 * 6 * 7 * 6 * 3 * 2));
+}
+
 TEST_CASE("cli perf: the peak table", "[cli][perf]") {
     const peak_table defaults;
     CHECK(defaults.gflops(data_type::f32, 2) == 469.4);

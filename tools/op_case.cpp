@@ -266,4 +266,16 @@ int64_t reduction_length(const op_case& c) {
     return 1;
 }
 
+double reference_steps(const op_case& c) {
+    double steps = c.make_op().flops() / 2;
+    if (c.kind != op_kind::conv_bwd_data) return steps;
+    dims diff_src = c.attrs.dst_shape;
+    if (c.has_shape_input) diff_src.assign(c.shape_input.begin(), c.shape_input.end());
+    const std::string& fmt = c.attrs.data_format;
+    const double oc = static_cast<double>(channels(c.input0, fmt));
+    const double icg = static_cast<double>(channels(diff_src, fmt)) / static_cast<double>(c.attrs.groups);
+    const double kernel = static_cast<double>(product(c.input1)) / (oc * icg);
+    return steps + static_cast<double>(product(diff_src)) * kernel;
+}
+
 }  // namespace convgrad::cli

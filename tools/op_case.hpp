@@ -59,4 +59,10 @@ op_case with_minibatch(const op_case& c, int64_t mb);
 // Number of products summed into one output element (at most), from dims.
 int64_t reduction_length(const op_case& c);
 
+// Inner-loop steps of one run of the scalar reference: one per product, and
+// for the data gradient one per (diff_src element, kernel tap) as well, as
+// it tries every tap. Lets the sweep skip checks the reference cannot
+// finish (a 192^3 kernel is 10^15 steps).
+double reference_steps(const op_case& c);
+
 }  // namespace convgrad::cli

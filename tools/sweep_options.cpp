@@ -84,6 +84,7 @@ bool apply_option(sweep_options& o, const std::string& arg, const std::string& k
     else if (key == "auto-pad") o.layout.auto_pad = value;
     else if (key == "mb") o.mb = parse_count(arg, value, 1, 1 << 20);
     else if (key == "check-mb") o.check_mb = parse_count(arg, value, 1, 1 << 20);
+    else if (key == "check-max-gsteps") o.check_max_gsteps = static_cast<double>(parse_count(arg, value, 1, 1 << 30));
     else if (key == "threads") o.threads = static_cast<int>(parse_count(arg, value, 1, 4096));
     else if (key == "isa") set_isa(o, arg, value);
     else if (key == "mode") set_mode(o, arg, value);
@@ -236,6 +237,8 @@ problem
 run
   --mode=C|P|CP         check, time, or both (default C)
   --check-mb=N          minibatch of the check in CP mode (default 2)
+  --check-max-gsteps=N  skip the check when one reference run needs more than
+                        N*10^9 loop steps (default 2: tens of seconds at most)
   --threads=N           run in a task_arena of N threads (default: all cores)
   --isa=ISA             cap the op under test: ref | avx2 | avx512_core |
                         avx512_core_bf16 | amx (the check always uses ref)

@@ -48,6 +48,14 @@ timing_budget budget_for(const std::string& impl) {
 void run_check(const op_case& c, const sweep_options& o, case_result& r) {
     const op_case small = o.perf ? with_minibatch(c, std::min(c.minibatch(), o.check_mb)) : c;
     r.check_mb = small.minibatch();
+    const double steps = reference_steps(small);
+    if (steps > o.check_max_gsteps * 1e9) {
+        r.exact = r.reals = "skipped";
+        r.detail = "check skipped: one reference run needs " + std::to_string(static_cast<int64_t>(steps / 1e9)) +
+                   "e9 steps (> --check-max-gsteps)";
+        if (!o.perf) r.status = "SKIP";
+        return;
+    }
     const check_result cr = check_case(small, o.isa, o.corrupt_for_test);
     r.exact = cr.exact;
     r.reals = cr.reals;
