@@ -91,21 +91,21 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
     const Problem c = problem(resnet(256, 64, 56, 1));
     CHECK(plan_weights(c, Isa::avx512_core, 2).to_string() ==
           "gemm m14n2x16 tiles=38 (ic 19x14 last 4, oc 2x2v last 2v tail 0) rows=608x170px merged chunk=1 rows "
-          "(608 chunks, 213 KiB) slices=1 grid=2x1 direct est=534cyc/px\n"
-          "  parallel slice<1 (1 thr) x tile<38 (2 thr):\n"
+          "(608 chunks, 213 KiB) slices=8 grid=1x2 direct est=534cyc/px\n"
+          "  parallel slice<8 (2 thr) x tile<38 (1 thr):\n"
           "    for chunk in slice (1 rows):\n"
           "      for g<1 oc_tile<2 kd<1 kh<1 kw<1 ic_tile<19:\n"
           "        for row, px: acc[14 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
-          "  no reduction");
+          "  sum slices in order");
     const Problem first = problem(resnet(3, 64, 224, 7, 2));
     CHECK(plan_weights(first, Isa::avx2, 2).to_string() ==
           "gemm m3n3x8 tiles=147 (ic 1x3 last 3, oc 3x3v last 2v tail 0) rows=3584x112px chunk=2 rows "
-          "(1792 chunks, 92 KiB) slices=1 grid=2x1 direct est=689cyc/px\n"
-          "  parallel slice<1 (1 thr) x tile<147 (2 thr):\n"
+          "(1792 chunks, 92 KiB) slices=8 grid=1x2 direct est=689cyc/px\n"
+          "  parallel slice<8 (2 thr) x tile<147 (1 thr):\n"
           "    for chunk in slice (2 rows):\n"
           "      for g<1 oc_tile<3 kd<1 kh<7 kw<7 ic_tile<1:\n"
           "        for row, px: acc[3 ic][3v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
-          "  no reduction");
+          "  sum slices in order");
     Case dwc = depthwise(32, {112, 112}, {3, 3});
     dwc.mb = 32;
     dwc.pb = dwc.pe = {1, 1};

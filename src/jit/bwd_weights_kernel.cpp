@@ -93,13 +93,13 @@ void WeightsSkeleton::row_loop() {
     L(done);
 }
 
-// rbx (> 0) pixels from r11/rax, stepping by r9/r10; one prefetch per
-// pixel at r13 += r14. Clobbers rbx, r11, rax, r13.
+// rbx (> 0) pixels from r11/rax, stepping by r9/r10; kPrefetchLinesPerPixel
+// prefetches per pixel at r13, then r13 += r14. Clobbers rbx, r11, rax, r13.
 void WeightsSkeleton::pixel_loop() {
     Xbyak::Label pixel;
     align(16);
     L(pixel);
-    prefetcht1(ptr[reg_prefetch_]);
+    for (int line = 0; line < kPrefetchLinesPerPixel; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
     add(reg_prefetch_, reg_prefetch_step_);
     pixel_body();
     add(reg_src_, reg_src_step_);

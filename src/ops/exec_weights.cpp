@@ -76,7 +76,7 @@ struct Prefetch {
     const char* take(int64_t pixels) {
         const char* at = pos;
         if (!pos) return nullptr;
-        pos += 64 * pixels;
+        pos += 64 * kPrefetchLinesPerPixel * pixels;
         if (dst_end && pos >= dst_end) {
             pos = src_begin + (pos - dst_end);
             dst_end = nullptr;
@@ -218,7 +218,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     for (const WeightsRow& r : rows) pixels += r.pixels;
     const char* at = pf.take(pixels);
     a.prefetch = at ? at : reinterpret_cast<const char*>(c.diff_dst);
-    a.prefetch_step = at ? 64 : 0;
+    a.prefetch_step = at ? 64 * kPrefetchLinesPerPixel : 0;
     a.src = c.src;
     a.diff_dst = c.diff_dst;
     a.diff_weights = c.diff_weights;

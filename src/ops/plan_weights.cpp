@@ -14,7 +14,9 @@
 //    tile outermost, so that slice is read from L1 by all taps and ic tiles;
 //  - slices: 1 when there are tiles_for_balance tiles or more (threads split
 //    the tiles: no reduction at all), else enough slices to reach that many
-//    (slice, tile) pairs, at most max_slices and max_partial_bytes.
+//    (slice, tile) pairs; stream_slices when the layer does fewer than
+//    stream_intensity flop per byte of src + diff_dst (threads then split
+//    the DRAM traffic too); at most max_slices and max_partial_bytes.
 #include "ops/plan_weights.hpp"
 
 #include <algorithm>
@@ -141,11 +143,19 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     g.segs_per_row = div_up(g.out[2], g.segment);
     r.rows = g.rows();
     r.chunk_rows = std::clamp<int64_t>((target + g.segment / 2) / g.segment, 1, r.rows);
+    const double wei_bytes = 4.0 * plan.weights_elems;
+    const double data_bytes = 4.0 * (p.mb * p.in_sp() * p.ic() + p.mb * p.out_sp() * p.oc());
     int64_t slices = 1;
-    if (plan.blk.tiles < Cost::tiles_for_balance) {
-        const int64_t by_memory = 1 + Cost::max_partial_bytes / std::max<int64_t>(4 * plan.weights_elems, 1);
-        slices = std::min({div_up(Cost::tiles_for_balance, plan.blk.tiles), Cost::max_slices, by_memory});
-        slices = std::min(slices, r.rows);
+    if (plan.blk.tiles < Cost::tiles_for_balance)
+        slices = div_up(Cost::tiles_for_balance, plan.blk.tiles);
+    // Little compute per byte (1x1 layers): threads splitting tiles would
+    // each stream all of src and diff_dst from DRAM; slices let them split
+    // the pixels instead, for a reduction of small weights.
+    if (p.flops() / data_bytes < Cost::stream_intensity && wei_bytes * Cost::stream_slices < data_bytes / 16)
+        slices = std::max(slices, Cost::stream_slices);
+    if (slices > 1) {
+        const int64_t by_memory = 1 + static_cast<int64_t>(Cost::max_partial_bytes / std::max(wei_bytes, 4.0));
+        slices = std::min({slices, Cost::max_slices, by_memory, r.rows});
         r.chunk_rows = std::min(r.chunk_rows, div_up(r.rows, slices));
     }
     r.chunks = div_up(r.rows, r.chunk_rows);

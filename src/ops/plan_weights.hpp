@@ -93,6 +93,8 @@ struct WeightsCostModel {
     static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
     static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
     static constexpr int64_t max_slices = 16;
+    static constexpr double stream_intensity = 64;  // flop/byte below which slices split DRAM traffic
+    static constexpr int64_t stream_slices = 8;
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
 };
 
