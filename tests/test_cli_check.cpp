@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <sstream>
 
 #include "check.hpp"
 #include "json_op.hpp"
@@ -183,6 +184,19 @@ TEST_CASE("cli sweep: checks the reference cannot finish are skipped, not hung",
     // Ordinary shapes are far below the limit.
     const op_case small = small_case(op_kind::conv_bwd_data, data_type::f32);
     CHECK(reference_steps(small) == Approx(small.make_op().flops() / 2 + 2 * 6 * 7 * 6 * 3 * 2));
+}
+
+TEST_CASE("cli sweep: CSV and JSON results", "[cli][sweep]") {
+    const sweep_options o = parse_sweep_args({"--mode=C", "--op=bwd_w", "ic3oc4iw5kw3n\"with,comma\""});
+    std::vector<case_result> results;
+    for (const op_case& c : collect_cases(o)) results.push_back(run_case(c, o, peak_table()));
+    std::ostringstream csv, json;
+    write_csv(csv, results);
+    write_json(json, results, "defaults");
+    CHECK_THAT(csv.str(), Catch::StartsWith("status,op,dtype,name,descriptor,mb,check_mb,timed_mb,exact"));
+    CHECK_THAT(csv.str(), Catch::Contains("PASS,bwd_w,f32,\"with,comma\","));
+    CHECK_THAT(json.str(), Catch::Contains("\"passed\": 1"));
+    CHECK_THAT(json.str(), Catch::Contains("\"exact\": \"ok\""));
 }
 
 TEST_CASE("cli perf: the peak table", "[cli][perf]") {

@@ -20,7 +20,7 @@ struct sweep_options {
     layout_options layout;
     int64_t mb = 0;        // 0: the descriptor's
     int64_t check_mb = 2;  // CP mode: minibatch of the C part
-    double check_max_gsteps = 2.0;  // skip checks whose reference run is longer
+    double check_max_gsteps = 5.0;  // skip checks whose reference run is longer
     int threads = 0;       // 0: every core
     std::string isa;       // cap for the op under test; "": the environment's
     bool check = true, perf = false;

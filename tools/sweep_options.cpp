@@ -238,7 +238,7 @@ run
   --mode=C|P|CP         check, time, or both (default C)
   --check-mb=N          minibatch of the check in CP mode (default 2)
   --check-max-gsteps=N  skip the check when one reference run needs more than
-                        N*10^9 loop steps (default 2: tens of seconds at most)
+                        N*10^9 loop steps (default 5)
   --threads=N           run in a task_arena of N threads (default: all cores)
   --isa=ISA             cap the op under test: ref | avx2 | avx512_core |
                         avx512_core_bf16 | amx (the check always uses ref)

@@ -51,8 +51,10 @@ void run_check(const op_case& c, const sweep_options& o, case_result& r) {
     const double steps = reference_steps(small);
     if (steps > o.check_max_gsteps * 1e9) {
         r.exact = r.reals = "skipped";
-        r.detail = "check skipped: one reference run needs " + std::to_string(static_cast<int64_t>(steps / 1e9)) +
-                   "e9 steps (> --check-max-gsteps)";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "check skipped: one reference run needs %.1f billion steps (> --check-max-gsteps=%g)",
+                      steps / 1e9, o.check_max_gsteps);
+        r.detail = buf;
         if (!o.perf) r.status = "SKIP";
         return;
     }
