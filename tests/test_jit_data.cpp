@@ -1,6 +1,7 @@
 // JIT data gradient (ConvolutionBackwardData) against the reference.
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
 #include <thread>
@@ -18,25 +19,45 @@ using convgrad::op_kind;
 // A data-gradient case: the weight tests' convolution-view case, read as
 // ConvolutionBackwardData (input 0 diff_dst, input 1 weights, output diff_src).
 struct DCase : wtest::Case {
+    data_type dt = data_type::f32;
     convgrad::op make(const std::string& isa) const {
         convgrad::attributes a = attrs();
         a.weights_shape.clear();
         a.dst_shape = data(ic, true);
-        return testutil::make_op(isa, op_kind::conv_bwd_data, data_type::f32, a, data(oc, false), weights());
+        return testutil::make_op(isa, op_kind::conv_bwd_data, dt, a, data(oc, false), weights());
     }
 };
 
-// Small integers: the JIT result must equal the reference bit for bit.
+// Whether the CPU (and CONVGRAD_MAX_ISA) allows the cap `isa`.
+bool runs(const std::string& isa) {
+    const std::vector<std::string> order{"avx2", "avx512_core", "avx512_core_bf16"};
+    const auto level = [&](const std::string& s) { return std::find(order.begin(), order.end(), s) - order.begin(); };
+    return level(isa) <= level(convgrad::max_isa());
+}
+
+// The op runs JIT under the cap: named by the cap, or by avx512_core under
+// avx512_core_bf16 when the kernel needs no bf16 instruction.
+void require_jit_named(const convgrad::op& jit, const std::string& isa) {
+    const std::string d = jit.describe();
+    INFO(d);
+    REQUIRE((d.rfind("jit:" + isa + " ", 0) == 0 ||
+             (isa == "avx512_core_bf16" && d.rfind("jit:avx512_core ", 0) == 0)));
+}
+
+const std::vector<std::string> kAllIsas{"avx512_core_bf16", "avx512_core", "avx2"};
+
+// Small integers: the JIT result must equal the reference bit for bit (the
+// f32 sums are exact, so the one rounding to bf16 / f16 is the reference's).
 void check_exact(const DCase& c, const std::vector<std::string>& isas = {"avx512_core", "avx2"}) {
     const auto ref = c.make("ref");
-    const auto dd = testutil::small_ints(data_type::f32, ref.input0_elems(), 11);
-    const auto w = testutil::small_ints(data_type::f32, ref.input1_elems(), 12);
+    const auto dd = testutil::small_ints(c.dt, ref.input0_elems(), 11);
+    const auto w = testutil::small_ints(c.dt, ref.input1_elems(), 12);
     const auto expect = testutil::run(ref, dd, w);
     for (const std::string& isa : isas) {
-        if (isa == "avx512_core" && convgrad::max_isa() == "avx2") continue;
+        if (!runs(isa)) continue;
         const auto jit = c.make(isa);
         INFO(jit.describe());
-        REQUIRE(jit.describe().rfind("jit:" + isa, 0) == 0);
+        require_jit_named(jit, isa);
         CHECK(testutil::bitwise_equal(testutil::run(jit, dd, w), expect));
     }
 }
@@ -271,4 +292,165 @@ TEST_CASE("data: concurrent execute from 8 threads on one op", "[jit][data]") {
         });
     for (auto& t : threads) t.join();
     for (const auto& out : outs) CHECK(testutil::bitwise_equal(out, expect));
+}
+
+// ---- bf16 and f16 -------------------------------------------------------
+
+namespace {
+
+// The cases the f32 tests cover, in miniature: channel tails and odd oc
+// (the last bf16 pair), strides / dilation / pads, groups, depthwise, the
+// column path, folded 1x1, NCX / OIX, 3D, and oc cut into chunks.
+std::vector<DCase> typed_cases() {
+    std::vector<DCase> cs;
+    DCase c;
+    c.ic = 33;
+    c.oc = 7;
+    c.in = {5, 9};
+    c.pb = c.pe = {1, 1};
+    cs.push_back(c);
+    c.ic = 17;
+    c.oc = 70;  // oc >= 64: staged edge windows
+    c.s = {1, 2};
+    c.pb = {2, 2};
+    c.pe = {1, 2};
+    cs.push_back(c);
+    c = DCase();
+    c.ic = 20;
+    c.oc = 9;
+    c.in = {9, 11};
+    c.k = {3, 2};
+    c.d = {2, 3};
+    c.pb = {5, 4};
+    c.pe = {4, 6};
+    cs.push_back(c);
+    c = DCase();
+    c.g = 2;
+    c.ic = 34;
+    c.oc = 10;
+    c.in = {5, 8};
+    c.s = {2, 1};
+    c.pb = c.pe = {1, 1};
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cs.push_back(c);
+    c = DCase();
+    c.g = c.ic = c.oc = 33;  // depthwise with a channel tail
+    c.in = {5, 9};
+    c.k = {3, 5};
+    c.s = {1, 2};
+    c.pb = {2, 2};
+    c.pe = {3, 3};
+    cs.push_back(c);
+    c = DCase();
+    c.ic = 3;  // column path
+    c.oc = 20;
+    c.in = {17, 22};
+    c.k = {7, 7};
+    c.s = {2, 2};
+    c.pb = {3, 3};
+    c.pe = {2, 3};
+    cs.push_back(c);
+    c = DCase();
+    c.ic = 40;  // folded 1x1
+    c.oc = 25;
+    c.in = {6, 7};
+    c.k = {1, 1};
+    cs.push_back(c);
+    c = DCase();
+    c.ic = 18;  // 3D
+    c.oc = 6;
+    c.in = {4, 5, 6};
+    c.k = {3, 2, 3};
+    c.s = {2, 1, 2};
+    c.pb = {1, 1, 1};
+    c.pe = {1, 0, 2};
+    cs.push_back(c);
+    c = DCase();
+    c.ic = 24;  // long reduction: oc chunks with f32 partial sums between them
+    c.oc = 601;
+    c.in = {4, 5};
+    c.pb = c.pe = {1, 1};
+    cs.push_back(c);
+    return cs;
+}
+
+}  // namespace
+
+TEST_CASE("data bf16/f16: bitwise with small integers on every ISA", "[jit][data][dtype]") {
+    for (data_type dt : {data_type::bf16, data_type::f16})
+        for (DCase c : typed_cases()) {
+            c.dt = dt;
+            INFO(convgrad::dtype_name(dt) << " ic " << c.ic << " oc " << c.oc << " g " << c.g);
+            check_exact(c, kAllIsas);
+        }
+}
+
+TEST_CASE("data bf16: vdpbf16ps names its ISA, the others widen", "[jit][data][dtype]") {
+    DCase c;
+    c.ic = 32;
+    c.oc = 33;
+    c.pb = c.pe = {1, 1};
+    c.dt = data_type::bf16;
+    if (runs("avx512_core_bf16")) {
+        const std::string d = c.make("avx512_core_bf16").describe();
+        CHECK(d.rfind("jit:avx512_core_bf16 direct", 0) == 0);
+        CHECK(d.find("vdpbf16ps on oc pairs") != std::string::npos);
+    }
+    if (runs("avx512_core")) CHECK(c.make("avx512_core").describe().find("bf16 widened to f32") != std::string::npos);
+    CHECK(c.make("avx2").describe().rfind("jit:avx2 direct", 0) == 0);
+    c.dt = data_type::f16;
+    CHECK(c.make("avx2").describe().find("f16 widened to f32") != std::string::npos);
+}
+
+// Random reals: one f32 accumulation of L = OC·taps products of magnitude
+// <= 1, then one rounding. Bound (docs/ACCURACY.md): |jit - ref| <=
+// L·2^-23 (f32 sum error, generous) + one ulp of the output type at |ref|.
+TEST_CASE("data bf16/f16: random reals within the single-rounding bound", "[jit][data][dtype]") {
+    DCase c;
+    c.ic = 48;
+    c.oc = 300;
+    c.in = {6, 6};
+    c.pb = c.pe = {1, 1};
+    const double reduction = double(c.oc) * 9;
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        c.dt = dt;
+        const auto ref = c.make("ref");
+        const auto dd = testutil::random_reals(dt, ref.input0_elems(), 5);
+        const auto w = testutil::random_reals(dt, ref.input1_elems(), 6);
+        const auto expect = testutil::run(ref, dd, w);
+        const int precision = dt == data_type::bf16 ? 8 : 11;
+        for (const std::string& isa : kAllIsas) {
+            if (!runs(isa)) continue;
+            const auto o = c.make(isa);
+            INFO(o.describe());
+            const auto got = testutil::run(o, dd, w);
+            int64_t bad = 0;
+            for (int64_t i = 0; i < got.size(); ++i) {
+                const double r = expect.get(i);
+                const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30)) - (precision - 1));
+                bad += std::fabs(got.get(i) - r) > reduction * std::ldexp(1.0, -23) + ulp;
+            }
+            CHECK(bad == 0);
+        }
+    }
+}
+
+TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data][dtype]") {
+    for (data_type dt : {data_type::bf16, data_type::f16})
+        for (DCase c : typed_cases()) {
+            c.dt = dt;
+            c.mb = 1;
+            const auto o = c.make(convgrad::max_isa());
+            const auto dd = testutil::random_reals(dt, o.input0_elems(), 1);
+            const auto w = testutil::random_reals(dt, o.input1_elems(), 2);
+            std::vector<testutil::Buffer> outs;
+            for (int t : {1, 2, 3}) {
+                tbb::task_arena arena(t);
+                arena.execute([&] { outs.push_back(testutil::run(o, dd, w)); });
+            }
+            INFO(o.describe());
+            CHECK(testutil::bitwise_equal(outs[0], outs[1]));
+            CHECK(testutil::bitwise_equal(outs[0], outs[2]));
+        }
 }

@@ -107,9 +107,9 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(pl.oc_chunk <= (pl.path == DataPath::depthwise ? 1 : pr.ocg));
             // Scratch: packed W holds every lane of every block and tap.
             const int64_t per_block_rows = pl.path == DataPath::col ? pr.ocg : pr.k_sp() * (dw ? 1 : pr.ocg);
-            CHECK(pl.scratch.wpack_floats == (dw ? 1 : pr.g) * cb.padded() * per_block_rows);
+            CHECK(pl.scratch.wpack_elems == (dw ? 1 : pr.g) * cb.padded() * per_block_rows);
             if (pl.path != DataPath::col && !pl.exact_edges)
-                CHECK(pl.scratch.per_thread_floats >= pr.k_sp() * pl.blk.m * pr.oc());
+                CHECK(pl.scratch.stage_elems >= pr.k_sp() * pl.blk.m * pr.oc());
             // Threads: contiguous item ranges that tile [0, items) exactly once.
             CHECK(pl.grid.items == (pl.path == DataPath::col ? pl.rows : pl.rows * cb.total));
             int64_t next = 0;
@@ -131,20 +131,44 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
     }
 }
 
-TEST_CASE("data plan: declines what it does not support", "[jit][data][plan]") {
+TEST_CASE("data plan: bf16 and f16 compute forms and ISA names", "[jit][data][plan]") {
+    attributes a;
+    a.strides = {1, 1};
+    a.pads_begin = a.pads_end = {1, 1};
+    a.dst_shape = {2, 8, 8, 64};
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        const Problem p = make_problem(op_kind::conv_bwd_data, dt, a, {2, 8, 8, 33}, {3, 3, 64, 33}, nullptr);
+        const bool bf16 = dt == data_type::bf16;
+        const DataPlan nat = plan_of(p, Isa::avx512_core_bf16, 2);
+        CHECK(nat.isa == (bf16 ? Isa::avx512_core_bf16 : Isa::avx512_core));
+        CHECK(nat.types.compute == (bf16 ? DataCompute::bf16_dot : DataCompute::widen));
+        CHECK(nat.ocg_w == (bf16 ? 34 : 33));  // oc pairs: the odd last oc pairs with zero
+        CHECK(nat.to_string().find(bf16 ? "bf16 vdpbf16ps on oc pairs" : "f16 widened to f32") != std::string::npos);
+        for (Isa isa : {Isa::avx512_core, Isa::avx2}) {
+            const DataPlan pl = plan_of(p, isa, 2);
+            CHECK(pl.isa == isa);
+            CHECK(pl.types.compute == DataCompute::widen);
+            // The widen scratch holds m pixels of a whole oc chunk in f32.
+            CHECK(pl.scratch.cvt_floats * 4 >= pl.blk.m * pl.oc_chunk * 4);
+        }
+    }
+    // A long reduction: 16-bit outputs keep f32 partial sums between chunks.
+    const Problem big = make_problem(op_kind::conv_bwd_data, data_type::f16, a, {2, 8, 8, 600}, {3, 3, 64, 600}, nullptr);
+    const DataPlan pl = plan_of(big, Isa::avx512_core, 2);
+    CHECK(pl.oc_chunk <= 256);
+    CHECK(pl.scratch.acc_floats == 8 * 64);
+}
+
+TEST_CASE("data plan: 32-bit displacements", "[jit][data][plan]") {
     attributes a;
     a.strides = {1};
     a.pads_begin = a.pads_end = {0};
-    a.dst_shape = {1, 4, 16};
-    Problem p = make_problem(op_kind::conv_bwd_data, data_type::bf16, a, {1, 4, 8}, {1, 16, 8}, nullptr);
-    DataPlan pl;
-    std::string why;
-    CHECK_FALSE(make_data_plan(p, Isa::avx512_core, 2, &pl, &why));
-    CHECK(why.find("bf16") != std::string::npos);
     // Pixel strides near 2 GiB: the planner keeps displacements in 32 bits.
     a.dst_shape = {1, 2, 16};
-    p = make_problem(op_kind::conv_bwd_data, data_type::f32, a, {1, 2, int64_t(1) << 28}, {1, 16, int64_t(1) << 28},
-                     nullptr);
+    const Problem p = make_problem(op_kind::conv_bwd_data, data_type::f32, a, {1, 2, int64_t(1) << 28},
+                                   {1, 16, int64_t(1) << 28}, nullptr);
+    DataPlan pl;
+    std::string why;
     REQUIRE(make_data_plan(p, Isa::avx512_core, 2, &pl, &why));
     CHECK(pl.blk.m * (int64_t(4) << 28) < (int64_t(1) << 31));
 }

@@ -11,7 +11,8 @@ namespace convgrad::detail {
 using namespace Xbyak::util;  // register names
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,
-                              bool bcast_in_fma, int64_t dd_pix_bytes, int64_t dst_pix_bytes) {
+                              bool bcast_in_fma, int64_t dd_pix_bytes, int64_t dst_pix_bytes,
+                              const DataKernelTypes& types) {
     DataKernelDesc d;  // no padding bytes (static_assert), so the raw key is well defined
     d.isa = static_cast<int32_t>(isa);
     d.kind = static_cast<int32_t>(kind);
@@ -20,23 +21,34 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.tail = tail;
     d.oc_unroll = kind == DataKernelKind::direct ? oc_unroll : 1;
     d.bcast_in_fma = kind == DataKernelKind::direct && isa >= Isa::avx512_core && bcast_in_fma;
+    d.compute = static_cast<int32_t>(types.compute);
+    d.in_dt = static_cast<int32_t>(types.in);
+    d.out_dt = static_cast<int32_t>(types.out);
     d.dd_pix_bytes = dd_pix_bytes;
     d.dst_pix_bytes = dst_pix_bytes;
+    const bool widen_direct = types.compute == DataCompute::widen && kind == DataKernelKind::direct;
+    d.cvt_pix_bytes = widen_direct ? types.cvt_pix_bytes : 0;
     return d;
 }
 
 std::string to_string(const DataKernelDesc& d) {
+    static const char* const kCompute[] = {"", "_widen", "_dot"};
     std::ostringstream os;
     os << isa_name(static_cast<Isa>(d.isa))
        << (d.kind == int32_t(DataKernelKind::depthwise) ? "_dw" : "_direct") << "_m" << d.m << "n"
-       << d.n << "t" << d.tail << "u" << d.oc_unroll << (d.bcast_in_fma ? "b" : "") << "_dd"
-       << d.dd_pix_bytes << "_dst" << d.dst_pix_bytes;
+       << d.n << "t" << d.tail << "u" << d.oc_unroll << (d.bcast_in_fma ? "b" : "") << kCompute[d.compute]
+       << "_" << dtype_name(static_cast<data_type>(d.in_dt)) << "to" << dtype_name(static_cast<data_type>(d.out_dt))
+       << "_dd" << d.dd_pix_bytes << "_dst" << d.dst_pix_bytes;
+    if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
     return os.str();
 }
 
 int data_kernel_vregs(const DataKernelDesc& d) {
     const bool avx2_mask = d.isa < int32_t(Isa::avx512_core) && d.tail != 0;
-    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 : (d.bcast_in_fma ? 0 : 1);
+    // bf16_dot keeps a broadcast register for the odd last oc even when the
+    // pairs broadcast inside the instruction.
+    const bool bcast_reg = !d.bcast_in_fma || d.compute == int32_t(DataCompute::bf16_dot);
+    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 : (bcast_reg ? 1 : 0);
     return d.m * d.n + d.n + temps + (avx2_mask ? 1 : 0);
 }
 
@@ -48,10 +60,14 @@ namespace {
 //   r8   entry pointer               r9   entries left
 //   r10  dd pointer of the entry     r11  W pointer of the entry
 //   rax  oc left                     rbx  scratch
+//   r12  f32 acc pointer of block    r13  widen: element offset
+//   r14  widen: f32 scratch base
 // Vector registers: accumulators first (pixel-major), then n weights, then
-// temporaries; the AVX2 tail mask is the last register.
+// temporaries; the AVX2 tail mask is the last register. Opmasks: k1 the
+// channel tail (VecIsa), k2 VecCvt's NaN lanes, k3 the widen tail.
 const Xbyak::Reg64 kArgs = rdi, kBlkOff = rsi, kDst = rcx, kBlocks = rdx, kEntry = r8,
-                   kEntries = r9, kDd = r10, kW = r11, kOc = rax, kTmp = rbx;
+                   kEntries = r9, kDd = r10, kW = r11, kOc = rax, kTmp = rbx, kAcc = r12,
+                   kCvtOff = r13, kCvtBuf = r14;
 
 template <typename T>
 Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
@@ -60,23 +76,34 @@ Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
     return cg.qword[kArgs + static_cast<int>(off)];
 }
 
+// Opmasks of the first n words, n = 0..16 (AVX-512 widen tail).
+const uint16_t kWordMasks[17] = {0x0,   0x1,   0x3,   0x7,    0xf,    0x1f,   0x3f,   0x7f,  0xff,
+                                 0x1ff, 0x3ff, 0x7ff, 0xfff, 0x1fff, 0x3fff, 0x7fff, 0xffff};
+
 }  // namespace
 
 DataKernel::DataKernel(const DataKernelDesc& d)
-    : JitKernel("bwd_data_" + to_string(d)), d_(d), vi_(*this, static_cast<Isa>(d.isa)) {}
+    : JitKernel("bwd_data_" + to_string(d)),
+      d_(d),
+      vi_(*this, static_cast<Isa>(d.isa)),
+      cvt_(*this, vi_, static_cast<Isa>(d.isa)) {}
 
-// Everything: prologue, tail mask, the block loop, epilogue.
+// Everything: prologue, tail mask, the block loop, epilogue, constants.
 void DataKernel::generate() {
-    preamble(1);  // rbx
+    preamble(4);  // rbx, r12-r14
     if (d_.tail) vi_.set_tail(d_.tail, kTmp, vi_.num_vregs() - 1);
+    if (widen_direct()) mov(kCvtBuf, arg(*this, &DataKernelArgs::cvt));
     block_loop();
     postamble();
+    cvt_.emit_constants();
 }
 
-// Reads args; writes rcx, rdx, rsi; every block: init, entries, store.
+// Reads args; writes rcx, rdx, rsi, r12; every block: init, entries, store.
 void DataKernel::block_loop() {
     Xbyak::Label l_block, l_done;
+    const int64_t acc_pix_bytes = d_.dst_pix_bytes / VecCvt::elem_bytes(out_dt()) * 4;
     mov(kDst, arg(*this, &DataKernelArgs::dst));
+    mov(kAcc, arg(*this, &DataKernelArgs::acc));
     mov(kBlocks, arg(*this, &DataKernelArgs::nblocks));
     xor_(kBlkOff, kBlkOff);
     test(kBlocks, kBlocks);
@@ -86,15 +113,18 @@ void DataKernel::block_loop() {
     entry_loop();
     store_accumulators();
     add(kDst, static_cast<int>(d_.m * d_.dst_pix_bytes));
+    add(kAcc, static_cast<int>(d_.m * acc_pix_bytes));
     add(kBlkOff, static_cast<int>(d_.m * d_.dd_pix_bytes));
     dec(kBlocks);
     jnz(l_block);
     L(l_done);
 }
 
-// Accumulators := 0, or := diff_src when args.accumulate. Reads rcx; clobbers rbx.
+// Accumulators := 0, or := the f32 sums at acc when args.accumulate. Reads
+// r12; clobbers rbx.
 void DataKernel::init_accumulators() {
     Xbyak::Label l_load, l_done;
+    const int64_t acc_pix_bytes = d_.dst_pix_bytes / VecCvt::elem_bytes(out_dt()) * 4;
     mov(kTmp, arg(*this, &DataKernelArgs::accumulate));
     test(kTmp, kTmp);
     jnz(l_load);
@@ -103,7 +133,7 @@ void DataKernel::init_accumulators() {
     L(l_load);
     for (int j = 0; j < d_.m; ++j)
         for (int v = 0; v < d_.n; ++v) {
-            const auto a = ptr[kDst + static_cast<int>(j * d_.dst_pix_bytes + v * vi_.vbytes())];
+            const auto a = ptr[kAcc + static_cast<int>(j * acc_pix_bytes + v * vi_.vbytes())];
             if (d_.tail && v == d_.n - 1)
                 vi_.load_tail(vi_.vreg(j * d_.n + v), a);
             else
@@ -113,7 +143,7 @@ void DataKernel::init_accumulators() {
 }
 
 // For every entry: r10 = entry.dd + block offset, r11 = entry.w, then the
-// taps. Reads rdi, rsi; clobbers r8-r11, rax.
+// taps. Reads rdi, rsi; clobbers r8-r11, rax (and r13, rbx when widening).
 void DataKernel::entry_loop() {
     Xbyak::Label l_entry, l_done;
     mov(kEntry, arg(*this, &DataKernelArgs::entries));
@@ -124,23 +154,92 @@ void DataKernel::entry_loop() {
     mov(kDd, qword[kEntry + offsetof(DataEntry, dd)]);
     add(kDd, kBlkOff);
     mov(kW, qword[kEntry + offsetof(DataEntry, w)]);
-    if (d_.kind == int32_t(DataKernelKind::depthwise))
+    if (d_.kind == int32_t(DataKernelKind::depthwise)) {
         depthwise_taps();
-    else
+    } else {
+        if (widen_direct()) widen_entry();
         oc_loop();
+    }
     add(kEntry, static_cast<int>(sizeof(DataEntry)));
     dec(kEntries);
     jnz(l_entry);
     L(l_done);
 }
 
+// Widen: the m pixels × noc diff_dst values of this entry to f32 in the
+// scratch (whole vectors, then the tail), and r10 := the scratch. Reads r10,
+// r14; clobbers rax, rbx, r13, the W registers.
+void DataKernel::widen_entry() {
+    Xbyak::Label l_vec, l_tail, l_done;
+    const int es = VecCvt::elem_bytes(in_dt());
+    mov(kOc, arg(*this, &DataKernelArgs::noc));
+    xor_(kCvtOff, kCvtOff);
+    L(l_vec);
+    cmp(kOc, vi_.vlen());
+    jl(l_tail);
+    for (int j = 0; j < d_.m; ++j) {
+        const Xbyak::Xmm t = vi_.vreg(d_.m * d_.n + j % d_.n);
+        cvt_.load(t, ptr[kDd + kCvtOff * es + static_cast<int>(j * d_.dd_pix_bytes)], in_dt());
+        vi_.store(ptr[kCvtBuf + kCvtOff * 4 + static_cast<int>(j * d_.cvt_pix_bytes)], t);
+    }
+    add(kCvtOff, vi_.vlen());
+    sub(kOc, vi_.vlen());
+    jmp(l_vec);
+    L(l_tail);
+    widen_tail(l_done);
+    L(l_done);
+    mov(kDd, kCvtBuf);
+}
+
+// The last noc % vlen values of each pixel (rax of them, at element r13):
+// AVX-512 under a word mask from a table (masked lanes are not read), AVX2
+// one value at a time through rbx. Jumps to `done`.
+void DataKernel::widen_tail(const Xbyak::Label& done) {
+    const Xbyak::Xmm t = vi_.vreg(d_.m * d_.n);
+    auto src = [&](int j) { return ptr[kDd + kCvtOff * 2 + static_cast<int>(j * d_.dd_pix_bytes)]; };
+    auto dst = [&](int j) { return ptr[kCvtBuf + kCvtOff * 4 + static_cast<int>(j * d_.cvt_pix_bytes)]; };
+    test(kOc, kOc);
+    jz(done);
+    if (vi_.avx512()) {
+        mov(kTmp, reinterpret_cast<uintptr_t>(kWordMasks));
+        movzx(ebx, word[kTmp + kOc * 2]);
+        kmovw(k3, ebx);
+        for (int j = 0; j < d_.m; ++j) {
+            vmovdqu16(Xbyak::Ymm(t.getIdx()) | k3 | T_z, src(j));
+            cvt_.widen(t, in_dt());
+            vi_.store(dst(j), t);
+        }
+        jmp(done);
+        return;
+    }
+    Xbyak::Label l_one;
+    L(l_one);
+    for (int j = 0; j < d_.m; ++j) {
+        movzx(ebx, word[src(j).getRegExp()]);
+        if (in_dt() == data_type::bf16) {
+            shl(ebx, 16);
+            mov(dword[dst(j).getRegExp()], ebx);
+        } else {
+            vmovd(Xbyak::Xmm(t.getIdx()), ebx);
+            vcvtph2ps(Xbyak::Xmm(t.getIdx()), Xbyak::Xmm(t.getIdx()));
+            vmovss(dword[dst(j).getRegExp()], Xbyak::Xmm(t.getIdx()));
+        }
+    }
+    inc(kCvtOff);
+    dec(kOc);
+    jnz(l_one);
+    jmp(done);
+}
+
 // Direct: the oc reduction of one entry, oc_unroll steps per trip then one
-// at a time. Reads r10, r11; advances them; clobbers rax.
+// at a time (bf16_dot: steps of an oc pair, then the odd last oc). Reads
+// r10, r11; advances them; clobbers rax (and rbx for the odd oc).
 void DataKernel::oc_loop() {
     const int u = d_.oc_unroll;
-    const int w_oc_bytes = d_.n * vi_.vbytes();
+    const int w_oc_bytes = d_.n * vi_.vbytes();  // one oc, or one oc pair of bf16
     Xbyak::Label l_main, l_rem, l_done;
     mov(kOc, arg(*this, &DataKernelArgs::noc));
+    if (dot()) shr(kOc, 1);
     if (u > 1) {
         L(l_main);
         cmp(kOc, u);
@@ -160,10 +259,18 @@ void DataKernel::oc_loop() {
     dec(kOc);
     jmp(l_rem);
     L(l_done);
+    if (dot()) {
+        Xbyak::Label l_even;
+        test(arg(*this, &DataKernelArgs::noc), 1);
+        jz(l_even);
+        odd_oc_step();
+        L(l_even);
+    }
 }
 
 // Direct, one oc (at offset i from r10/r11): n weight vectors, then per
-// pixel one broadcast diff_dst scalar times the n vectors. Reads r10, r11.
+// pixel one broadcast diff_dst value times the n vectors (bf16_dot: one oc
+// pair, 4 bytes of diff_dst either way). Reads r10, r11.
 void DataKernel::oc_step(int i) {
     const int mn = d_.m * d_.n;
     const int w_oc_bytes = d_.n * vi_.vbytes();
@@ -171,42 +278,90 @@ void DataKernel::oc_step(int i) {
         vi_.load(vi_.vreg(mn + v), ptr[kW + i * w_oc_bytes + v * vi_.vbytes()]);
     const Xbyak::Xmm bc = vi_.vreg(mn + d_.n);
     for (int j = 0; j < d_.m; ++j) {
-        const auto a = ptr[kDd + static_cast<int>(j * d_.dd_pix_bytes + i * 4)];
-        if (d_.bcast_in_fma) {
-            for (int v = 0; v < d_.n; ++v) vi_.fma_bcast(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), a, bc);
-        } else {
-            vi_.bcast(bc, a);
-            for (int v = 0; v < d_.n; ++v) vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), bc);
+        const auto a = ptr[kDd + static_cast<int>(j * bcast_pix_bytes() + i * 4)];
+        for (int v = 0; v < d_.n && d_.bcast_in_fma; ++v) {
+            if (dot())
+                cvt_.dot_bf16_bcast(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), a);
+            else
+                vi_.fma_bcast(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), a, bc);
+        }
+        if (d_.bcast_in_fma) continue;
+        vi_.bcast(bc, a);
+        for (int v = 0; v < d_.n; ++v) {
+            if (dot())
+                vdpbf16ps(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), bc);
+            else
+                vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), bc);
         }
     }
 }
 
+// bf16_dot, the odd last oc: the pair (diff_dst[oc], 0) against W's (w, 0),
+// so the word after the chunk is never read. Reads r10, r11; clobbers rbx.
+void DataKernel::odd_oc_step() {
+    const int mn = d_.m * d_.n;
+    for (int v = 0; v < d_.n; ++v) vi_.load(vi_.vreg(mn + v), ptr[kW + v * vi_.vbytes()]);
+    const Xbyak::Xmm bc = vi_.vreg(mn + d_.n);
+    for (int j = 0; j < d_.m; ++j) {
+        movzx(ebx, word[kDd + static_cast<int>(j * d_.dd_pix_bytes)]);
+        vpbroadcastd(bc, ebx);
+        for (int v = 0; v < d_.n; ++v) vdpbf16ps(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), bc);
+    }
+}
+
 // Depthwise, one entry: n weight vectors times the pixels' diff_dst vectors
-// (the tail vector read masked: it may end the tensor). Reads r10, r11.
+// (widened on load; the tail vector read masked: it may end the tensor).
+// Reads r10, r11.
 void DataKernel::depthwise_taps() {
     const int mn = d_.m * d_.n;
+    const int dd_vec_bytes = vi_.vlen() * VecCvt::elem_bytes(in_dt());
     for (int v = 0; v < d_.n; ++v) vi_.load(vi_.vreg(mn + v), ptr[kW + v * vi_.vbytes()]);
     for (int j = 0; j < d_.m; ++j)
         for (int v = 0; v < d_.n; ++v) {
             const Xbyak::Xmm t = vi_.vreg(mn + d_.n + (j * d_.n + v) % 2);
-            const auto a = ptr[kDd + static_cast<int>(j * d_.dd_pix_bytes + v * vi_.vbytes())];
+            const auto a = ptr[kDd + static_cast<int>(j * d_.dd_pix_bytes + v * dd_vec_bytes)];
             if (d_.tail && v == d_.n - 1)
-                vi_.load_tail(t, a);
+                cvt_.load_tail(t, a, in_dt(), d_.tail);
             else
-                vi_.load(t, a);
+                cvt_.load(t, a, in_dt());
             vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), t);
         }
 }
 
-// Accumulators to diff_src, the last vector masked when there is a tail. Reads rcx.
+// Accumulators out: f32 output stores to dst; a 16-bit output rounds into
+// dst when args.store_final, else keeps f32 partial sums in acc.
 void DataKernel::store_accumulators() {
+    if (out_dt() == data_type::f32) {
+        store_block(true);
+        return;
+    }
+    Xbyak::Label l_partial, l_done;
+    mov(kTmp, arg(*this, &DataKernelArgs::store_final));
+    test(kTmp, kTmp);
+    jz(l_partial);
+    store_block(true);
+    jmp(l_done);
+    L(l_partial);
+    store_block(false);
+    L(l_done);
+}
+
+// One store of the m × n tile, the last vector masked when there is a tail:
+// to_dst rounds to out_dt at rcx, else f32 at r12. Clobbers the W and
+// temporary registers (VecCvt's scratch) and the accumulators.
+void DataKernel::store_block(bool to_dst) {
+    const data_type dt = to_dst ? out_dt() : data_type::f32;
+    const int64_t pix = to_dst ? d_.dst_pix_bytes : d_.dst_pix_bytes / VecCvt::elem_bytes(out_dt()) * 4;
+    const Xbyak::Reg64 base = to_dst ? kDst : kAcc;
+    const int mn = d_.m * d_.n;
+    const Xbyak::Xmm t0 = vi_.vreg(mn), t1 = vi_.vreg(mn + 1);
     for (int j = 0; j < d_.m; ++j)
         for (int v = 0; v < d_.n; ++v) {
-            const auto a = ptr[kDst + static_cast<int>(j * d_.dst_pix_bytes + v * vi_.vbytes())];
+            const auto a = ptr[base + static_cast<int>(j * pix + v * vi_.vlen() * VecCvt::elem_bytes(dt))];
             if (d_.tail && v == d_.n - 1)
-                vi_.store_tail(a, vi_.vreg(j * d_.n + v));
+                cvt_.store_tail(a, vi_.vreg(j * d_.n + v), dt, d_.tail, t0, t1);
             else
-                vi_.store(a, vi_.vreg(j * d_.n + v));
+                cvt_.store(a, vi_.vreg(j * d_.n + v), dt, t0, t1);
         }
 }
 

@@ -16,16 +16,27 @@
 // zero-padded staging copy. A call with no entries writes zeros.
 //
 // The sum over one pixel is a single running chain in entry order then oc
-// order; with `accumulate` the chain continues from the value in diff_src,
-// so splitting oc into chunks never changes a bit.
+// order; with `accumulate` the chain continues from the f32 partial sums in
+// `acc`, so splitting oc into chunks never changes a bit.
+//
+// Data types (DataCompute): f32 multiplies f32 diff_dst by f32 W; `widen`
+// takes bf16 / f16 diff_dst, converts the m pixels × noc values of each entry
+// once into an f32 scratch (one convert feeds n FMAs per oc, so the FMA loop
+// runs as for f32) against W packed as f32; `bf16_dot` multiplies bf16 pairs
+// of consecutive oc with vdpbf16ps: the 32-bit pair diff_dst[p][oc, oc+1]
+// (adjacent in NXC) broadcast against W packed as [oc/2][lanes][2], f32
+// accumulation. A final store rounds the f32 sums once to out_dt; otherwise
+// they go to `acc` as f32 for the next oc chunk.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
+#include "convgrad/convgrad.hpp"
 #include "jit/isa.hpp"
 #include "jit/jit_kernel.hpp"
+#include "jit/vec_cvt.hpp"
 #include "jit/vec_isa.hpp"
 
 namespace convgrad::detail {
@@ -33,6 +44,12 @@ namespace convgrad::detail {
 enum class DataKernelKind : int32_t {
     direct = 0,     // broadcast one diff_dst scalar per pixel, W vectors over ic
     depthwise = 1,  // diff_dst vectors over channels times W vectors
+};
+
+enum class DataCompute : int32_t {
+    f32 = 0,       // f32 in, f32 FMA
+    widen = 1,     // bf16 / f16 diff_dst widened to f32 (per entry, or per load for depthwise), f32 FMA
+    bf16_dot = 2,  // vdpbf16ps on pairs of oc (direct only, avx512_core_bf16)
 };
 
 // Only what changes the emitted bytes. All fields are 4 or 8 bytes, ordered
@@ -44,34 +61,48 @@ struct DataKernelDesc {
     int32_t m = 1;        // pixels per block
     int32_t n = 1;        // vectors of channels per block
     int32_t tail = 0;     // valid lanes of the last vector, 0 = all
-    int32_t oc_unroll = 1;        // direct: oc steps per loop trip
+    int32_t oc_unroll = 1;        // direct: oc steps (bf16_dot: oc pairs) per loop trip
     int32_t bcast_in_fma = 0;     // direct, AVX-512: {1toN} memory operand instead of a bcast register
-    int32_t pad_ = 0;
+    int32_t compute = 0;          // DataCompute
+    int32_t in_dt = 0;            // data_type of diff_dst
+    int32_t out_dt = 0;           // data_type of the final store
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
-    int64_t dst_pix_bytes = 0;    // diff_src bytes between pixels j and j+1
+    int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
+    int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
 };
-static_assert(sizeof(DataKernelDesc) == 48, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 64, "DataKernelDesc must have no padding");
+
+// The element types and compute form of a kernel; f32 by default.
+struct DataKernelTypes {
+    DataCompute compute = DataCompute::f32;
+    data_type in = data_type::f32, out = data_type::f32;
+    int64_t cvt_pix_bytes = 0;
+};
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,
-                              bool bcast_in_fma, int64_t dd_pix_bytes, int64_t dst_pix_bytes);
+                              bool bcast_in_fma, int64_t dd_pix_bytes, int64_t dst_pix_bytes,
+                              const DataKernelTypes& types = {});
 std::string to_string(const DataKernelDesc& d);
 
 // Vector registers a desc needs (accumulators, weights, temporaries, AVX2 mask).
 int data_kernel_vregs(const DataKernelDesc& d);
 
 struct DataEntry {
-    const float* dd;  // diff_dst: pixel 0 of block 0 at the chunk's first oc / channel
-    const float* w;   // packed weights: this tap, this channel block, the chunk's first oc
+    const void* dd;  // diff_dst: pixel 0 of block 0 at the chunk's first oc / channel
+    const void* w;   // packed weights: this tap, this channel block, the chunk's first oc
 };
 
 // Runtime arguments, passed by pointer.
 struct DataKernelArgs {
     const DataEntry* entries = nullptr;
     int64_t nentries = 0;
-    int64_t noc = 0;          // direct: oc count of the chunk
-    float* dst = nullptr;     // diff_src (NXC, f32): pixel 0 of block 0, first channel of the block
+    int64_t noc = 0;          // direct: oc count of the chunk (bf16_dot: may be odd)
+    void* dst = nullptr;      // diff_src (NXC, out_dt): pixel 0 of block 0, first channel of the block
     int64_t nblocks = 0;
-    int64_t accumulate = 0;   // nonzero: continue the sums already in dst
+    int64_t accumulate = 0;   // nonzero: continue the f32 sums in acc
+    float* acc = nullptr;     // f32 partial sums, dst's layout in f32 (f32: the same as dst)
+    int64_t store_final = 1;  // nonzero: store to dst rounded to out_dt; else f32 to acc
+    float* cvt = nullptr;     // widen, direct: m × cvt_pix_bytes of f32 scratch (64-byte aligned)
 };
 
 class DataKernel final : public JitKernel {
@@ -89,11 +120,25 @@ private:
     void entry_loop();
     void oc_loop();
     void oc_step(int u);
+    void odd_oc_step();
+    void widen_entry();
+    void widen_tail(const Xbyak::Label& done);
     void depthwise_taps();
     void store_accumulators();
+    void store_block(bool to_dst);
+
+    bool dot() const { return d_.compute == int32_t(DataCompute::bf16_dot); }
+    bool widen_direct() const {
+        return d_.compute == int32_t(DataCompute::widen) && d_.kind == int32_t(DataKernelKind::direct);
+    }
+    data_type in_dt() const { return static_cast<data_type>(d_.in_dt); }
+    data_type out_dt() const { return static_cast<data_type>(d_.out_dt); }
+    // Bytes between the broadcast diff_dst values of pixels j and j+1.
+    int64_t bcast_pix_bytes() const { return widen_direct() ? d_.cvt_pix_bytes : d_.dd_pix_bytes; }
 
     DataKernelDesc d_;
     VecIsa vi_;
+    VecCvt cvt_;
     Fn fn_ = nullptr;
 };
 

@@ -52,10 +52,15 @@ void VecCvt::load_tail(const Xmm& v, const Address& a, data_type dt, int n) {
         cg_.vpxor(half, half, half);
         for (int i = 0; i < n; ++i) cg_.vpinsrw(half, half, word_at(a, i), static_cast<uint8_t>(i));
     }
+    widen(v, dt);
+}
+
+void VecCvt::widen(const Xmm& v, data_type dt) {
+    const Xmm half = vi_.avx512() ? Xmm(Ymm(v.getIdx())) : Xmm(v.getIdx());
     if (dt == data_type::bf16) {
         cg_.vpmovzxwd(v, half);
         cg_.vpslld(v, v, 16);
-    } else {
+    } else if (dt == data_type::f16) {
         cg_.vcvtph2ps(v, half);
     }
 }

@@ -38,6 +38,8 @@ public:
     void load(const Xbyak::Xmm& v, const Xbyak::Address& a, data_type dt);
     // The first n lanes (0 < n < vlen) from a, the other lanes 0.
     void load_tail(const Xbyak::Xmm& v, const Xbyak::Address& a, data_type dt, int n);
+    // v := its own low half (vlen 16-bit elements) widened to f32.
+    void widen(const Xbyak::Xmm& v, data_type dt);
     // v := the element at a widened to f32, in every lane.
     void bcast(const Xbyak::Xmm& v, const Xbyak::Address& a, data_type dt);
 

@@ -3,6 +3,11 @@
 // execute: pack W (per call, into scratch) -> [NCX: diff_dst to NXC] ->
 // threads over the plan's items -> [NCX: diff_src back to NCX]. Each thread
 // owns whole diff_src elements, so there is no reduction between threads.
+//
+// Activations keep the problem's element type (f32, bf16, f16) end to end;
+// pointers into them are bytes. Sums are f32 until the kernel's final store
+// rounds them; between oc chunks a 16-bit output keeps them in a per-thread
+// f32 row, and the col path adds into f32 image rows converted at the end.
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
@@ -15,22 +20,26 @@
 #include <sstream>
 #include <vector>
 
+#include "jit/bwd_data_cvt.hpp"
 #include "jit/bwd_data_kernel.hpp"
 #include "ops/executor.hpp"
+#include "ops/numeric.hpp"
 #include "ops/plan_data.hpp"
 
 namespace convgrad::detail {
 namespace {
 
 struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
+    void operator()(void* p) const { std::free(p); }
 };
+using ByteBuf = std::unique_ptr<char, FreeDeleter>;
 using FloatBuf = std::unique_ptr<float, FreeDeleter>;
 
-FloatBuf alloc_floats(int64_t n) {
-    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) * 4 + 63) / 64 * 64;
-    return FloatBuf(static_cast<float*>(std::aligned_alloc(64, bytes)));
+ByteBuf alloc_bytes(int64_t n) {
+    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) + 63) / 64 * 64;
+    return ByteBuf(static_cast<char*>(std::aligned_alloc(64, bytes)));
 }
+FloatBuf alloc_floats(int64_t n) { return FloatBuf(reinterpret_cast<float*>(alloc_bytes(n * 4).release())); }
 
 // Runs fn(t) for t in [0, threads) on the current arena, one task each.
 template <typename Fn>
@@ -51,27 +60,30 @@ NxcStrides nxc_strides(const std::array<int64_t, 3>& sp, int64_t c) {
 }
 
 // dst[i][j] = src[j][i] per image for a rows × cols matrix, in tiles so
-// both sides stream whole cache lines.
-void transpose_images(const float* src, float* dst, int64_t mb, int64_t rows, int64_t cols, int threads) {
+// both sides stream whole cache lines. T: the element's bits.
+template <typename T>
+void transpose_images(const T* src, T* dst, int64_t mb, int64_t rows, int64_t cols, int threads) {
     constexpr int64_t kTile = 32;
     const int64_t rt = (rows + kTile - 1) / kTile, ct = (cols + kTile - 1) / kTile;
     const int64_t items = mb * rt;
     for_each_thread(threads, [&](int t) {
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t n = it / rt, r0 = it % rt * kTile, r1 = std::min(rows, r0 + kTile);
-            const float* s = src + n * rows * cols;
-            float* d = dst + n * rows * cols;
+            const T* s = src + n * rows * cols;
+            T* d = dst + n * rows * cols;
             for (int64_t c0 = 0; c0 < ct * kTile; c0 += kTile)
                 for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
                     for (int64_t r = r0; r < r1; ++r) d[c * rows + r] = s[r * cols + c];
         }
     });
 }
-void ncx_to_nxc(const float* src, float* dst, int64_t mb, int64_t c, int64_t sp, int threads) {
-    transpose_images(src, dst, mb, c, sp, threads);
-}
-void nxc_to_ncx(const float* src, float* dst, int64_t mb, int64_t c, int64_t sp, int threads) {
-    transpose_images(src, dst, mb, sp, c, threads);
+// NCX <-> NXC of elements of `es` bytes: a per-image transpose of (c × sp)
+// or (sp × c).
+void transpose_any(const void* src, void* dst, int es, int64_t mb, int64_t rows, int64_t cols, int threads) {
+    if (es == 4)
+        transpose_images(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), mb, rows, cols, threads);
+    else
+        transpose_images(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), mb, rows, cols, threads);
 }
 
 // One W tap along the executor's W axis for a stride phase: diff_src pixel
@@ -86,17 +98,19 @@ struct PhaseSplit {
     int64_t lo, hi;
 };
 
-// Per-thread state: entry list and edge staging windows.
+// Per-thread state: entry list, edge staging windows (diff_dst bytes), the
+// f32 partial sums of a row between oc chunks, the widen scratch.
 struct ThreadCtx {
     std::vector<DataEntry> entries;
-    std::vector<float> stage;
-    int64_t stage_used = 0;
+    std::vector<char> stage;
+    int64_t stage_used = 0;  // bytes
+    FloatBuf acc, cvt;
 };
 
 // A (kd, kh) tap valid for one diff_src row, with its diff_dst row.
 struct RowTap {
     int64_t tap_dh;  // kd * KH + kh
-    const float* dd_row;
+    const char* dd_row;
 };
 
 // A diff_src row that one diff_dst row reaches through taps (kd, kh).
@@ -132,22 +146,27 @@ public:
 private:
     void build_kernels();
     const DataKernel& kernel(int64_t mb, bool last) const { return *kernels_[mb * 2 + last]; }
-    void pack_weights(const float* w, float* wp, int threads) const;
-    void run_direct(const float* dd, const float* wp, float* dst, int threads) const;
-    void run_col(const float* dd, const float* wp, float* dst, int threads) const;
-    void direct_item(const float* dd, const float* wp, float* dst, int64_t row, int64_t cb, int64_t chunk,
+    void pack_weights(const void* w, char* wp, int threads) const;
+    void run_direct(const char* dd, const char* wp, char* dst, int threads) const;
+    void run_col(const char* dd, const char* wp, char* dst, int threads) const;
+    void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t chunk,
                      ThreadCtx& ctx) const;
     void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0, int64_t mb,
-                     int64_t nblocks, const float* wblock, int64_t chan_dd, int64_t nchan, float* dst, bool last,
-                     int64_t noc, bool accumulate, ThreadCtx& ctx) const;
-    void col_rows(const float* dd, const float* wp, float* dst, int64_t n, int64_t ra, int64_t rb,
-                  std::vector<float>& colbuf) const;
+                     int64_t nblocks, const char* wblock, int64_t chan_dd, int64_t nchan, char* dst, float* acc,
+                     bool last, int64_t noc, int64_t chunk, ThreadCtx& ctx) const;
+    void col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
+                  std::vector<float>& colbuf, float* cvt) const;
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
                          const std::vector<ColTarget>& targets) const;
+    int64_t chunks() const {
+        const int64_t ocg = plan_.path == DataPath::depthwise ? 1 : p_.ocg;
+        return (ocg + plan_.oc_chunk - 1) / plan_.oc_chunk;
+    }
 
     Problem p_;
     DataPlan plan_;
-    NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry
+    int es_ = 4;                   // bytes of an activation element (diff_dst and diff_src)
+    NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements
     std::vector<std::vector<PhaseTap>> phases_;
     std::vector<PhaseSplit> splits_;
     // Edge pixels: one at a time with their valid taps (cheap when a pixel
@@ -159,7 +178,11 @@ private:
 };
 
 JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
-    : p_(p), plan_(plan), dd_str_(nxc_strides(plan.geo.out, p.oc())), dst_str_(nxc_strides(plan.geo.in, p.ic())) {
+    : p_(p),
+      plan_(plan),
+      es_(static_cast<int>(dtype_size(p.dt))),
+      dd_str_(nxc_strides(plan.geo.out, p.oc())),
+      dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
     phases_.resize(static_cast<size_t>(g.stride[2]));
     for (int64_t r = 0; r < g.stride[2]; ++r)
@@ -183,12 +206,14 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
     build_kernels();
 }
 
-// Every (block pixels, last channel block) kernel the plan can call.
+// Every (block pixels, last channel block) kernel the plan can call. The
+// col path's kernels write f32 columns; the others round into diff_src.
 void JitDataExecutor::build_kernels() {
     const DataBlocking& b = plan_.blk;
     const DataGeometry& g = plan_.geo;
+    const bool col = plan_.path == DataPath::col;
     std::vector<int64_t> sizes{b.m};
-    if (plan_.path == DataPath::col) {
+    if (col) {
         sizes.push_back(p_.out[2] % b.m);
     } else {
         for (int64_t r = 0; r < g.stride[2]; ++r) {
@@ -199,8 +224,10 @@ void JitDataExecutor::build_kernels() {
     }
     kernels_.assign(static_cast<size_t>(2 * (b.m + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
-    const int64_t dd_pix = p_.oc() * 4;
-    const int64_t dst_pix = plan_.path == DataPath::col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * 4;
+    DataKernelTypes types = plan_.types;
+    if (col) types.out = data_type::f32;
+    const int64_t dd_pix = p_.oc() * es_;
+    const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
     for (int64_t mb : sizes) {
         if (mb == 0) continue;
         for (int last = 0; last < 2; ++last) {
@@ -210,7 +237,7 @@ void JitDataExecutor::build_kernels() {
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
                     last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma,
-                    dd_pix, dst_pix);
+                    dd_pix, dst_pix, types);
             bool hit = false;
             slot = get_data_kernel(d, &hit);
             ++built_;
@@ -221,15 +248,15 @@ void JitDataExecutor::build_kernels() {
 
 void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const int threads = tbb::this_task_arena::max_concurrency();
-    const float* dd = static_cast<const float*>(in0);
-    FloatBuf wp = alloc_floats(plan_.scratch.wpack_floats);
-    pack_weights(static_cast<const float*>(in1), wp.get(), threads);
-    FloatBuf dd_nxc, dst_nxc;
-    float* dst = static_cast<float*>(out);
+    const char* dd = static_cast<const char*>(in0);
+    ByteBuf wp = alloc_bytes(plan_.scratch.wpack_elems * plan_.w_elem_bytes);
+    pack_weights(in1, wp.get(), threads);
+    ByteBuf dd_nxc, dst_nxc;
+    char* dst = static_cast<char*>(out);
     if (!p_.nxc) {
-        dd_nxc = alloc_floats(plan_.scratch.dd_nxc_floats);
-        dst_nxc = alloc_floats(plan_.scratch.dst_nxc_floats);
-        ncx_to_nxc(dd, dd_nxc.get(), p_.mb, p_.oc(), p_.out_sp(), threads);
+        dd_nxc = alloc_bytes(plan_.scratch.dd_nxc_elems * es_);
+        dst_nxc = alloc_bytes(plan_.scratch.dst_nxc_elems * es_);
+        transpose_any(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads);
         dd = dd_nxc.get();
         dst = dst_nxc.get();
     }
@@ -237,14 +264,16 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
         run_col(dd, wp.get(), dst, threads);
     else
         run_direct(dd, wp.get(), dst, threads);
-    if (!p_.nxc) nxc_to_ncx(dst, static_cast<float*>(out), p_.mb, p_.ic(), p_.in_sp(), threads);
+    if (!p_.nxc) transpose_any(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads);
 }
 
 // Packs the user's W (any layout, through its strides) into the plan's
 // blocks: direct [g][ic block][tap][oc][lanes], depthwise [block][tap][lanes],
-// col [g][lane block][oc][lanes] with lane = tap * ICg + ic. Lanes past the
-// channels are zero, so the kernel never needs a masked W load.
-void JitDataExecutor::pack_weights(const float* w, float* wp, int threads) const {
+// col [g][lane block][oc][lanes] with lane = tap * ICg + ic; f32, except
+// bf16_dot: the direct layout with oc in pairs, [..][oc/2][lanes][2] bf16
+// (an odd last oc pairs with 0). Lanes past the channels are zero, so the
+// kernel never needs a masked W load.
+void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
     const WeightStrides& ws = p_.wei_str;
     const DataChannelBlocks& cb = plan_.cb;
     const int64_t ksp = p_.k_sp(), kh = p_.k[1], kw = p_.k[2];
@@ -252,29 +281,35 @@ void JitDataExecutor::pack_weights(const float* w, float* wp, int threads) const
         return tap / (kh * kw) * ws.k[0] + tap / kw % kh * ws.k[1] + tap % kw * ws.k[2];
     };
     const bool col = plan_.path == DataPath::col, dw = plan_.path == DataPath::depthwise;
+    const bool pairs = plan_.types.compute == DataCompute::bf16_dot;
     // Rows of the pack: (g, block, tap) for direct and depthwise, (g, block, oc) for col.
     const int64_t groups = dw ? 1 : p_.g, inner = col ? p_.ocg : ksp;
+    const int64_t reps = dw || col ? 1 : plan_.ocg_w;  // oc rows per pack row
     const int64_t items = groups * cb.per_group * inner;
     for_each_thread(threads, [&](int t) {
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
             const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
-            const int64_t reps = dw || col ? 1 : p_.ocg;  // oc rows per pack row
-            float* out = wp + g * cb.padded() * (col ? p_.ocg : ksp * (dw ? 1 : p_.ocg)) +
-                         b * cb.block * (col ? p_.ocg : ksp * reps) + x * reps * width;
+            const int64_t row0 = g * cb.padded() * (col ? p_.ocg : ksp * reps) + b * cb.block * (col ? p_.ocg : ksp * reps) +
+                                 x * reps * width;
             for (int64_t o = 0; o < reps; ++o)
                 for (int64_t l = 0; l < width; ++l) {
                     const int64_t lane = b * cb.block + l;
-                    float v = 0.f;
-                    if (lane < cb.lanes) {
+                    int64_t src = -1;  // element index in the user's W, -1 = zero
+                    if (lane < cb.lanes && o < (dw || col ? 1 : p_.ocg)) {
                         if (dw)
-                            v = w[lane * ws.o + tap_offset(x)];
+                            src = lane * ws.o + tap_offset(x);
                         else if (col)
-                            v = w[(g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg)];
+                            src = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
                         else
-                            v = w[(g * p_.ocg + o) * ws.o + lane * ws.i + tap_offset(x)];
+                            src = (g * p_.ocg + o) * ws.o + lane * ws.i + tap_offset(x);
                     }
-                    out[o * width + l] = v;
+                    if (pairs) {
+                        const uint16_t bits = src < 0 ? 0 : static_cast<const uint16_t*>(w)[src];
+                        reinterpret_cast<uint16_t*>(wp)[row0 + (o / 2 * width + l) * 2 + o % 2] = bits;
+                    } else {
+                        reinterpret_cast<float*>(wp)[row0 + o * width + l] = src < 0 ? 0.f : load_elem(w, src, p_.dt);
+                    }
                 }
         }
     });
@@ -282,23 +317,24 @@ void JitDataExecutor::pack_weights(const float* w, float* wp, int threads) const
 
 // Items are (row, channel block) pairs in the plan's loop order; each
 // thread takes a contiguous range and runs the oc chunks of a pair in order.
-void JitDataExecutor::run_direct(const float* dd, const float* wp, float* dst, int threads) const {
+void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int threads) const {
     const int64_t ncb = plan_.cb.total, rows = plan_.rows;
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
     const int64_t inner = plan_.rows_outer ? ncb : rows;
-    const int64_t ocg = plan_.path == DataPath::depthwise ? 1 : p_.ocg;
-    const int64_t chunks = (ocg + plan_.oc_chunk - 1) / plan_.oc_chunk;
+    const int64_t nchunks = chunks();
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
         ctx.entries.reserve(static_cast<size_t>(p_.k_sp()));
-        ctx.stage.resize(static_cast<size_t>(plan_.scratch.per_thread_floats));
+        ctx.stage.resize(static_cast<size_t>(plan_.scratch.stage_elems * es_));
+        if (plan_.scratch.acc_floats) ctx.acc = alloc_floats(plan_.scratch.acc_floats);
+        if (plan_.scratch.cvt_floats) ctx.cvt = alloc_floats(plan_.scratch.cvt_floats);
         const auto [lo, hi] = grid.range(t);
         for (int64_t i = lo; i < hi;) {
             const int64_t outer = i / inner, ib = i % inner, ie = std::min(inner, ib + (hi - i));
             for (int64_t x = ib; x < ie && plan_.rows_outer; ++x)
-                for (int64_t ch = 0; ch < chunks; ++ch) direct_item(dd, wp, dst, outer, x, ch, ctx);
-            for (int64_t ch = 0; ch < chunks && !plan_.rows_outer; ++ch)
+                for (int64_t ch = 0; ch < nchunks; ++ch) direct_item(dd, wp, dst, outer, x, ch, ctx);
+            for (int64_t ch = 0; ch < nchunks && !plan_.rows_outer; ++ch)
                 for (int64_t x = ib; x < ie; ++x) direct_item(dd, wp, dst, x, outer, ch, ctx);
             i += ie - ib;
         }
@@ -307,7 +343,7 @@ void JitDataExecutor::run_direct(const float* dd, const float* wp, float* dst, i
 
 // One diff_src row × channel block × oc chunk: every W phase, its blocks of
 // pixels cut into edge blocks (staged) and one interior run.
-void JitDataExecutor::direct_item(const float* dd, const float* wp, float* dst, int64_t row, int64_t cb,
+void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb,
                                   int64_t chunk, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
@@ -320,29 +356,33 @@ void JitDataExecutor::direct_item(const float* dd, const float* wp, float* dst, 
         for (int64_t kh = 0; kh < g.k[1]; ++kh) {
             const int64_t th = ih + g.pad[1] - kh * g.dil[1];
             if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
-            rts.push_back({kd * g.k[1] + kh, dd + n * dd_str_.n + td / g.stride[0] * dd_str_.d +
-                                                     th / g.stride[1] * dd_str_.h});
+            rts.push_back({kd * g.k[1] + kh, dd + (n * dd_str_.n + td / g.stride[0] * dd_str_.d +
+                                                   th / g.stride[1] * dd_str_.h) * es_});
         }
     }
     const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
     const int64_t grp = dw ? 0 : cb / cbs.per_group, blk = cb % cbs.per_group;
     const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block;
-    const int64_t ocg = dw ? 1 : p_.ocg, oc0 = chunk * plan_.oc_chunk;
+    const int64_t ocg = dw ? 1 : p_.ocg, ocg_w = dw ? 1 : plan_.ocg_w, oc0 = chunk * plan_.oc_chunk;
     const int64_t noc = std::min(plan_.oc_chunk, ocg - oc0);
     const int64_t ksp = p_.k_sp();
-    const float* wblock = wp + grp * cbs.padded() * ksp * ocg + blk * cbs.block * ksp * ocg + oc0 * width;
+    const char* wblock = wp + (grp * cbs.padded() * ksp * ocg_w + blk * cbs.block * ksp * ocg_w + oc0 * width) *
+                                      plan_.w_elem_bytes;
     const int64_t chan_dd = dw ? blk * cbs.block : grp * ocg + oc0;
     const int64_t nchan = dw ? std::min(cbs.block, cbs.lanes - blk * cbs.block) : noc;
-    float* dst_row = dst + n * dst_str_.n + id * dst_str_.d + ih * dst_str_.h +
-                     (dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block);
+    const int64_t row_off = n * dst_str_.n + id * dst_str_.d + ih * dst_str_.h;
+    const int64_t chan_off = dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block;
     const int64_t m = plan_.blk.m;
     for (int64_t r = 0; r < g.stride[2]; ++r) {
         const int64_t npx = phase_pixel_count(g, r);
         const std::vector<PhaseTap>& taps = phases_[static_cast<size_t>(r)];
-        float* dst_ph = dst_row + r * dst_str_.w;
         auto call = [&](int64_t j0, int64_t mb, int64_t nblocks) {
-            direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, nchan,
-                        dst_ph + j0 * g.stride[2] * dst_str_.w, last, noc, chunk > 0, ctx);
+            // Element offset of the block's first pixel inside the row; the
+            // f32 partial sums use the same offsets in the per-thread row.
+            const int64_t off = chan_off + (r + j0 * g.stride[2]) * dst_str_.w;
+            float* acc = ctx.acc ? ctx.acc.get() + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
+            direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, nchan, dst + (row_off + off) * es_, acc, last,
+                        noc, chunk, ctx);
         };
         const PhaseSplit sp = split_phase(r);
         if (exact_edges_) {
@@ -370,32 +410,34 @@ void JitDataExecutor::direct_item(const float* dd, const float* wp, float* dst, 
 // kernel. A tap whose diff_dst pixels leave [0, OW) reads a staged window
 // (zeros outside); that only happens when nblocks == 1.
 void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0,
-                                  int64_t mb, int64_t nblocks, const float* wblock, int64_t chan_dd,
-                                  int64_t nchan, float* dst, bool last, int64_t noc, bool accumulate,
+                                  int64_t mb, int64_t nblocks, const char* wblock, int64_t chan_dd,
+                                  int64_t nchan, char* dst, float* acc, bool last, int64_t noc, int64_t chunk,
                                   ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const int64_t ow_n = g.out[2], kw_n = g.k[2];
-    const int64_t ocg = plan_.path == DataPath::depthwise ? 1 : p_.ocg;
+    const int64_t ocg_w = plan_.path == DataPath::depthwise ? 1 : plan_.ocg_w;
     const int64_t width = last ? int64_t(plan_.cb.tail_n) * plan_.cb.vlen : plan_.cb.block;
+    const int64_t pix_bytes = dd_str_.w * es_, chan_bytes = nchan * es_;
     ctx.entries.clear();
     ctx.stage_used = 0;
     for (const RowTap& rt : rts)
         for (const PhaseTap& pt : taps) {
             const int64_t ow0 = pt.base + j0;
-            const float* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg * width;
+            const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
+            const char* dd_px = rt.dd_row + chan_dd * es_;
             if (ow0 >= 0 && ow0 + mb <= ow_n) {
-                ctx.entries.push_back({rt.dd_row + ow0 * dd_str_.w + chan_dd, w});
+                ctx.entries.push_back({dd_px + ow0 * pix_bytes, w});
                 continue;
             }
             if (exact_edges_) continue;  // a single edge pixel: the tap reads padding
-            float* win = ctx.stage.data() + ctx.stage_used;
-            ctx.stage_used += mb * dd_str_.w;
+            char* win = ctx.stage.data() + ctx.stage_used;
+            ctx.stage_used += mb * pix_bytes;
             for (int64_t j = 0; j < mb; ++j) {
                 const int64_t ow = ow0 + j;
                 if (ow >= 0 && ow < ow_n)
-                    std::memcpy(win + j * dd_str_.w, rt.dd_row + ow * dd_str_.w + chan_dd, static_cast<size_t>(nchan) * 4);
+                    std::memcpy(win + j * pix_bytes, dd_px + ow * pix_bytes, static_cast<size_t>(chan_bytes));
                 else
-                    std::memset(win + j * dd_str_.w, 0, static_cast<size_t>(nchan) * 4);
+                    std::memset(win + j * pix_bytes, 0, static_cast<size_t>(chan_bytes));
             }
             ctx.entries.push_back({win, w});
         }
@@ -404,35 +446,50 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     a.nentries = static_cast<int64_t>(ctx.entries.size());
     a.noc = noc;
     a.dst = dst;
+    a.acc = acc;
     a.nblocks = nblocks;
-    a.accumulate = accumulate;
+    a.accumulate = chunk > 0;
+    a.store_final = chunk + 1 == chunks();
+    a.cvt = ctx.cvt.get();
     kernel(mb, last)(a);
 }
 
-// Col path: threads own contiguous ranges of diff_src rows (n, id, ih).
-void JitDataExecutor::run_col(const float* dd, const float* wp, float* dst, int threads) const {
+// Col path: threads own contiguous ranges of diff_src rows (n, id, ih). A
+// 16-bit output accumulates in f32 image rows, rounded once at the end.
+void JitDataExecutor::run_col(const char* dd, const char* wp, char* dst, int threads) const {
     const int64_t per_image = p_.in[0] * p_.in[1];
+    const int64_t row_elems = p_.in[2] * p_.ic();
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
     for_each_thread(threads, [&](int t) {
         std::vector<float> colbuf(static_cast<size_t>(plan_.col_pixels * plan_.cb.padded()));
+        FloatBuf rows = plan_.scratch.col_rows_floats ? alloc_floats(plan_.scratch.col_rows_floats) : nullptr;
+        FloatBuf cvt = plan_.scratch.cvt_floats ? alloc_floats(plan_.scratch.cvt_floats) : nullptr;
         const auto [lo, hi] = grid.range(t);
-        for (int64_t n = lo / per_image; n * per_image < hi; ++n)
-            col_rows(dd, wp, dst, n, std::max(lo, n * per_image) - n * per_image,
-                     std::min(hi, (n + 1) * per_image) - n * per_image, colbuf);
+        for (int64_t n = lo / per_image; n * per_image < hi; ++n) {
+            const int64_t ra = std::max(lo, n * per_image) - n * per_image;
+            const int64_t rb = std::min(hi, (n + 1) * per_image) - n * per_image;
+            char* image = dst + n * per_image * row_elems * es_;
+            float* target = rows ? rows.get() : reinterpret_cast<float*>(image);
+            col_rows(dd, wp, target, n, ra, rb, colbuf, cvt.get());
+            if (rows)
+                round_f32_array(plan_.isa, p_.dt, rows.get() + ra * row_elems, image + ra * row_elems * es_,
+                                (rb - ra) * row_elems);
+        }
     });
 }
 
-// diff_src rows [ra, rb) (flattened id * IH + ih) of image n: zero them,
-// then for every diff_dst row that reaches them, in increasing order, the
-// column GEMM and the scatter of its columns into the owned rows.
-void JitDataExecutor::col_rows(const float* dd, const float* wp, float* dst, int64_t n, int64_t ra, int64_t rb,
-                               std::vector<float>& colbuf) const {
+// diff_src rows [ra, rb) (flattened id * IH + ih) of image n, f32 rows of
+// `image` (row 0 first): zero them, then for every diff_dst row that reaches
+// them, in increasing order, the column GEMM and the scatter of its columns
+// into the owned rows.
+void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
+                               std::vector<float>& colbuf, float* cvt) const {
     const Problem& p = p_;
     const int64_t ic = p.ic(), oc = p.oc(), iw_n = p.in[2], row_floats = iw_n * ic;
     const NxcStrides ds = nxc_strides(p.out, oc), ss = nxc_strides(p.in, ic);
     for (int64_t r = ra; r < rb; ++r)
-        std::memset(dst + n * ss.n + r * ss.h, 0, static_cast<size_t>(row_floats) * 4);
+        std::memset(image + r * ss.h, 0, static_cast<size_t>(row_floats) * 4);
     const DataChannelBlocks& cb = plan_.cb;
     const int64_t padded = cb.padded(), m = plan_.blk.m;
     std::vector<ColTarget> targets;
@@ -445,28 +502,31 @@ void JitDataExecutor::col_rows(const float* dd, const float* wp, float* dst, int
                     const int64_t ih = oh * p.stride[1] - p.pad_begin[1] + kh * p.dil[1];
                     const int64_t r = id * p.in[1] + ih;
                     if (id < 0 || id >= p.in[0] || ih < 0 || ih >= p.in[1] || r < ra || r >= rb) continue;
-                    targets.push_back({kd * p.k[1] + kh, dst + n * ss.n + r * ss.h});
+                    targets.push_back({kd * p.k[1] + kh, image + r * ss.h});
                 }
             if (targets.empty()) continue;
-            const float* dd_row = dd + n * ds.n + od * ds.d + oh * ds.h;
+            const char* dd_row = dd + (n * ds.n + od * ds.d + oh * ds.h) * es_;
             for (int64_t grp = 0; grp < p.g; ++grp)
                 for (int64_t ow0 = 0; ow0 < p.out[2]; ow0 += plan_.col_pixels) {
                     const int64_t px = std::min(plan_.col_pixels, p.out[2] - ow0);
                     for (int64_t b = 0; b < cb.per_group; ++b) {
                         const bool last = b + 1 == cb.per_group;
-                        const DataEntry e{dd_row + ow0 * oc + grp * p.ocg,
-                                          wp + grp * padded * p.ocg + b * cb.block * p.ocg};
+                        const DataEntry e{dd_row + (ow0 * oc + grp * p.ocg) * es_,
+                                          wp + (grp * padded * p.ocg + b * cb.block * p.ocg) * 4};
                         DataKernelArgs a;
                         a.entries = &e;
                         a.nentries = 1;
                         a.noc = p.ocg;
                         a.dst = colbuf.data() + b * cb.block;
+                        a.acc = colbuf.data() + b * cb.block;
+                        a.cvt = cvt;
                         a.nblocks = px / m;
                         if (a.nblocks) kernel(m, last)(a);
                         if (px % m == 0) continue;
-                        const DataEntry er{e.dd + px / m * m * oc, e.w};
+                        const DataEntry er{static_cast<const char*>(e.dd) + px / m * m * oc * es_, e.w};
                         a.entries = &er;
-                        a.dst += px / m * m * padded;
+                        a.dst = colbuf.data() + b * cb.block + px / m * m * padded;
+                        a.acc = static_cast<float*>(a.dst);
                         a.nblocks = 1;
                         kernel(px % m, last)(a);
                     }

@@ -16,6 +16,7 @@ namespace {
 // cycle in the FMA loop (measured: m8 x n1 broadcast-bound blocks lose).
 constexpr double kFmaPerCycle = 2.0;
 constexpr double kFmaLatency = 5.0;
+constexpr double kDotLatency = 6.0;  // vdpbf16ps: measured 5.9 cycles
 constexpr double kVecLoadsPerCycle = 2.0;
 constexpr double kLoadsPerCycle = 2.0;
 // W vectors stream from L2 when a channel block's W does not fit L1.
@@ -30,15 +31,19 @@ constexpr int64_t kWChunkBytes = 640 * 1024;
 constexpr int64_t kWResidentBytes = 512 * 1024;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 constexpr int kMaxM = 16, kMaxN = 8;
+// Widen: the per-entry f32 scratch (m pixels × oc chunk) stays in L1.
+constexpr int64_t kWidenMaxOcChunk = 256;
 // Staging an edge window pays a copy call per pixel: worth it only when a
 // pixel carries at least this many floats; below, edge pixels run alone.
 constexpr int64_t kMinStageFloats = 64;
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Cycles of one oc step (direct) or one tap (depthwise) of an m × n block
-// of `vbytes`-byte vectors; `w_in_l2`: the W vectors come from L2.
-double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, bool w_in_l2) {
+// Cycles of one oc step (direct; bf16_dot: an oc pair) or one tap
+// (depthwise) of an m × n block of `vbytes`-byte vectors; `w_in_l2`: the W
+// vectors come from L2.
+double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, bool w_in_l2,
+                   double latency = kFmaLatency) {
     const double fma = m * n / kFmaPerCycle;
     double loads = 0;
     if (path == DataPath::depthwise)
@@ -46,14 +51,22 @@ double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, b
     else
         loads = std::max(n / kVecLoadsPerCycle, (n + (bcast_in_fma ? m * n : m)) / kLoadsPerCycle);
     const double l2 = w_in_l2 ? n * vbytes / kL2BytesPerCycle : 0.0;
-    return std::max({fma, loads, kFmaLatency, l2});
+    return std::max({fma, loads, latency, l2});
+}
+
+bool is_dot(const DataPlan& pl) { return pl.types.compute == DataCompute::bf16_dot; }
+
+// Reduction steps per entry: oc (bf16_dot: oc pairs), 1 for depthwise.
+double reduction_steps(const Problem& p, const DataPlan& pl) {
+    if (pl.path == DataPath::depthwise) return 1.0;
+    return is_dot(pl) ? double(div_up(p.ocg, 2)) : double(p.ocg);
 }
 
 // Whether one channel block's W (all taps, all oc) exceeds the L1 budget.
-bool w_block_in_l2(const Problem& p, DataPath path, const DataBlocking& b) {
-    const int64_t red = path == DataPath::depthwise ? 1 : p.ocg;
-    const int64_t taps = path == DataPath::col ? 1 : p.k_sp();
-    return taps * red * b.lanes() * 4 > kL1WBytes;
+bool w_block_in_l2(const Problem& p, const DataPlan& pl, const DataBlocking& b) {
+    const int64_t red = pl.path == DataPath::depthwise ? 1 : p.ocg;
+    const int64_t taps = pl.path == DataPath::col ? 1 : p.k_sp();
+    return taps * red * b.lanes() * pl.w_elem_bytes > kL1WBytes;
 }
 
 DataGeometry make_geometry(const Problem& p) {
@@ -103,10 +116,12 @@ double row_taps(const DataGeometry& g) {
 }
 
 // Cost of the direct or depthwise path, one thread, whole problem.
-double direct_cycles(const Problem& p, const DataGeometry& g, DataPath path, const DataBlocking& b,
-                     const DataChannelBlocks& cb) {
-    const double red = path == DataPath::depthwise ? 1.0 : double(p.ocg);
-    const bool l2 = w_block_in_l2(p, path, b);
+double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb) {
+    const DataGeometry& g = pl.geo;
+    const DataPath path = pl.path;
+    const double red = reduction_steps(p, pl);
+    const double lat = is_dot(pl) ? kDotLatency : kFmaLatency;
+    const bool l2 = w_block_in_l2(p, pl, b);
     const int vb = b.vlen * 4;
     double per_row = 0;
     for (int64_t r = 0; r < g.stride[2]; ++r) {
@@ -114,8 +129,8 @@ double direct_cycles(const Problem& p, const DataGeometry& g, DataPath path, con
         const int64_t full = j / b.m, rem = j % b.m;
         for (int64_t c = 0; c < cb.per_group; ++c) {
             const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
-            const double blocks = full * step_cycles(path, b.m, n, b.bcast_in_fma, vb, l2) +
-                                  (rem ? step_cycles(path, static_cast<int>(rem), n, b.bcast_in_fma, vb, l2) : 0);
+            const double blocks = full * step_cycles(path, b.m, n, b.bcast_in_fma, vb, l2, lat) +
+                                  (rem ? step_cycles(path, static_cast<int>(rem), n, b.bcast_in_fma, vb, l2, lat) : 0);
             per_row += blocks * taps * row_taps(g) * red + 3 * kCallCycles;
             // Edge windows: about one block per side copied per tap.
             per_row += 2.0 * taps * row_taps(g) * b.m * red * kStageCyclesPerFloat;
@@ -126,9 +141,9 @@ double direct_cycles(const Problem& p, const DataGeometry& g, DataPath path, con
 }
 
 // Cost of the col path: a GEMM per diff_dst pixel, then the scatter.
-double col_cycles(const Problem& p, const DataBlocking& b, const DataChannelBlocks& cb) {
+double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb) {
     double per_pixel = 0;
-    const bool l2 = w_block_in_l2(p, DataPath::col, b);
+    const bool l2 = w_block_in_l2(p, pl, b);
     for (int64_t c = 0; c < cb.per_group; ++c) {
         const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
         per_pixel += step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, l2) / b.m * p.ocg;
@@ -137,9 +152,9 @@ double col_cycles(const Problem& p, const DataBlocking& b, const DataChannelBloc
     return per_pixel * p.g * p.mb * p.out_sp();
 }
 
-int vregs(Isa isa, DataPath path, const DataBlocking& b, int tail) {
-    const DataKernelKind kind = path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
-    return data_kernel_vregs(make_data_desc(isa, kind, b.m, b.n, tail, b.oc_unroll, b.bcast_in_fma, 0, 0));
+int vregs(const DataPlan& pl, const DataBlocking& b, int tail) {
+    const DataKernelKind kind = pl.path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
+    return data_kernel_vregs(make_data_desc(pl.isa, kind, b.m, b.n, tail, b.oc_unroll, b.bcast_in_fma, 0, 0, pl.types));
 }
 
 // Searches m × n (× broadcast form) for the lowest estimated cycles.
@@ -161,12 +176,11 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                 b.bcast_in_fma = bif;
                 const DataChannelBlocks cb = make_channel_blocks(lanes, pl->path == DataPath::depthwise ? 1 : p.g, n, vlen);
                 const int tail = pl->path == DataPath::col ? 0 : cb.tail_lanes;
-                if (vregs(pl->isa, pl->path, b, tail) > nregs) continue;
+                if (vregs(*pl, b, tail) > nregs) continue;
                 // Pixel displacements inside the kernel are 32-bit.
                 const int64_t pix_bytes = std::max(p.oc(), pl->path == DataPath::col ? cb.padded() : p.stride[2] * p.ic()) * 4;
                 if (m * pix_bytes + b.lanes() * 4 >= INT32_MAX) continue;
-                const double c = pl->path == DataPath::col ? col_cycles(p, b, cb)
-                                                           : direct_cycles(p, pl->geo, pl->path, b, cb);
+                const double c = pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb);
                 if (best < 0 || c < best * 0.999) {
                     best = c;
                     pl->blk = b;
@@ -178,17 +192,32 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
     return best >= 0;
 }
 
+int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
+    const int64_t padded = pl.cb.padded();
+    switch (pl.path) {
+        case DataPath::direct: return p.g * padded * p.k_sp() * pl.ocg_w;
+        case DataPath::depthwise: return padded * p.k_sp();
+        case DataPath::col: return p.g * padded * p.ocg;
+    }
+    return 0;
+}
+
+// oc chunks (the W chunk of a channel block stays in L2; widen: the scratch
+// in L1), the loop order, edge handling, col chunk.
 void choose_cache_blocking(const Problem& p, DataPlan* pl) {
-    const int64_t lane_bytes = int64_t(pl->blk.lanes()) * 4;
+    const int64_t lane_bytes = int64_t(pl->blk.lanes()) * pl->w_elem_bytes;
     if (pl->path == DataPath::direct) {
         const int64_t chunk_bytes = p.k_sp() * p.ocg * lane_bytes;
-        const int64_t chunks = div_up(chunk_bytes, kWChunkBytes);
-        const int64_t u = pl->blk.oc_unroll;
+        int64_t chunks = div_up(chunk_bytes, kWChunkBytes);
+        if (pl->types.compute == DataCompute::widen) chunks = std::max(chunks, div_up(p.ocg, kWidenMaxOcChunk));
+        const int64_t u = pl->blk.oc_unroll * (is_dot(*pl) ? 2 : 1);  // whole unrolled trips
         pl->oc_chunk = std::min(p.ocg, div_up(div_up(p.ocg, chunks), u) * u);
     } else {
         pl->oc_chunk = p.ocg;
     }
-    pl->rows_outer = pl->scratch.wpack_floats * 4 <= kWResidentBytes;
+    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
+        pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
+    pl->rows_outer = wpack_elems(p, *pl) * pl->w_elem_bytes <= kWResidentBytes;
     const int64_t stage_floats = pl->path == DataPath::depthwise ? pl->cb.block : pl->oc_chunk;
     pl->exact_edges = stage_floats < kMinStageFloats;
     if (pl->path == DataPath::col) {
@@ -200,15 +229,34 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
 
 void size_scratch(const Problem& p, DataPlan* pl) {
     DataScratch& s = pl->scratch;
-    const int64_t padded = pl->cb.padded();
-    switch (pl->path) {
-        case DataPath::direct: s.wpack_floats = p.g * padded * p.k_sp() * p.ocg; break;
-        case DataPath::depthwise: s.wpack_floats = padded * p.k_sp(); break;
-        case DataPath::col: s.wpack_floats = p.g * padded * p.ocg; break;
-    }
-    s.dd_nxc_floats = p.nxc ? 0 : p.mb * p.oc() * p.out_sp();
-    s.dst_nxc_floats = p.nxc ? 0 : p.mb * p.ic() * p.in_sp();
-    s.per_thread_floats = pl->path == DataPath::col ? 0 : p.k_sp() * pl->blk.m * p.oc();
+    s.wpack_elems = wpack_elems(p, *pl);
+    s.dd_nxc_elems = p.nxc ? 0 : p.mb * p.oc() * p.out_sp();
+    s.dst_nxc_elems = p.nxc ? 0 : p.mb * p.ic() * p.in_sp();
+    s.stage_elems = pl->path == DataPath::col ? 0 : p.k_sp() * pl->blk.m * p.oc();
+    const bool narrow_out = p.dt != data_type::f32;
+    const int64_t ocg = pl->path == DataPath::depthwise ? 1 : p.ocg;
+    if (narrow_out && pl->path != DataPath::col && div_up(ocg, pl->oc_chunk) > 1)
+        s.acc_floats = pl->geo.in[2] * p.ic();  // one diff_src row (a plane when folded)
+    s.cvt_floats = pl->types.cvt_pix_bytes / 4 * pl->blk.m;
+    if (narrow_out && pl->path == DataPath::col) s.col_rows_floats = p.in_sp() * p.ic();
+}
+
+// The compute form for the path: vdpbf16ps for bf16 direct when the ISA has
+// it, else f32 FMAs on widened diff_dst; the kernels' ISA follows.
+void choose_types(const Problem& p, Isa isa, DataPlan* pl) {
+    pl->types = DataKernelTypes();
+    pl->types.in = pl->types.out = p.dt;
+    const Isa base = isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
+    pl->isa = base;
+    if (p.dt == data_type::f32)
+        pl->types.compute = DataCompute::f32;
+    else if (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && pl->path == DataPath::direct)
+        pl->types.compute = DataCompute::bf16_dot;
+    else
+        pl->types.compute = DataCompute::widen;
+    if (is_dot(*pl)) pl->isa = Isa::avx512_core_bf16;
+    pl->w_elem_bytes = is_dot(*pl) ? 2 : 4;
+    pl->ocg_w = is_dot(*pl) ? div_up(p.ocg, 2) * 2 : p.ocg;
 }
 
 }  // namespace
@@ -227,24 +275,22 @@ int64_t DataChannelBlocks::padded() const {
 }
 
 bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::string* why) {
-    if (p.dt != data_type::f32) {
-        *why = std::string("data type ") + dtype_name(p.dt) + " not yet supported by the JIT data gradient";
-        return false;
-    }
     *pl = DataPlan();
-    pl->isa = isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
     pl->geo = make_geometry(p);
     bool ok = false;
     if (p.icg == 1 && p.ocg == 1) {
         pl->path = DataPath::depthwise;
+        choose_types(p, isa, pl);
         ok = choose_blocking(p, pl);
     } else {
         pl->path = DataPath::direct;
+        choose_types(p, isa, pl);
         ok = choose_blocking(p, pl);
         const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
         if (p.icg < 2 * vlen && p.k_sp() > 1) {
             DataPlan col = *pl;
             col.path = DataPath::col;
+            choose_types(p, isa, &col);
             if (choose_blocking(p, &col) && (!ok || col.est_cycles < pl->est_cycles)) {
                 *pl = col;
                 ok = true;
@@ -255,8 +301,8 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         *why = "pixel strides exceed 32-bit displacements";
         return false;
     }
-    size_scratch(p, pl);
     choose_cache_blocking(p, pl);
+    size_scratch(p, pl);
     pl->rows = p.mb * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
     pl->grid.items = pl->path == DataPath::col ? pl->rows : pl->rows * pl->cb.total;
@@ -265,8 +311,11 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
 
 std::string DataPlan::to_string() const {
     std::ostringstream os;
+    static const char* const kCompute[] = {"", " widened to f32", " vdpbf16ps on oc pairs"};
     os << "jit:" << isa_name(isa) << " " << data_path_name(path) << " m" << blk.m << " n" << blk.n << "x"
-       << blk.vlen << (blk.bcast_in_fma ? " bcast-in-fma" : "") << " threads " << grid.threads << "\n";
+       << blk.vlen << (blk.bcast_in_fma ? " bcast-in-fma" : "");
+    if (types.in != data_type::f32) os << " " << dtype_name(types.in) << kCompute[int(types.compute)];
+    os << " threads " << grid.threads << "\n";
     const char* lane_name = path == DataPath::col ? "(tap, ic) lanes" : "channels";
     if (path == DataPath::col) {
         os << "  for row in " << rows << " (n, id, ih) rows, split over threads\n"
@@ -288,7 +337,7 @@ std::string DataPlan::to_string() const {
            << (exact_edges ? " (edge pixels alone)\n" : " (edges staged)\n")
            << "          for valid tap (kd, kh, kw): "
            << (path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"
-                                           : "for oc: " + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m) +
+                                           : std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m) +
                                                      " bcasts, " + std::to_string(blk.m * blk.n) + " FMAs")
            << "\n";
     }

@@ -11,6 +11,11 @@
 // Everything that changes a bit of the result (path, blocking, oc chunks)
 // is chosen without looking at the thread count; only the ThreadGrid
 // depends on it, so results are identical for any thread count.
+//
+// bf16 / f16 (DataKernelTypes): bf16 on avx512_core_bf16 runs the direct
+// path with vdpbf16ps on oc pairs; every other 16-bit case widens diff_dst
+// to f32 inside the kernel (once per entry, feeding n FMAs per value) with
+// W packed as f32. Sums stay f32 and are rounded once at the final store.
 #pragma once
 
 #include <array>
@@ -18,6 +23,7 @@
 #include <string>
 #include <utility>
 
+#include "jit/bwd_data_kernel.hpp"
 #include "jit/isa.hpp"
 #include "ops/problem.hpp"
 
@@ -66,16 +72,24 @@ struct DataThreadGrid {
     }
 };
 
+// Sizes in elements: W of the packed type (f32, or bf16 for bf16_dot),
+// activations of the problem's type, f32 for acc / cvt / col rows.
 struct DataScratch {
-    int64_t wpack_floats = 0;       // packed weights, shared
-    int64_t dd_nxc_floats = 0;      // NCX diff_dst transposed
-    int64_t dst_nxc_floats = 0;     // NCX diff_src before the transpose back
-    int64_t per_thread_floats = 0;  // staging windows / column buffer
+    int64_t wpack_elems = 0;    // packed weights, shared
+    int64_t dd_nxc_elems = 0;   // NCX diff_dst transposed
+    int64_t dst_nxc_elems = 0;  // NCX diff_src before the transpose back
+    int64_t stage_elems = 0;    // per thread: edge staging windows (diff_dst type)
+    int64_t acc_floats = 0;     // per thread: f32 partial sums of a row between oc chunks
+    int64_t cvt_floats = 0;     // per thread: widened diff_dst of one kernel entry
+    int64_t col_rows_floats = 0;  // per thread, col path with a 16-bit output: f32 image rows
 };
 
 struct DataPlan {
-    Isa isa = Isa::avx512_core;
+    Isa isa = Isa::avx512_core;  // the ISA the kernels require
     DataPath path = DataPath::direct;
+    DataKernelTypes types;       // compute form, element types
+    int w_elem_bytes = 4;        // packed W: f32, or bf16 pairs
+    int64_t ocg_w = 0;           // oc rows of packed W per tap (bf16_dot: ocg rounded up to even)
     DataGeometry geo;
     DataBlocking blk;
     DataChannelBlocks cb;
