@@ -18,6 +18,7 @@
 #include <cstring>
 #include <memory>
 #include <sstream>
+#include <type_traits>
 #include <vector>
 
 #include "jit/bwd_data_cvt.hpp"
@@ -147,6 +148,8 @@ private:
     void build_kernels();
     const DataKernel& kernel(int64_t mb, bool last) const { return *kernels_[mb * 2 + last]; }
     void pack_weights(const void* w, char* wp, int threads) const;
+    template <typename T>
+    void pack_weights_as(const T* w, char* wp, int threads) const;
     void run_direct(const char* dd, const char* wp, char* dst, int threads) const;
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
     void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t chunk,
@@ -267,13 +270,33 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     if (!p_.nxc) transpose_any(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads);
 }
 
+// Element i of the user's W as f32 (T = float or the 16-bit bits).
+template <typename T>
+float weight_f32(const T* w, int64_t i, data_type dt) {
+    if constexpr (std::is_same_v<T, float>) {
+        (void)dt;
+        return w[i];
+    } else {
+        return dt == data_type::bf16 ? bf16_to_f32(w[i]) : f16_to_f32(w[i]);
+    }
+}
+
 // Packs the user's W (any layout, through its strides) into the plan's
 // blocks: direct [g][ic block][tap][oc][lanes], depthwise [block][tap][lanes],
 // col [g][lane block][oc][lanes] with lane = tap * ICg + ic; f32, except
 // bf16_dot: the direct layout with oc in pairs, [..][oc/2][lanes][2] bf16
 // (an odd last oc pairs with 0). Lanes past the channels are zero, so the
-// kernel never needs a masked W load.
+// kernel never needs a masked W load. Per pack row the lane loop is outer
+// and oc inner, so XIO (oc innermost) reads contiguously.
 void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
+    if (p_.dt == data_type::f32)
+        pack_weights_as(static_cast<const float*>(w), wp, threads);
+    else
+        pack_weights_as(static_cast<const uint16_t*>(w), wp, threads);
+}
+
+template <typename T>
+void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     const WeightStrides& ws = p_.wei_str;
     const DataChannelBlocks& cb = plan_.cb;
     const int64_t ksp = p_.k_sp(), kh = p_.k[1], kw = p_.k[2];
@@ -285,32 +308,37 @@ void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
     // Rows of the pack: (g, block, tap) for direct and depthwise, (g, block, oc) for col.
     const int64_t groups = dw ? 1 : p_.g, inner = col ? p_.ocg : ksp;
     const int64_t reps = dw || col ? 1 : plan_.ocg_w;  // oc rows per pack row
+    const int64_t real_reps = dw || col ? 1 : p_.ocg;
     const int64_t items = groups * cb.per_group * inner;
     for_each_thread(threads, [&](int t) {
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
             const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
-            const int64_t row0 = g * cb.padded() * (col ? p_.ocg : ksp * reps) + b * cb.block * (col ? p_.ocg : ksp * reps) +
-                                 x * reps * width;
-            for (int64_t o = 0; o < reps; ++o)
-                for (int64_t l = 0; l < width; ++l) {
-                    const int64_t lane = b * cb.block + l;
-                    int64_t src = -1;  // element index in the user's W, -1 = zero
-                    if (lane < cb.lanes && o < (dw || col ? 1 : p_.ocg)) {
-                        if (dw)
-                            src = lane * ws.o + tap_offset(x);
-                        else if (col)
-                            src = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
-                        else
-                            src = (g * p_.ocg + o) * ws.o + lane * ws.i + tap_offset(x);
-                    }
+            const int64_t row0 = (g * cb.padded() + b * cb.block) * (col ? p_.ocg : ksp * reps) + x * reps * width;
+            float* out32 = reinterpret_cast<float*>(wp) + row0;
+            uint16_t* out16 = reinterpret_cast<uint16_t*>(wp) + row0;
+            for (int64_t l = 0; l < width; ++l) {
+                const int64_t lane = b * cb.block + l;
+                // Element of (lane, oc row 0) in the user's W; oc rows step by ws.o.
+                int64_t src = -1;
+                if (lane < cb.lanes) {
+                    if (dw)
+                        src = lane * ws.o + tap_offset(x);
+                    else if (col)
+                        src = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
+                    else
+                        src = g * p_.ocg * ws.o + lane * ws.i + tap_offset(x);
+                }
+                for (int64_t o = 0; o < reps; ++o) {
+                    const bool zero = src < 0 || o >= real_reps;
                     if (pairs) {
-                        const uint16_t bits = src < 0 ? 0 : static_cast<const uint16_t*>(w)[src];
-                        reinterpret_cast<uint16_t*>(wp)[row0 + (o / 2 * width + l) * 2 + o % 2] = bits;
+                        const T bits = zero ? T(0) : w[src + o * ws.o];
+                        out16[(o / 2 * width + l) * 2 + o % 2] = static_cast<uint16_t>(bits);
                     } else {
-                        reinterpret_cast<float*>(wp)[row0 + o * width + l] = src < 0 ? 0.f : load_elem(w, src, p_.dt);
+                        out32[o * width + l] = zero ? 0.f : weight_f32(w, src + o * ws.o, p_.dt);
                     }
                 }
+            }
         }
     });
 }
