@@ -101,7 +101,7 @@ def plot(rows, png, dt):
         "set output '%s'" % png,
         "set title 'convgrad-bench, %s: GFLOP/s per layer (benchdnn flop count)'" % dt,
         "set ylabel 'GFLOP/s (log scale)'", "set logscale y", "set grid ytics",
-        "set xtics rotate by -50 font ',8'", "set key outside top center horizontal",
+        "set xtics rotate by -50 font ',8'", "set key outside top center horizontal", "set rmargin 10",
         "set datafile missing 'NaN'",
         "plot %s, %r title 'peak %.0f GFLOP/s' with lines dashtype 2 lw 2" % (series, peak, peak),
     ])
