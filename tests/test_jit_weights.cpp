@@ -16,28 +16,11 @@
 using testutil::Buffer;
 using convgrad::dims;
 using wtest::Case;
+using wtest::conv2d;
+using wtest::jit_isas;
+using wtest::label;
 
 namespace {
-
-std::vector<std::string> jit_isas() {
-    using convgrad::detail::Isa;
-    std::vector<std::string> r;
-    const Isa hw = convgrad::detail::cpu_isa();
-    if (hw >= Isa::avx512_core) r.push_back("avx512_core");
-    if (hw >= Isa::avx2) r.push_back("avx2");
-    return r;
-}
-
-std::string label(const Case& c, const std::string& isa) {
-    std::ostringstream os;
-    os << isa << (c.transpose ? " deconv" : " conv") << " mb" << c.mb << " g" << c.g << " ic" << c.ic
-       << " oc" << c.oc << " in";
-    for (auto v : c.in) os << v << ',';
-    os << " k";
-    for (auto v : c.k) os << v << ',';
-    os << (c.nxc ? " NXC " : " NCX ") << c.wfmt;
-    return os.str();
-}
 
 // Small integers: every order of summation is exact, so the JIT must match
 // the reference bit for bit.
@@ -46,7 +29,7 @@ void check_exact(const Case& c, uint32_t seed = 1) {
     const Buffer a = testutil::small_ints(convgrad::data_type::f32, ref.input0_elems(), seed);
     const Buffer b = testutil::small_ints(convgrad::data_type::f32, ref.input1_elems(), seed + 7);
     const Buffer want = testutil::run(ref, a, b);
-    for (const std::string& isa : jit_isas()) {
+    for (const std::string& isa : jit_isas(false)) {
         const convgrad::op jit = c.make(isa);
         INFO(label(c, isa) << "\n" << jit.describe());
         REQUIRE(jit.describe().rfind("jit:" + isa, 0) == 0);
@@ -61,20 +44,11 @@ void check_reals(const Case& c) {
     const Buffer b = testutil::random_reals(convgrad::data_type::f32, ref.input1_elems(), 4);
     const Buffer want = testutil::run(ref, a, b);
     const double terms = double(ref.input0_elems() + ref.input1_elems());
-    for (const std::string& isa : jit_isas()) {
+    for (const std::string& isa : jit_isas(false)) {
         const convgrad::op jit = c.make(isa);
         INFO(label(c, isa));
         CHECK(testutil::max_abs_diff(testutil::run(jit, a, b), want) < 1e-6 * terms + 1e-5);
     }
-}
-
-Case conv2d(int64_t ic, int64_t oc, dims in, dims k) {
-    Case c;
-    c.ic = ic;
-    c.oc = oc;
-    c.in = std::move(in);
-    c.k = std::move(k);
-    return c;
 }
 
 }  // namespace
@@ -224,24 +198,10 @@ TEST_CASE("weights: bitwise identical for 1, 2, 3 and 4 threads", "[jit][weights
     dw.mb = 4;
     dw.pb = dw.pe = {1, 1};
     for (const Case& c : {big, few, dw}) {
-        const Buffer a = testutil::random_reals(convgrad::data_type::f32, c.make("ref").input0_elems(), 5);
-        const Buffer b = testutil::random_reals(convgrad::data_type::f32, c.make("ref").input1_elems(), 6);
-        for (const std::string& isa : jit_isas()) {
-            const convgrad::op jit = c.make(isa);
-            Buffer first;
-            for (int t : {1, 2, 3, 4}) {
-                tbb::task_arena arena(t);
-                Buffer out;
-                arena.execute([&] { out = testutil::run(jit, a, b); });
-                INFO(label(c, isa) << " threads " << t);
-                if (t == 1)
-                    first = out;
-                else
-                    CHECK(testutil::bitwise_equal(out, first));
-            }
-            // Thread counts also give the reference answer (not just agree).
-            CHECK(testutil::max_abs_diff(first, testutil::run(c.make("ref"), a, b)) < 1e-3);
-        }
+        const wtest::ThreadRuns runs = wtest::check_thread_counts(c, false);
+        // Thread counts also give the reference answer (not just agree).
+        const Buffer want = testutil::run(c.make("ref"), runs.a, runs.b);
+        for (const Buffer& out : runs.outputs) CHECK(testutil::max_abs_diff(out, want) < 1e-3);
     }
 }
 
@@ -249,7 +209,7 @@ TEST_CASE("weights: concurrent execute from 8 threads on one op", "[jit][weights
     Case c = conv2d(20, 36, {9, 9}, {3, 3});
     c.mb = 2;
     c.pb = c.pe = {1, 1};
-    const convgrad::op jit = c.make(jit_isas().front());
+    const convgrad::op jit = c.make(jit_isas(false).front());
     const Buffer a = testutil::small_ints(convgrad::data_type::f32, jit.input0_elems(), 8);
     const Buffer b = testutil::small_ints(convgrad::data_type::f32, jit.input1_elems(), 9);
     const Buffer want = testutil::run(c.make("ref"), a, b);
@@ -265,7 +225,7 @@ TEST_CASE("weights: concurrent execute from 8 threads on one op", "[jit][weights
 
 TEST_CASE("weights: describe and verbose cache lines", "[jit][weights]") {
     Case c = conv2d(13, 29, {6, 6}, {3, 3});
-    for (const std::string& isa : jit_isas())
+    for (const std::string& isa : jit_isas(false))
         CHECK(c.make(isa).describe().rfind("jit:" + isa + " gemm", 0) == 0);
     Case dw = conv2d(16, 16, {6, 6}, {3, 3});
     dw.g = 16;

@@ -18,7 +18,7 @@ using wtest::Case;
 namespace {
 
 Problem problem(const Case& c) {
-    return convgrad::detail::make_problem(c.kind(), convgrad::data_type::f32, c.attrs(), c.input0(),
+    return convgrad::detail::make_problem(c.kind(), c.dt, c.attrs(), c.input0(),
                                           c.input1(), nullptr);
 }
 

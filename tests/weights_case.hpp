@@ -2,10 +2,15 @@
 // the user's op (ConvolutionBackwardWeights or ConvTransposeBackwardWeights).
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <convgrad/convgrad.hpp>
+#include <tbb/task_arena.h>
 
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include "jit/isa.hpp"
 #include "test_util.hpp"
 
 namespace wtest {
@@ -19,6 +24,7 @@ struct Case {
     bool nxc = true;
     std::string wfmt = "XIO";
     bool transpose = false;  // ConvTransposeBackwardWeights
+    convgrad::data_type dt = convgrad::data_type::f32;
 
     size_t nsp() const { return in.size(); }
     int64_t at(const dims& v, size_t a, int64_t def) const { return v.empty() ? def : v[a]; }
@@ -73,8 +79,67 @@ struct Case {
     dims input0() const { return transpose ? data(oc, false) : data(ic, true); }
     dims input1() const { return transpose ? data(ic, true) : data(oc, false); }
     convgrad::op make(const std::string& isa) const {
-        return testutil::make_op(isa, kind(), convgrad::data_type::f32, attrs(), input0(), input1());
+        return testutil::make_op(isa, kind(), dt, attrs(), input0(), input1());
     }
 };
+
+inline Case conv2d(int64_t ic, int64_t oc, dims in, dims k) {
+    Case c;
+    c.ic = ic;
+    c.oc = oc;
+    c.in = std::move(in);
+    c.k = std::move(k);
+    return c;
+}
+
+// The JIT ISA caps this CPU can run, best first; avx512_core_bf16 only when
+// asked (f32 runs the avx512_core kernels there).
+inline std::vector<std::string> jit_isas(bool with_bf16) {
+    using convgrad::detail::Isa;
+    std::vector<std::string> r;
+    const Isa hw = convgrad::detail::cpu_isa();
+    if (with_bf16 && hw >= Isa::avx512_core_bf16) r.push_back("avx512_core_bf16");
+    if (hw >= Isa::avx512_core) r.push_back("avx512_core");
+    if (hw >= Isa::avx2) r.push_back("avx2");
+    return r;
+}
+
+inline std::string label(const Case& c, const std::string& isa) {
+    std::ostringstream os;
+    os << convgrad::dtype_name(c.dt) << ' ' << isa << (c.transpose ? " deconv" : " conv") << " mb" << c.mb
+       << " g" << c.g << " ic" << c.ic << " oc" << c.oc << " in";
+    for (auto v : c.in) os << v << ',';
+    os << " k";
+    for (auto v : c.k) os << v << ',';
+    os << (c.nxc ? " NXC " : " NCX ") << c.wfmt;
+    return os.str();
+}
+
+// Runs c (random reals, in its dtype) under every JIT cap at 1, 2, 3 and 4
+// threads and checks the outputs are bitwise identical. Returns the inputs
+// and each cap's output, for further checks.
+struct ThreadRuns {
+    testutil::Buffer a, b;
+    std::vector<testutil::Buffer> outputs;  // per jit_isas(with_bf16) entry
+};
+inline ThreadRuns check_thread_counts(const Case& c, bool with_bf16) {
+    ThreadRuns r;
+    r.a = testutil::random_reals(c.dt, c.make("ref").input0_elems(), 5);
+    r.b = testutil::random_reals(c.dt, c.make("ref").input1_elems(), 6);
+    for (const std::string& isa : jit_isas(with_bf16)) {
+        const convgrad::op jit = c.make(isa);
+        for (int t : {1, 2, 3, 4}) {
+            tbb::task_arena arena(t);
+            testutil::Buffer out;
+            arena.execute([&] { out = testutil::run(jit, r.a, r.b); });
+            INFO(label(c, isa) << " threads " << t);
+            if (t == 1)
+                r.outputs.push_back(out);
+            else
+                CHECK(testutil::bitwise_equal(out, r.outputs.back()));
+        }
+    }
+    return r;
+}
 
 }  // namespace wtest

@@ -14,18 +14,17 @@ public:
     explicit DwWeightsKernel(const WeightsKernelDesc& d) : WeightsSkeleton(d) {}
 
 private:
-    // n diff_dst vectors into temp(1..n); for tap k, vector v: one FMA with
-    // the src vector at k * tap_disp + v * vbytes (through temp(0) on AVX2).
+    // n diff_dst vectors into temp(1..n); for tap k, vector v: one
+    // multiply-add with the src vector at k * tap_disp + v * vbytes (through
+    // temp(0) on AVX2). With bf16 pairs each lane is one channel of two
+    // images in both operands, so vdpbf16ps sums exactly the right products.
     void pixel_body() override {
         for (int v = 0; v < vecs(); ++v)
             load_vec(temp(1 + v), ptr[reg_dst_ + v * vec_.vbytes()], v);
         for (int k = 0; k < rows(); ++k) {
             for (int v = 0; v < vecs(); ++v) {
                 const Xbyak::Address s = ptr[reg_src_ + k * desc_.tap_disp + v * vec_.vbytes()];
-                if (is_tail(v))
-                    vec_.fma_mem_tail(acc(k, v), temp(1 + v), s, temp(0));
-                else
-                    vec_.fma_mem(acc(k, v), temp(1 + v), s, temp(0));
+                mac_mem(acc(k, v), temp(1 + v), s, v, temp(0));
             }
         }
     }

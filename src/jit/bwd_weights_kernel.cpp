@@ -35,6 +35,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     os << (dw ? "wdw_" : "wgemm_") << isa_name(static_cast<Isa>(d.isa)) << (dw ? "_k" : "_m")
        << int(d.m) << 'n' << int(d.n) << 't' << int(d.tail);
     if (dw) os << "_d" << d.tap_disp;
+    if (d.dot) os << "_dot";
     return os.str();
 }
 
@@ -48,6 +49,37 @@ void WeightsSkeleton::load_vec(const Xmm& r, const Xbyak::Address& a, int v) {
         vec_.load_tail(r, a);
     else
         vec_.load(r, a);
+}
+
+void WeightsSkeleton::mac(const Xmm& acc, const Xmm& a, const Xmm& b) {
+    if (dot())
+        vdpbf16ps(acc, a, b);
+    else
+        vec_.fma(acc, a, b);
+}
+
+void WeightsSkeleton::mac_mem(const Xmm& acc, const Xmm& a, const Xbyak::Address& m, int v, const Xmm& tmp) {
+    if (!dot()) {
+        if (is_tail(v))
+            vec_.fma_mem_tail(acc, a, m, tmp);
+        else
+            vec_.fma_mem(acc, a, m, tmp);
+        return;
+    }
+    // Masked lanes keep acc; the stager pads its buffers, so the full-width
+    // read of a tail vector stays inside them either way.
+    if (is_tail(v))
+        vdpbf16ps(Xbyak::Zmm(acc.getIdx()) | Xbyak::util::k1, Xbyak::Zmm(a.getIdx()), m);
+    else
+        vdpbf16ps(acc, a, m);
+}
+
+void WeightsSkeleton::mac_bcast(const Xmm& acc, const Xmm& a, const Xbyak::Address& m, const Xmm& tmp) {
+    if (!dot()) {
+        vec_.fma_bcast(acc, a, m, tmp);
+        return;
+    }
+    vdpbf16ps(acc, a, ptr_b[m.getRegExp()]);
 }
 
 void WeightsSkeleton::generate() {
@@ -154,7 +186,7 @@ public:
 private:
     // n diff_dst vectors into temp(1..n); per input channel i one broadcast
     // of src[i] (temp(0), or inside the FMA on AVX-512 when n == 1) and n
-    // FMAs. src channels are contiguous: channel i is at byte 4 * i.
+    // multiply-adds. src channels are contiguous: channel i is at byte 4 * i.
     void pixel_body() override {
         const bool embedded = vec_.avx512() && vecs() == 1;
         const int first_dd = embedded ? 0 : 1;
@@ -163,11 +195,11 @@ private:
         for (int i = 0; i < rows(); ++i) {
             const Xbyak::Address s = ptr[reg_src_ + 4 * i];
             if (embedded) {
-                vec_.fma_bcast(acc(i, 0), temp(0), s, temp(0));
+                mac_bcast(acc(i, 0), temp(0), s, temp(0));
                 continue;
             }
-            vec_.bcast(temp(0), s);
-            for (int v = 0; v < vecs(); ++v) vec_.fma(acc(i, v), temp(1 + v), temp(0));
+            vec_.bcast(temp(0), s);  // 32 bits: one f32 or one bf16 pair
+            for (int v = 0; v < vecs(); ++v) mac(acc(i, v), temp(1 + v), temp(0));
         }
     }
 };

@@ -1,5 +1,13 @@
-// Weight-gradient kernels (f32): the channel-blocked "gemm" kernel and the
+// Weight-gradient kernels: the channel-blocked "gemm" kernel and the
 // depthwise kernel, their KernelDesc, runtime arguments and cache.
+//
+// Element formats the kernels read (4 bytes per channel and pixel in all):
+//  - f32: plain f32 (the user's f32 tensors, or bf16 / f16 widened by the
+//    chunk stager); multiply-add is vfmadd231ps.
+//  - bf16 pairs (desc.dot, avx512_core_bf16): each 32-bit element holds the
+//    same channel and pixel of two images, low half the first; vdpbf16ps
+//    adds both products into one f32 lane, so one instruction covers two
+//    pixels of the reduction. Addressing is identical to f32.
 //
 // One call accumulates one weight tile over a list of output rows (a chunk
 // of the pixel reduction) and adds (or stores) the register tile into
@@ -64,14 +72,15 @@ struct WeightsKernelDesc {
     uint8_t m = 0;     // gemm: input channels per tile; depthwise: kw taps per tile
     uint8_t n = 0;     // vectors of output channels (gemm) / channels (depthwise)
     uint8_t tail = 0;  // live lanes of the last vector, 0 = all
-    uint8_t reserved[3] = {0, 0, 0};
+    uint8_t dot = 0;   // 1: bf16 pairs with vdpbf16ps (see the header comment), 0: f32 FMA
+    uint8_t reserved[2] = {0, 0};
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
 };
 static_assert(sizeof(WeightsKernelDesc) == 12, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);
-// "wgemm_avx512_core_m6n4t0" / "wdw_avx2_k3n2t0_d384"
+// "wgemm_avx512_core_m6n4t0" / "wdw_avx2_k3n2t0_d384" / "wgemm_avx512_core_bf16_m13n2t0_dot"
 std::string weights_kernel_name(const WeightsKernelDesc& d);
 
 class WeightsKernel : public JitKernel {

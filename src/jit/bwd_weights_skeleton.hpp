@@ -35,6 +35,18 @@ protected:
     bool is_tail(int v) const { return desc_.tail != 0 && v == vecs() - 1; }
     // Loads vector v of a row (masked if it is the tail vector).
     void load_vec(const Xbyak::Xmm& r, const Xbyak::Address& a, int v);
+    bool dot() const { return desc_.dot != 0; }
+    // Multiply-add on the desc's element format: acc += a * b lane by lane
+    // (f32: vfmadd231ps; bf16 pairs: vdpbf16ps, two products per lane).
+    void mac(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Xmm& b);
+    // acc += a * (vector v of a row at m); the tail vector reads only its
+    // live lanes. AVX2 loads through tmp.
+    void mac_mem(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Address& m, int v,
+                 const Xbyak::Xmm& tmp);
+    // acc += a * (the 32 bits at m in every lane): AVX-512 broadcasts inside
+    // the instruction, AVX2 through tmp.
+    void mac_bcast(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Address& m,
+                   const Xbyak::Xmm& tmp);
 
     WeightsKernelDesc desc_;
     VecIsa vec_;

@@ -5,9 +5,14 @@
 //  1. NCX only: transpose src and diff_dst into NXC scratch.
 //  2. Threads over (slice, tile) pairs of the plan's grid: every (slice,
 //     tile) is accumulated chunk by chunk in chunk order, slice 0 into the
-//     target, slice r > 0 into partial r.
+//     target, slice r > 0 into partial r. 16-bit types first stage each
+//     chunk into per-thread scratch (bf16 pairs or f32, see plan_weights.hpp).
 //  3. slices > 1: target += partial 1 + partial 2 + ... in slice order.
 //  4. Non OC-contiguous user layout: the target was an XIO scratch; permute.
+//  5. 16-bit types: the target was f32 scratch; round once to the user type.
+//
+// Pointers into activations are bytes: f32 tensors are read in place, and
+// staged chunks have the same 4 bytes per channel and pixel.
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
@@ -18,7 +23,9 @@
 #include <memory>
 #include <vector>
 
+#include "jit/bwd_data_cvt.hpp"
 #include "jit/bwd_weights_kernel.hpp"
+#include "jit/bwd_weights_stage.hpp"
 #include "ops/executor.hpp"
 #include "ops/plan_weights.hpp"
 
@@ -27,6 +34,17 @@ namespace {
 
 using FloatBuffer = std::unique_ptr<float[]>;
 FloatBuffer alloc_floats(int64_t n) { return FloatBuffer(new float[static_cast<size_t>(std::max<int64_t>(n, 1))]); }
+
+struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+};
+using ByteBuffer = std::unique_ptr<char[], FreeDeleter>;
+// 64-byte aligned, plus one vector of slack: a kernel's tail vector may
+// read (never use) lanes past the staged data.
+ByteBuffer alloc_bytes(int64_t n) {
+    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) + 2 * 64 - 1) / 64 * 64;
+    return ByteBuffer(static_cast<char*>(std::aligned_alloc(64, bytes)));
+}
 
 bool verbose() {
     const char* v = std::getenv("CONVGRAD_VERBOSE");
@@ -44,7 +62,8 @@ void parallel_static(int64_t n, F&& body) {
 }
 
 // NCX (n, c, sp) -> dense NXC (n, sp, c).
-void to_nxc(const float* in, float* out, int64_t mb, int64_t c, int64_t sp) {
+template <typename T>
+void to_nxc(const T* in, T* out, int64_t mb, int64_t c, int64_t sp) {
     constexpr int64_t block = 64;
     const int64_t blocks = (sp + block - 1) / block;
     parallel_static(mb * blocks, [&](int64_t nb) {
@@ -86,17 +105,35 @@ struct Prefetch {
     }
 };
 
-// An output row (segment) of the chunk.
+// An output row (segment) of the chunk; n counts image pairs with bf16 pairs.
 struct RowPos {
     int64_t n = 0, od = 0, oh = 0, seg = 0;
 };
 
-// Where one tile reads and writes; pointers are element-exact.
+// Where one tile reads and writes. src / diff_dst: bytes at the tile's first
+// channel, in the user's f32 tensor or in the staged chunk.
 struct TileCall {
-    const float* src;
-    const float* diff_dst;
+    const char* src;
+    const char* diff_dst;
     float* diff_weights;
     int64_t wei_row_stride;  // elements
+};
+
+// A thread's staged chunk (16-bit types): the chunk's diff_dst rows in
+// chunk order, and every src row some tap of the chunk reads, each once.
+struct StagedChunk {
+    std::vector<int64_t> src_keys;  // input row keys (see src_key), sorted
+    ByteBuffer src, diff_dst;
+};
+
+// Per-thread state, reused from chunk to chunk.
+struct ThreadState {
+    std::vector<RowPos> chunk;
+    std::vector<std::vector<WeightsRow>> tap_rows;  // gemm: one list per tap
+    std::vector<bool> tap_built;
+    std::vector<WeightsRow> rows;  // depthwise
+    StagedChunk staged;
+    const StagedChunk* view = nullptr;  // staged chunk, or nullptr: user tensors
 };
 
 class JitWeightsExecutor final : public Executor {
@@ -122,27 +159,30 @@ public:
 private:
     void load_kernels();
     const WeightsKernel& kernel(int rows, bool last_n) const;
-    void compute_thread(int64_t tid, const WeightsThreadGrid& grid, const float* src,
-                        const float* diff_dst, float* target, float* partials) const;
-    // Per-thread row lists of the current chunk, one per tap (gemm).
-    struct TapRows {
-        std::vector<std::vector<WeightsRow>> rows;
-        std::vector<bool> built;
-    };
-    void run_gemm_tile(int64_t tile, const std::vector<RowPos>& chunk, bool accumulate, float* target,
-                       const float* src, const float* diff_dst, TapRows& tap_rows, Prefetch& pf) const;
-    void run_dw_tile(int64_t tile, const std::vector<RowPos>& chunk, bool accumulate, float* target,
-                     const float* src, const float* diff_dst, std::vector<WeightsRow>& rows,
-                     Prefetch& pf) const;
+    void compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src, const char* diff_dst,
+                        float* target, float* partials) const;
+    void run_gemm_tile(int64_t tile, bool accumulate, float* target, const char* src, const char* diff_dst,
+                       ThreadState& ts, Prefetch& pf) const;
+    void run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src, const char* diff_dst,
+                     ThreadState& ts, Prefetch& pf) const;
     void call(const WeightsKernel& k, const TileCall& c, const std::vector<WeightsRow>& rows,
               bool accumulate, Prefetch& pf) const;
-    Prefetch prefetch_chunk(int64_t chunk, const float* src, const float* diff_dst) const;
+    Prefetch prefetch_chunk(int64_t chunk, const char* src, const char* diff_dst) const;
     // The chunk's rows decoded once, then the kernel rows of one tap
     // restricted to output pixels [ow_lo, ow_hi).
-    std::vector<RowPos>& decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const;
-    void build_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, int64_t kd, int64_t kh,
-                    int64_t kw, int64_t ow_lo, int64_t ow_hi) const;
-    void reduce_and_store(float* target, const float* partials, float* user) const;
+    void decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const;
+    void build_rows(std::vector<WeightsRow>& out, const ThreadState& ts, int64_t kd, int64_t kh, int64_t kw,
+                    int64_t ow_lo, int64_t ow_hi) const;
+    // Staging (16-bit types).
+    int64_t src_key(const RowPos& r, int64_t id, int64_t ih) const;
+    int64_t src_row_first(int64_t seg) const;
+    int64_t src_row_width(int64_t seg) const;
+    void stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
+                     const uint16_t* diff_dst) const;
+    void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
+                      int64_t pixel, int64_t count, char* to) const;
+    void reduce_and_store(float* target, const float* partials, void* user) const;
+    int64_t src_step_bytes() const { return plan_.geo.stride[2] * p_.ic() * 4; }
 
     Problem p_;
     WeightsPlan plan_;
@@ -150,6 +190,7 @@ private:
     // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile, 2 = one
     // tap (depthwise edges); n kind 0 = full tile, 1 = last (tail) tile.
     std::shared_ptr<const WeightsKernel> kernels_[3][2];
+    std::shared_ptr<const StageKernel> stager_;
 };
 
 void JitWeightsExecutor::load_kernels() {
@@ -169,6 +210,12 @@ void JitWeightsExecutor::load_kernels() {
                              hit ? "hit" : "miss");
         }
     }
+    if (plan_.staged()) {
+        const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
+                               : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
+                                                             : StageMode::widen_f16;
+        stager_ = get_stage_kernel(plan_.isa, mode);
+    }
 }
 
 const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n) const {
@@ -176,7 +223,7 @@ const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n) const {
     return *kernels_[r][last_n || plan_.blk.n_tiles == 1];
 }
 
-std::vector<RowPos>& JitWeightsExecutor::decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
+void JitWeightsExecutor::decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
     const WeightsGeometry& g = plan_.geo;
     out.clear();
     for (int64_t q = q0; q < q1; ++q) {
@@ -190,14 +237,32 @@ std::vector<RowPos>& JitWeightsExecutor::decode_rows(std::vector<RowPos>& out, i
         r.n = rest / g.out[0];
         out.push_back(r);
     }
-    return out;
 }
 
-void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk,
-                                    int64_t kd, int64_t kh, int64_t kw, int64_t ow_lo, int64_t ow_hi) const {
+// A staged src row is one (image (pair), id, ih, segment): merged rows are
+// staged segment by segment (what the segment's pixels read, as taps and
+// strides are 1 there), the others whole.
+int64_t JitWeightsExecutor::src_key(const RowPos& r, int64_t id, int64_t ih) const {
+    const WeightsGeometry& g = plan_.geo;
+    return ((r.n * g.in[0] + id) * g.in[1] + ih) * g.segs_per_row + (g.merged ? r.seg : 0);
+}
+
+int64_t JitWeightsExecutor::src_row_first(int64_t seg) const {
+    return plan_.geo.merged ? seg * plan_.geo.segment : 0;
+}
+
+int64_t JitWeightsExecutor::src_row_width(int64_t seg) const {
+    const WeightsGeometry& g = plan_.geo;
+    return g.merged ? std::min(g.segment, g.in[2] - seg * g.segment) : g.in[2];
+}
+
+void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadState& ts, int64_t kd, int64_t kh,
+                                    int64_t kw, int64_t ow_lo, int64_t ow_hi) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t ic = p_.ic(), oc = p_.oc();
-    for (const RowPos& r : chunk) {
+    const StagedChunk* st = ts.view;
+    for (size_t j = 0; j < ts.chunk.size(); ++j) {
+        const RowPos& r = ts.chunk[j];
         const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
         const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
@@ -205,9 +270,56 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         const int64_t b = std::min(ow_hi, (r.seg + 1) * g.segment);
         if (a >= b) continue;
         const int64_t iw = a * g.stride[2] - g.pad[2] + kw * g.dil[2];
-        const int64_t src_pix = ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw;
-        const int64_t dst_pix = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a;
+        int64_t src_pix, dst_pix;
+        if (st) {  // staged rows: [key index][width], [chunk row][segment]
+            const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
+            src_pix = (key - st->src_keys.begin()) * std::max(g.segment, g.in[2]) + iw - src_row_first(r.seg);
+            dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
+        } else {
+            src_pix = ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw;
+            dst_pix = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a;
+        }
         out.push_back({src_pix * ic * 4, dst_pix * oc * 4, b - a});
+    }
+}
+
+// `count` pixels from pixel `pixel` of image (pair) n into `to`: one
+// contiguous run of channels * count elements per image.
+void JitWeightsExecutor::stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
+                                      int64_t pixel, int64_t count, char* to) const {
+    const int64_t image = plan_.pairs ? 2 * n : n;
+    const uint16_t* a = tensor + (image * image_pixels + pixel) * channels;
+    const uint16_t* b = plan_.pairs && image + 1 < p_.mb ? a + image_pixels * channels : nullptr;
+    stager_->run(a, b, to, count * channels);
+}
+
+void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
+                                     const uint16_t* diff_dst) const {
+    const WeightsGeometry& g = plan_.geo;
+    const int64_t ic = p_.ic(), oc = p_.oc();
+    const int64_t out_pixels = g.out[0] * g.out[1] * g.out[2], in_pixels = g.in[0] * g.in[1] * g.in[2];
+    st.src_keys.clear();
+    for (size_t j = 0; j < chunk.size(); ++j) {
+        const RowPos& r = chunk[j];
+        const int64_t first = r.seg * g.segment, count = std::min(g.segment, g.out[2] - first);
+        stage_pixels(diff_dst, oc, out_pixels, r.n, ((r.od * g.out[1]) + r.oh) * g.out[2] + first, count,
+                     st.diff_dst.get() + static_cast<int64_t>(j) * g.segment * oc * 4);
+        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+            const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+                if (id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1]) st.src_keys.push_back(src_key(r, id, ih));
+            }
+        }
+    }
+    std::sort(st.src_keys.begin(), st.src_keys.end());
+    st.src_keys.erase(std::unique(st.src_keys.begin(), st.src_keys.end()), st.src_keys.end());
+    const int64_t row_pixels = std::max(g.segment, g.in[2]);
+    for (size_t i = 0; i < st.src_keys.size(); ++i) {
+        const int64_t key = st.src_keys[i], seg = key % g.segs_per_row, row = key / g.segs_per_row;
+        const int64_t n = row / (g.in[0] * g.in[1]), plane_row = row % (g.in[0] * g.in[1]);
+        stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg),
+                     st.src.get() + static_cast<int64_t>(i) * row_pixels * ic * 4);
     }
 }
 
@@ -217,14 +329,14 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     int64_t pixels = 0;
     for (const WeightsRow& r : rows) pixels += r.pixels;
     const char* at = pf.take(pixels);
-    a.prefetch = at ? at : reinterpret_cast<const char*>(c.diff_dst);
+    a.prefetch = at ? at : c.diff_dst;
     a.prefetch_step = at ? 64 * kPrefetchLinesPerPixel : 0;
-    a.src = c.src;
-    a.diff_dst = c.diff_dst;
+    a.src = reinterpret_cast<const float*>(c.src);
+    a.diff_dst = reinterpret_cast<const float*>(c.diff_dst);
     a.diff_weights = c.diff_weights;
     a.rows = rows.data();
     a.nrows = static_cast<int64_t>(rows.size());
-    a.src_step = plan_.geo.stride[2] * p_.ic() * 4;
+    a.src_step = src_step_bytes();
     a.dst_step = p_.oc() * 4;
     a.wei_row_stride = c.wei_row_stride * 4;
     a.accumulate = accumulate ? 1 : 0;
@@ -234,9 +346,8 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
 // Tile order (outermost first): g, oc tile, tap, ic tile, so a thread's
 // consecutive tiles share the chunk's diff_dst slice (kept in L1). Row
 // lists depend on the tap only and are built once per chunk.
-void JitWeightsExecutor::run_gemm_tile(int64_t tile, const std::vector<RowPos>& chunk, bool accumulate,
-                                       float* target, const float* src, const float* diff_dst,
-                                       TapRows& tap_rows, Prefetch& pf) const {
+void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* target, const char* src,
+                                       const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const int64_t taps = g.k[0] * g.k[1] * g.k[2];
@@ -245,15 +356,15 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, const std::vector<RowPos>& 
     const int64_t ot = (tile / (b.m_tiles * taps)) % b.n_tiles;
     const int64_t grp = tile / (b.m_tiles * taps * b.n_tiles);
     const int64_t kw = tap % g.k[2], kh = (tap / g.k[2]) % g.k[1], kd = tap / (g.k[2] * g.k[1]);
-    std::vector<WeightsRow>& rows = tap_rows.rows[static_cast<size_t>(tap)];
-    if (!tap_rows.built[static_cast<size_t>(tap)]) {
+    std::vector<WeightsRow>& rows = ts.tap_rows[static_cast<size_t>(tap)];
+    if (!ts.tap_built[static_cast<size_t>(tap)]) {
         rows.clear();
         const auto ow = valid_ow(g, kw);
-        build_rows(rows, chunk, kd, kh, kw, ow[0], ow[1]);
-        tap_rows.built[static_cast<size_t>(tap)] = true;
+        build_rows(rows, ts, kd, kh, kw, ow[0], ow[1]);
+        ts.tap_built[static_cast<size_t>(tap)] = true;
     }
     const int64_t ic0 = it * b.m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
-    const TileCall c{src + grp * g.icg + ic0, diff_dst + oc0,
+    const TileCall c{src + (grp * g.icg + ic0) * 4, diff_dst + oc0 * 4,
                      target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] +
                              kh * wei_str_.k[1] + kw * wei_str_.k[2],
                      wei_str_.i};
@@ -264,9 +375,8 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, const std::vector<RowPos>& 
 // Tile order: kd, kh, kw tile, channel tile. The interior pixels, where all
 // taps of the tile read inside src, go to the multi-tap kernel; the edge
 // pixels of each tap to the single-tap kernel (always accumulating).
-void JitWeightsExecutor::run_dw_tile(int64_t tile, const std::vector<RowPos>& chunk, bool accumulate,
-                                     float* target, const float* src, const float* diff_dst,
-                                     std::vector<WeightsRow>& rows, Prefetch& pf) const {
+void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src,
+                                     const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const int64_t ct = tile % b.n_tiles;
@@ -283,50 +393,62 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, const std::vector<RowPos>& ch
         hi = std::min(hi, r[1]);
     }
     auto at_tap = [&](int64_t kw) {
-        return TileCall{src + c0, diff_dst + c0,
+        return TileCall{src + c0 * 4, diff_dst + c0 * 4,
                         target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh * wei_str_.k[1] + kw * wei_str_.k[2],
                         wei_str_.k[2]};
     };
+    std::vector<WeightsRow>& rows = ts.rows;
     rows.clear();
-    if (lo < hi) build_rows(rows, chunk, kd, kh, kw0, lo, hi);
+    if (lo < hi) build_rows(rows, ts, kd, kh, kw0, lo, hi);
     call(kernel(taps, last_n), at_tap(kw0), rows, accumulate, pf);
     for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
         const auto r = valid_ow(g, kw);
         rows.clear();
         if (lo < hi) {
-            build_rows(rows, chunk, kd, kh, kw, r[0], std::min(r[1], lo));
-            build_rows(rows, chunk, kd, kh, kw, std::max(r[0], hi), r[1]);
+            build_rows(rows, ts, kd, kh, kw, r[0], std::min(r[1], lo));
+            build_rows(rows, ts, kd, kh, kw, std::max(r[0], hi), r[1]);
         } else {
-            build_rows(rows, chunk, kd, kh, kw, r[0], r[1]);
+            build_rows(rows, ts, kd, kh, kw, r[0], r[1]);
         }
         if (!rows.empty()) call(*kernels_[2][last_n || b.n_tiles == 1], at_tap(kw), rows, true, pf);
     }
 }
 
-void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& grid, const float* src,
-                                        const float* diff_dst, float* target, float* partials) const {
+void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src,
+                                        const char* diff_dst, float* target, float* partials) const {
     const WeightsReduction& red = plan_.red;
+    const WeightsGeometry& g = plan_.geo;
     const auto tiles = balance(plan_.blk.tiles, grid.tile_threads, tid % grid.tile_threads);
     const auto slices = balance(red.slices, grid.slice_threads, tid / grid.tile_threads);
-    std::vector<WeightsRow> rows;  // depthwise
-    rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
-    std::vector<RowPos> chunk_rows;
-    TapRows tap_rows;  // gemm
-    tap_rows.rows.resize(static_cast<size_t>(p_.k_sp()));
+    ThreadState ts;
+    ts.rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
+    ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
+    if (plan_.staged()) {
+        const int64_t row_pixels = std::max(g.segment, g.in[2]);
+        ts.staged.src = alloc_bytes(red.chunk_rows * g.k[0] * g.k[1] * row_pixels * p_.ic() * 4);
+        ts.staged.diff_dst = alloc_bytes(red.chunk_rows * g.segment * p_.oc() * 4);
+        ts.view = &ts.staged;
+    }
+    const char* tile_src = ts.view ? ts.staged.src.get() : src;
+    const char* tile_dst = ts.view ? ts.staged.diff_dst.get() : diff_dst;
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
         float* out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
         const auto chunks = balance(red.chunks, red.slices, s);
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
-            const std::vector<RowPos>& chunk = decode_rows(chunk_rows, q0, q1);
-            const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
+            decode_rows(ts.chunk, q0, q1);
+            if (ts.view)
+                stage_chunk(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
+                            reinterpret_cast<const uint16_t*>(diff_dst));
+            // Staged chunks were just written by this thread: nothing to prefetch.
+            const bool has_next = !ts.view && (c + 1 < chunks[1] || s + 1 < slices[1]);
             Prefetch pf = has_next ? prefetch_chunk(c + 1, src, diff_dst) : Prefetch{};
-            tap_rows.built.assign(tap_rows.rows.size(), false);
+            ts.tap_built.assign(ts.tap_rows.size(), false);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)
-                    run_dw_tile(t, chunk, c != chunks[0], out, src, diff_dst, rows, pf);
+                    run_dw_tile(t, c != chunks[0], out, tile_src, tile_dst, ts, pf);
                 else
-                    run_gemm_tile(t, chunk, c != chunks[0], out, src, diff_dst, tap_rows, pf);
+                    run_gemm_tile(t, c != chunks[0], out, tile_src, tile_dst, ts, pf);
             }
         }
     }
@@ -335,7 +457,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
 // The memory of chunk `chunk`: its diff_dst pixels are contiguous (rows
 // in order), its src rows span from the first row's top tap to the last
 // row's bottom tap.
-Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const float* src, const float* diff_dst) const {
+Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const char* src, const char* diff_dst) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t q0 = chunk * plan_.red.chunk_rows, q1 = std::min(plan_.red.rows, q0 + plan_.red.chunk_rows);
     auto dst_pixel = [&](int64_t q) { return (q / g.segs_per_row) * g.out[2] + (q % g.segs_per_row) * g.segment; };
@@ -349,39 +471,49 @@ Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const float* src, con
         return (n * g.in[0] + in(0, od)) * g.in[1] + in(1, oh);
     };
     Prefetch pf;
-    const char* dst = reinterpret_cast<const char*>(diff_dst);
-    const char* s = reinterpret_cast<const char*>(src);
-    pf.pos = dst + dst_pixel(q0) * p_.oc() * 4;
-    pf.dst_end = dst + dst_pixel(q1) * p_.oc() * 4;
+    pf.pos = diff_dst + dst_pixel(q0) * p_.oc() * 4;
+    pf.dst_end = diff_dst + dst_pixel(q1) * p_.oc() * 4;
     const int64_t src_pixels = g.merged ? 0 : g.in[2];  // merged: rows are pixel ranges
-    pf.src_begin = s + (g.merged ? dst_pixel(q0) : src_row(q0, false) * src_pixels) * p_.ic() * 4;
-    pf.src_end = s + (g.merged ? dst_pixel(q1) : (src_row(q1 - 1, true) + 1) * src_pixels) * p_.ic() * 4;
+    pf.src_begin = src + (g.merged ? dst_pixel(q0) : src_row(q0, false) * src_pixels) * p_.ic() * 4;
+    pf.src_end = src + (g.merged ? dst_pixel(q1) : (src_row(q1 - 1, true) + 1) * src_pixels) * p_.ic() * 4;
     return pf;
 }
 
-// Phases 3 and 4: fixed-order sum of the partials, then the permutation.
-void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, float* user) const {
+// Phases 3 to 5: fixed-order sum of the partials, the permutation, the
+// rounding to a 16-bit user type.
+void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user) const {
     const int64_t elems = plan_.weights_elems, slices = plan_.red.slices;
-    if (slices > 1) {
-        constexpr int64_t block = 4096;
+    constexpr int64_t block = 4096;  // a multiple of every vector length
+    const bool round_here = plan_.staged() && plan_.direct_weights;
+    if (slices > 1 || round_here) {
         parallel_static((elems + block - 1) / block, [&](int64_t bi) {
-            const int64_t e1 = std::min(elems, (bi + 1) * block);
-            for (int64_t e = bi * block; e < e1; ++e) {
+            const int64_t e0 = bi * block, e1 = std::min(elems, e0 + block);
+            for (int64_t e = e0; slices > 1 && e < e1; ++e) {
                 float sum = target[e];
                 for (int64_t s = 1; s < slices; ++s) sum += partials[(s - 1) * elems + e];
                 target[e] = sum;
             }
+            if (round_here)
+                round_f32_array(plan_.isa, plan_.dt, target + e0, static_cast<char*>(user) + e0 * 2, e1 - e0);
         });
     }
     if (plan_.direct_weights) return;
+    // Permute from the XIO target, into f32 scratch first for 16-bit types.
+    FloatBuffer permuted = plan_.staged() ? alloc_floats(elems) : nullptr;
+    float* to_base = plan_.staged() ? permuted.get() : static_cast<float*>(user);
     const WeightStrides& u = p_.wei_str;
     parallel_static(p_.k_sp() * p_.icg, [&](int64_t ti) {
         const int64_t tap = ti / p_.icg, i = ti % p_.icg;
         const int64_t kw = tap % p_.k[2], kh = (tap / p_.k[2]) % p_.k[1], kd = tap / (p_.k[2] * p_.k[1]);
         const float* from = target + tap * wei_str_.k[2] + i * wei_str_.i;
-        float* to = user + kd * u.k[0] + kh * u.k[1] + kw * u.k[2] + i * u.i;
+        float* to = to_base + kd * u.k[0] + kh * u.k[1] + kw * u.k[2] + i * u.i;
         for (int64_t o = 0; o < p_.oc(); ++o) to[o * u.o] = from[o];
     });
+    if (plan_.staged())
+        parallel_static((elems + block - 1) / block, [&](int64_t bi) {
+            const int64_t e0 = bi * block, e1 = std::min(elems, e0 + block);
+            round_f32_array(plan_.isa, plan_.dt, permuted.get() + e0, static_cast<char*>(user) + e0 * 2, e1 - e0);
+        });
 }
 
 void JitWeightsExecutor::run(const void* input0, const void* input1, void* output) const {
@@ -389,37 +521,45 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     const WeightsThreadGrid grid = nthreads == plan_.grid.nthr
                                            ? plan_.grid
                                            : plan_thread_grid(plan_.blk.tiles, plan_.red.slices, nthreads);
-    const float* src = static_cast<const float*>(p_.swap_inputs ? input1 : input0);
-    const float* diff_dst = static_cast<const float*>(p_.swap_inputs ? input0 : input1);
-    FloatBuffer src_nxc, dst_nxc, xio, partials;
+    const char* src = static_cast<const char*>(p_.swap_inputs ? input1 : input0);
+    const char* diff_dst = static_cast<const char*>(p_.swap_inputs ? input0 : input1);
+    const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
+    ByteBuffer src_nxc, dst_nxc;
     if (plan_.transpose_inputs) {
-        src_nxc = alloc_floats(p_.mb * p_.ic() * p_.in_sp());
-        dst_nxc = alloc_floats(p_.mb * p_.oc() * p_.out_sp());
-        to_nxc(src, src_nxc.get(), p_.mb, p_.ic(), p_.in_sp());
-        to_nxc(diff_dst, dst_nxc.get(), p_.mb, p_.oc(), p_.out_sp());
+        src_nxc = alloc_bytes(p_.mb * p_.ic() * p_.in_sp() * es);
+        dst_nxc = alloc_bytes(p_.mb * p_.oc() * p_.out_sp() * es);
+        if (es == 4) {
+            to_nxc(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(src_nxc.get()), p_.mb, p_.ic(),
+                   p_.in_sp());
+            to_nxc(reinterpret_cast<const float*>(diff_dst), reinterpret_cast<float*>(dst_nxc.get()), p_.mb,
+                   p_.oc(), p_.out_sp());
+        } else {
+            to_nxc(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(src_nxc.get()), p_.mb,
+                   p_.ic(), p_.in_sp());
+            to_nxc(reinterpret_cast<const uint16_t*>(diff_dst), reinterpret_cast<uint16_t*>(dst_nxc.get()),
+                   p_.mb, p_.oc(), p_.out_sp());
+        }
         src = src_nxc.get();
         diff_dst = dst_nxc.get();
     }
-    float* user = static_cast<float*>(output);
-    float* target = user;
-    if (!plan_.direct_weights) {
-        xio = alloc_floats(plan_.weights_elems);
-        target = xio.get();
+    // The kernels' f32 target: the user's buffer when it is f32 XIO-like,
+    // else scratch.
+    FloatBuffer scratch, partials;
+    float* target = static_cast<float*>(output);
+    if (!plan_.direct_weights || plan_.staged()) {
+        scratch = alloc_floats(plan_.weights_elems);
+        target = scratch.get();
     }
     if (plan_.red.slices > 1) partials = alloc_floats((plan_.red.slices - 1) * plan_.weights_elems);
     parallel_static(grid.nthr, [&](int64_t tid) {
         compute_thread(tid, grid, src, diff_dst, target, partials.get());
     });
-    reduce_and_store(target, partials.get(), user);
+    reduce_and_store(target, partials.get(), output);
 }
 
 }  // namespace
 
 std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, std::string* why) {
-    if (p.dt != data_type::f32) {
-        *why = std::string("weight gradient: ") + dtype_name(p.dt) + " not implemented yet (f32 only)";
-        return nullptr;
-    }
     if (isa < Isa::avx2) {
         *why = "weight gradient: needs avx2";
         return nullptr;

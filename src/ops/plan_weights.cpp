@@ -33,9 +33,9 @@ int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 bool is_depthwise(const Problem& p) { return p.g > 1 && p.icg == 1 && p.ocg == 1; }
 
 // Merges H (and then D) into W when they carry no tap, stride or padding.
-WeightsGeometry make_geometry(const Problem& p) {
+WeightsGeometry make_geometry(const Problem& p, bool pairs) {
     WeightsGeometry g;
-    g.mb = p.mb;
+    g.mb = pairs ? (p.mb + 1) / 2 : p.mb;
     g.g = p.g;
     g.icg = p.icg;
     g.ocg = p.ocg;
@@ -59,8 +59,8 @@ WeightsGeometry make_geometry(const Problem& p) {
     return g;
 }
 
-double tile_cycles(double fmas, double loads, double instrs) {
-    return std::max({fmas / Cost::fma_per_cycle, loads / Cost::loads_per_cycle, Cost::fma_latency,
+double tile_cycles(double fmas, double loads, double instrs, double latency) {
+    return std::max({fmas / Cost::fma_per_cycle, loads / Cost::loads_per_cycle, latency,
                      instrs / Cost::instr_per_cycle});
 }
 
@@ -78,13 +78,13 @@ double chunk_pixels(const WeightsPlan& plan, int v) {
 }
 
 // Cycles per output pixel of r x v tiles, amortising a flush over `pixels`.
-double gemm_tile(int r, int v, double pixels) {
-    const double px = tile_cycles(r * v, v + r, r * v + r + v + 4);
+double gemm_tile(int r, int v, double pixels, double latency) {
+    const double px = tile_cycles(r * v, v + r, r * v + r + v + 4, latency);
     return px + (1.5 * r * v + Cost::call_cycles) / pixels;
 }
 
-double dw_tile(int r, int v, double pixels) {
-    const double px = tile_cycles(r * v, v + r * v, r * v + v + 4);
+double dw_tile(int r, int v, double pixels, double latency) {
+    const double px = tile_cycles(r * v, v + r * v, r * v + v + 4, latency);
     return px + (1.5 * r * v + Cost::call_cycles) / pixels;
 }
 
@@ -109,6 +109,7 @@ void choose_blocking(WeightsPlan& plan) {
     const int64_t vecs = div_up(channels, b.vlen);
     const int64_t rows_total = dw ? g.k[2] : g.icg;  // depthwise tile rows are kw taps
     b.tail = static_cast<int>(channels % b.vlen);
+    const double latency = plan.pairs ? Cost::dot_latency : Cost::fma_latency;
     double best = 1e300;
     for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
         for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
@@ -116,7 +117,7 @@ void choose_blocking(WeightsPlan& plan) {
             const double pixels = chunk_pixels(plan, n);
             auto row_cost = [&](int r) {
                 return over_tiles(vecs, n, [&](int v) {
-                    return dw ? dw_tile(r, v, pixels) : gemm_tile(r, v, pixels);
+                    return dw ? dw_tile(r, v, pixels, latency) : gemm_tile(r, v, pixels, latency);
                 });
             };
             const double cost = over_tiles(rows_total, m, row_cost) * (dw ? 1 : g.g);
@@ -199,6 +200,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.m = static_cast<uint8_t>(m);
     d.n = static_cast<uint8_t>(n);
     d.tail = static_cast<uint8_t>(tail_lanes);
+    d.dot = pairs ? 1 : 0;
     // A single-tap depthwise tile never uses the displacement: share it.
     d.tap_disp = (blk.kind == WeightsKernelKind::depthwise && m > 1) ? static_cast<int32_t>(tap_disp) : 0;
     return d;
@@ -206,8 +208,10 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     WeightsPlan plan;
-    plan.isa = isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
-    plan.geo = make_geometry(p);
+    plan.dt = p.dt;
+    plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
+    plan.isa = plan.pairs ? Isa::avx512_core_bf16 : isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
+    plan.geo = make_geometry(p, plan.pairs);
     plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
@@ -231,7 +235,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
 std::string WeightsPlan::to_string() const {
     std::ostringstream os;
     const bool dw = blk.kind == WeightsKernelKind::depthwise;
-    os << (dw ? "depthwise" : "gemm") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
+    os << (dw ? "depthwise" : "gemm") << (pairs ? " bf16-pairs" : staged() ? " widened" : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
        << " tiles=" << blk.tiles << " (" << (dw ? "kw" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
        << " last " << blk.m_last << ", " << (dw ? "ch" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
        << "v last " << blk.n_last << "v tail " << blk.tail << ")"

@@ -9,6 +9,13 @@
 // (gemm: tap x m ic x n oc vectors; depthwise: kd,kh x taps kw x n channel
 // vectors).
 //
+// 16-bit types: the executor stages each chunk (the src rows it reads and
+// its diff_dst rows) into per-thread scratch in the kernels' 32-bit element
+// format: bf16 on avx512_core_bf16 as pairs of images for vdpbf16ps (the
+// rows then enumerate image pairs: the reduction runs over two pixels per
+// element), everything else widened to f32 for the FMA kernels. The sums
+// stay f32 until one final rounding to the output type.
+//
 // Determinism: the chunking and the slice count depend on the Problem only,
 // never on the thread count; each (slice, tile) is summed chunk by chunk in
 // a fixed order and the slices are added in slice order. Threads only pick
@@ -30,7 +37,8 @@ namespace convgrad::detail {
 // and for 1x1 / stride-1 / unpadded layers the spatial axes merged into W
 // (one long row per image, split into segments).
 struct WeightsGeometry {
-    int64_t mb = 0, g = 1, icg = 0, ocg = 0;
+    int64_t mb = 0;  // images, or image pairs with bf16 pairs
+    int64_t g = 1, icg = 0, ocg = 0;
     std::array<int64_t, 3> in{}, out{}, k{}, stride{}, dil{}, pad{};
     bool merged = false;      // spatial axes merged into W
     int64_t segment = 0;      // output pixels per row (last one of an image may be shorter)
@@ -67,7 +75,9 @@ struct WeightsThreadGrid {
 };
 
 struct WeightsPlan {
-    Isa isa = Isa::avx2;
+    Isa isa = Isa::avx2;            // avx512_core_bf16 only for bf16 pairs
+    data_type dt = data_type::f32;  // of the user's tensors
+    bool pairs = false;             // bf16 pairs of images + vdpbf16ps kernels
     WeightsGeometry geo;
     WeightsBlocking blk;
     WeightsReduction red;
@@ -75,6 +85,9 @@ struct WeightsPlan {
     bool transpose_inputs = false;  // NCX: src and diff_dst to NXC scratch first
     bool direct_weights = true;     // OC-contiguous user layout: kernels write it directly
     int64_t weights_elems = 0;      // diff_weights elements (target and each partial)
+
+    // 16-bit inputs go through the chunk stager; f32 is read in place.
+    bool staged() const { return dt != data_type::f32; }
 
     // The kernel desc for a tile of `m` rows and `n` vectors, `tail` lanes.
     WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp) const;
@@ -87,6 +100,7 @@ struct WeightsCostModel {
     static constexpr double fma_per_cycle = 2;
     static constexpr double loads_per_cycle = 2;
     static constexpr double fma_latency = 4;
+    static constexpr double dot_latency = 6;  // vdpbf16ps
     static constexpr double instr_per_cycle = 6;
     static constexpr double call_cycles = 60;       // kernel call + argument set-up
     static constexpr double l1_budget = 32 << 10;    // bytes of one tile's chunk data (L1d is 48 KiB)

@@ -1,0 +1,240 @@
+// JIT weight gradient in bf16 and f16 vs the reference, on every ISA cap:
+// bitwise with small integers (the f32 sums are then exact, so the single
+// rounding must equal the reference's), the single-rounding bound of
+// docs/ACCURACY.md with reals, bitwise determinism over thread counts, and
+// the implementation each type and cap gets.
+#include <catch2/catch.hpp>
+#include <tbb/task_arena.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "jit/isa.hpp"
+#include "test_util.hpp"
+#include "weights_case.hpp"
+
+using convgrad::data_type;
+using convgrad::dims;
+using testutil::Buffer;
+using wtest::Case;
+using wtest::conv2d;
+using wtest::jit_isas;
+using wtest::label;
+
+namespace {
+
+// The implementation prefix describe() must start with: vdpbf16ps kernels
+// name avx512_core_bf16; everything else runs the f32 FMA kernels.
+std::string expected_impl(data_type dt, const std::string& isa) {
+    if (isa == "avx512_core_bf16") return dt == data_type::bf16 ? "jit:avx512_core_bf16" : "jit:avx512_core ";
+    return "jit:" + isa + " ";
+}
+
+void check_exact(Case c, uint32_t seed = 1) {
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        c.dt = dt;
+        const convgrad::op ref = c.make("ref");
+        const Buffer a = testutil::small_ints(dt, ref.input0_elems(), seed);
+        const Buffer b = testutil::small_ints(dt, ref.input1_elems(), seed + 7);
+        const Buffer want = testutil::run(ref, a, b);
+        for (const std::string& isa : jit_isas(true)) {
+            const convgrad::op jit = c.make(isa);
+            INFO(label(c, isa) << "\n" << jit.describe());
+            REQUIRE(jit.describe().rfind(expected_impl(dt, isa), 0) == 0);
+            CHECK(testutil::bitwise_equal(testutil::run(jit, a, b), want));
+        }
+    }
+}
+
+// One unit in the last place of dt at |x| (the larger of two neighbours'
+// spacings is what a single rounding of nearby sums can differ by).
+double ulp(data_type dt, double x) {
+    const int mant = dt == data_type::bf16 ? 7 : 10;
+    const int emin = dt == data_type::bf16 ? -126 : -14;
+    int e = 0;
+    std::frexp(std::fabs(x), &e);  // |x| in [2^(e-1), 2^e)
+    return std::ldexp(1.0, std::max(e - 1, emin) - mant);
+}
+
+// docs/ACCURACY.md: |jit - ref| <= gamma_L * A + ulp_out, A = sum |products|
+// per element, computed by the reference on |src| and |diff_dst| (rounded
+// to dt, hence the 2^-7 margin), L the reduction length.
+void check_bound(Case c, data_type dt) {
+    c.dt = dt;
+    const convgrad::op ref = c.make("ref");
+    const Buffer a = testutil::random_reals(dt, ref.input0_elems(), 3);
+    const Buffer b = testutil::random_reals(dt, ref.input1_elems(), 4);
+    Buffer abs_a = a, abs_b = b;
+    for (int64_t i = 0; i < a.size(); ++i) abs_a.set(i, std::fabs(a.get(i)));
+    for (int64_t i = 0; i < b.size(); ++i) abs_b.set(i, std::fabs(b.get(i)));
+    const Buffer want = testutil::run(ref, a, b), mag = testutil::run(ref, abs_a, abs_b);
+    double length = c.mb;
+    for (size_t ax = 0; ax < c.nsp(); ++ax) length *= double(c.out(ax));
+    const double gamma = length * std::ldexp(1.0, -24) / (1 - length * std::ldexp(1.0, -24));
+    for (const std::string& isa : jit_isas(true)) {
+        const Buffer got = testutil::run(c.make(isa), a, b);
+        INFO(label(c, isa) << " L=" << length);
+        int64_t bad = 0, off_by_one = 0;
+        for (int64_t i = 0; i < got.size(); ++i) {
+            const double diff = std::fabs(double(got.get(i)) - want.get(i));
+            const double bound = gamma * mag.get(i) * (1 + 1.0 / 128) +
+                                 ulp(dt, std::max(std::fabs(got.get(i)), std::fabs(want.get(i))));
+            bad += diff > bound;
+            off_by_one += diff > 0;
+        }
+        CHECK(bad == 0);
+        // Almost everything rounds to the reference's own value.
+        CHECK(off_by_one * 10 < got.size());
+    }
+}
+
+}  // namespace
+
+TEST_CASE("weights bf16/f16: channel block boundaries, odd minibatch", "[jit][weights][lowp]") {
+    for (int64_t ch : {1, 2, 15, 17, 33, 65}) {
+        Case c = conv2d(ch, 17, {5, 7}, {3, 3});
+        c.pb = c.pe = {1, 1};
+        check_exact(c);
+        c = conv2d(7, ch, {5, 7}, {3, 3});
+        c.mb = 3;  // the last image of a bf16 pair is paired with zeros
+        check_exact(c);
+    }
+    Case c = conv2d(33, 129, {2, 3}, {1, 1});
+    c.mb = 1;
+    check_exact(c);
+}
+
+TEST_CASE("weights bf16/f16: geometry", "[jit][weights][lowp]") {
+    Case c = conv2d(6, 20, {11, 13}, {3, 3});
+    c.s = {2, 3};
+    c.d = {2, 1};
+    c.pb = {2, 0};
+    c.pe = {1, 4};
+    check_exact(c);
+    c = conv2d(3, 18, {4, 5}, {2, 2});  // taps entirely in padding
+    c.pb = {3, 4};
+    c.pe = {5, 3};
+    check_exact(c);
+    c = conv2d(3, 32, {23, 21}, {7, 7});  // first layer
+    c.s = {2, 2};
+    c.pb = c.pe = {3, 3};
+    check_exact(c);
+    c = conv2d(12, 40, {9, 9}, {1, 1});  // 1x1 stride 2
+    c.s = {2, 2};
+    check_exact(c);
+    c = conv2d(8, 24, {30, 31}, {1, 1});  // merged rows, segments
+    c.mb = 3;
+    check_exact(c);
+    c = conv2d(9, 21, {29}, {5});  // 1D
+    c.s = {2};
+    c.d = {3};
+    c.pb = {4};
+    c.pe = {1};
+    check_exact(c);
+    c = conv2d(10, 18, {5, 6, 7}, {3, 2, 3});  // 3D
+    c.s = {1, 2, 1};
+    c.pb = {1, 0, 2};
+    c.pe = {1, 1, 0};
+    check_exact(c);
+    c = conv2d(4, 16, {3, 4, 4}, {1, 1, 1});
+    c.mb = 3;
+    check_exact(c);
+}
+
+TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]") {
+    Case c = conv2d(48, 96, {4, 4}, {3, 3});
+    c.g = 3;
+    check_exact(c);
+    for (int64_t ch : {2, 17, 33}) {
+        Case dw = conv2d(ch, ch, {6, 9}, {3, 3});
+        dw.g = ch;
+        dw.mb = 3;
+        dw.pb = dw.pe = {1, 1};
+        check_exact(dw);
+    }
+    Case dw = conv2d(40, 40, {9, 12}, {5, 5});
+    dw.g = 40;
+    dw.d = {2, 2};
+    dw.s = {1, 2};
+    dw.pb = {4, 5};
+    dw.pe = {4, 6};
+    check_exact(dw);
+    dw = conv2d(24, 24, {40}, {11});
+    dw.g = 24;
+    dw.pb = dw.pe = {5};
+    check_exact(dw);
+    for (bool nxc : {true, false}) {
+        Case f = conv2d(6, 20, {7, 6}, {3, 2});
+        f.g = 2;
+        f.nxc = nxc;
+        f.wfmt = "OIX";
+        f.pb = {1, 0};
+        check_exact(f);
+        for (const char* w : {"IOX", "XIO"}) {
+            Case t = conv2d(6, 20, {9, 8}, {3, 3});
+            t.g = 2;
+            t.s = {2, 2};
+            t.pb = t.pe = {1, 1};
+            t.nxc = nxc;
+            t.wfmt = w;
+            t.transpose = true;
+            check_exact(t);
+        }
+    }
+}
+
+TEST_CASE("weights bf16/f16: single rounding of an f32 sum", "[jit][weights][lowp]") {
+    Case c = conv2d(37, 45, {14, 14}, {3, 3});
+    c.mb = 3;
+    c.pb = c.pe = {1, 1};
+    Case flat = conv2d(24, 40, {30, 30}, {1, 1});  // L = 2700, several slices
+    flat.mb = 3;
+    Case dw = conv2d(35, 35, {20, 20}, {3, 3});
+    dw.g = 35;
+    dw.pb = dw.pe = {1, 1};
+    for (data_type dt : {data_type::bf16, data_type::f16})
+        for (const Case& k : {c, flat, dw}) check_bound(k, dt);
+}
+
+TEST_CASE("weights bf16/f16: bitwise identical for 1 to 4 threads", "[jit][weights][lowp]") {
+    Case big = conv2d(40, 70, {12, 12}, {3, 3});
+    big.mb = 3;
+    big.pb = big.pe = {1, 1};
+    Case few = conv2d(3, 8, {40, 40}, {1, 1});
+    few.mb = 5;
+    Case dw = conv2d(32, 32, {30, 30}, {3, 3});
+    dw.g = 32;
+    dw.mb = 4;
+    dw.pb = dw.pe = {1, 1};
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        for (Case c : {big, few, dw}) {
+            c.dt = dt;
+            wtest::check_thread_counts(c, true);
+        }
+    }
+}
+
+TEST_CASE("weights bf16/f16: special values", "[jit][weights][lowp]") {
+    // A NaN or infinity in src reaches exactly the weights that read it; the
+    // zero partner of an odd minibatch's last image must not make NaNs.
+    Case c = conv2d(5, 18, {6, 7}, {3, 3});
+    c.mb = 3;
+    c.pb = c.pe = {1, 1};
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        c.dt = dt;
+        const convgrad::op ref = c.make("ref");
+        Buffer a = testutil::small_ints(dt, ref.input0_elems(), 11);
+        const Buffer b = testutil::small_ints(dt, ref.input1_elems(), 12, 1, 2);  // no zeros
+        a.set(5 * 6 * 7 * 2 + 3, INFINITY);  // last image, a pixel inside
+        const Buffer want = testutil::run(ref, a, b);
+        for (const std::string& isa : jit_isas(true)) {
+            INFO(label(c, isa));
+            const Buffer got = testutil::run(c.make(isa), a, b);
+            for (int64_t i = 0; i < got.size(); ++i) {
+                INFO(i);
+                REQUIRE(std::isnan(got.get(i)) == std::isnan(want.get(i)));
+                if (!std::isnan(want.get(i))) REQUIRE(got.get(i) == want.get(i));
+            }
+        }
+    }
+}
