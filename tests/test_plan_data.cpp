@@ -38,7 +38,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 1 (64 channels/group, tail 4 vec 0 lanes)\n"
           "      for oc chunk of 64\n"
-          "        for W phase in 1, block of 4 pixels (edges staged)\n"
+          "        for W phase in 1, block of 4 pixels (zero-padded rows)\n"
           "          for valid tap (kd, kh, kw): for oc: 4 W loads, 4 bcasts, 16 FMAs\n");
     CHECK(plan_of(square(1, 3, 64, 224, 7, 2, 3, 112), Isa::avx512_core, 2).to_string() ==
           "jit:avx512_core col m5 n2x16 threads 2\n"
@@ -59,7 +59,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 4 (64 channels/group, tail 2 vec 0 lanes)\n"
           "      for oc chunk of 64\n"
-          "        for W phase in 1, block of 6 pixels (edges staged)\n"
+          "        for W phase in 1, block of 6 pixels (zero-padded rows)\n"
           "          for valid tap (kd, kh, kw): for oc: 2 W loads, 6 bcasts, 12 FMAs\n");
 }
 
@@ -108,8 +108,12 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             // Scratch: packed W holds every lane of every block and tap.
             const int64_t per_block_rows = pl.path == DataPath::col ? pr.ocg : pr.k_sp() * (dw ? 1 : pr.ocg);
             CHECK(pl.scratch.wpack_elems == (dw ? 1 : pr.g) * cb.padded() * per_block_rows);
-            if (pl.path != DataPath::col && !pl.exact_edges)
+            if (pl.padded_rows) {  // a row with both pads; more slots than one item's rows
+                CHECK(pl.scratch.row_bytes == (pl.pad_left + pl.geo.out[2] + pl.pad_right) * pr.oc() * 4);
+                CHECK(pl.scratch.row_slots > pr.k[0] * pr.k[1]);
+            } else if (pl.path != DataPath::col && !pl.exact_edges) {
                 CHECK(pl.scratch.stage_elems >= pr.k_sp() * pl.blk.m * pr.oc());
+            }
             // Threads: contiguous item ranges that tile [0, items) exactly once.
             CHECK(pl.grid.items == (pl.path == DataPath::col ? pl.rows : pl.rows * cb.total));
             int64_t next = 0;

@@ -11,26 +11,27 @@
 namespace convgrad::detail {
 namespace {
 
-struct RoundKernelDesc {
-    int32_t isa = 0, dt = 0;
+struct CvtKernelDesc {
+    int32_t isa = 0, from = 0, to = 0;
 };
 
-// fn(src, dst, nvec): nvec whole vectors of f32 at src rounded to dt at dst.
-// Register contract: rdi src, rsi dst, rdx vectors left; vregs 0-2.
-class RoundKernel final : public JitKernel {
+// fn(src, dst, nvec): nvec whole vectors of `from` at src converted to `to`
+// at dst (through f32). Register contract: rdi src, rsi dst, rdx vectors
+// left; vregs 0-2.
+class ArrayCvtKernel final : public JitKernel {
 public:
-    explicit RoundKernel(const RoundKernelDesc& d)
-        : JitKernel(std::string("round_f32_to_") + dtype_name(static_cast<data_type>(d.dt)) + "_" +
-                    isa_name(static_cast<Isa>(d.isa))),
+    explicit ArrayCvtKernel(const CvtKernelDesc& d)
+        : JitKernel(std::string("cvt_") + dtype_name(static_cast<data_type>(d.from)) + "_to_" +
+                    dtype_name(static_cast<data_type>(d.to)) + "_" + isa_name(static_cast<Isa>(d.isa))),
           d_(d) {}
-    using Fn = void (*)(const float*, void*, int64_t);
-    void operator()(const float* src, void* dst, int64_t nvec) const { entry<Fn>()(src, dst, nvec); }
+    using Fn = void (*)(const void*, void*, int64_t);
+    void operator()(const void* src, void* dst, int64_t nvec) const { entry<Fn>()(src, dst, nvec); }
 
 private:
     void generate() override {
         using namespace Xbyak::util;
         const Isa isa = static_cast<Isa>(d_.isa);
-        const data_type dt = static_cast<data_type>(d_.dt);
+        const data_type from = static_cast<data_type>(d_.from), to = static_cast<data_type>(d_.to);
         VecIsa vi(*this, isa);
         VecCvt cvt(*this, vi, isa);
         Xbyak::Label l_loop, l_done;
@@ -38,34 +39,44 @@ private:
         test(rdx, rdx);
         jz(l_done);
         L(l_loop);
-        vi.load(vi.vreg(0), ptr[rdi]);
-        cvt.store(ptr[rsi], vi.vreg(0), dt, vi.vreg(1), vi.vreg(2));
-        add(rdi, vi.vbytes());
-        add(rsi, vi.vlen() * VecCvt::elem_bytes(dt));
+        cvt.load(vi.vreg(0), ptr[rdi], from);
+        cvt.store(ptr[rsi], vi.vreg(0), to, vi.vreg(1), vi.vreg(2));
+        add(rdi, vi.vlen() * VecCvt::elem_bytes(from));
+        add(rsi, vi.vlen() * VecCvt::elem_bytes(to));
         dec(rdx);
         jnz(l_loop);
         L(l_done);
         postamble();
         cvt.emit_constants();
     }
-    RoundKernelDesc d_;
+    CvtKernelDesc d_;
 };
+
+// Whole vectors through the cached kernel; returns how many elements it did.
+int64_t convert_vectors(Isa isa, data_type from, data_type to, const void* src, void* dst, int64_t n) {
+    static KernelCache<CvtKernelDesc, ArrayCvtKernel> cache;
+    CvtKernelDesc d;
+    d.isa = static_cast<int32_t>(isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2);
+    d.from = static_cast<int32_t>(from);
+    d.to = static_cast<int32_t>(to);
+    const auto k = cache.get(d, [](const CvtKernelDesc& desc) {
+        auto r = std::make_shared<ArrayCvtKernel>(desc);
+        r->create();
+        return std::shared_ptr<const ArrayCvtKernel>(std::move(r));
+    });
+    const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8;
+    (*k)(src, dst, n / vlen);
+    return n / vlen * vlen;
+}
 
 }  // namespace
 
 void round_f32_array(Isa isa, data_type dt, const float* src, void* dst, int64_t n) {
-    static KernelCache<RoundKernelDesc, RoundKernel> cache;
-    RoundKernelDesc d;
-    d.isa = static_cast<int32_t>(isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2);
-    d.dt = static_cast<int32_t>(dt);
-    const auto k = cache.get(d, [](const RoundKernelDesc& desc) {
-        auto r = std::make_shared<RoundKernel>(desc);
-        r->create();
-        return std::shared_ptr<const RoundKernel>(std::move(r));
-    });
-    const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8, whole = n / vlen * vlen;
-    (*k)(src, dst, n / vlen);
-    for (int64_t i = whole; i < n; ++i) store_elem(dst, i, dt, src[i]);
+    for (int64_t i = convert_vectors(isa, data_type::f32, dt, src, dst, n); i < n; ++i) store_elem(dst, i, dt, src[i]);
+}
+
+void widen_to_f32_array(Isa isa, data_type dt, const void* src, float* dst, int64_t n) {
+    for (int64_t i = convert_vectors(isa, dt, data_type::f32, src, dst, n); i < n; ++i) dst[i] = load_elem(src, i, dt);
 }
 
 }  // namespace convgrad::detail

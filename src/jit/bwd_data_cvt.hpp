@@ -1,7 +1,8 @@
-// Rounding an array of f32 sums to bf16 / f16 (nearest even) with a small
-// cached JIT kernel built on VecCvt: whole vectors in the kernel, the last
-// n mod vlen elements with the scalar conversion of ops/numeric.hpp (the
-// same rounding). The data gradient's column path uses it for its f32 rows.
+// Converting arrays between f32 and bf16 / f16 with a small cached JIT
+// kernel built on VecCvt: whole vectors in the kernel, the last n mod vlen
+// elements with the scalar conversions of ops/numeric.hpp (the same
+// rounding). The data gradient rounds its column path's f32 rows with it and
+// widens diff_dst rows into its padded-row cache.
 #pragma once
 
 #include <cstdint>
@@ -13,5 +14,7 @@ namespace convgrad::detail {
 
 // dst[i] := src[i] rounded to dt, i < n. isa: avx2 or an AVX-512 level.
 void round_f32_array(Isa isa, data_type dt, const float* src, void* dst, int64_t n);
+// dst[i] := src[i] (elements of dt) widened to f32, i < n.
+void widen_to_f32_array(Isa isa, data_type dt, const void* src, float* dst, int64_t n);
 
 }  // namespace convgrad::detail

@@ -87,24 +87,68 @@ void transpose_any(const void* src, void* dst, int es, int64_t mb, int64_t rows,
         transpose_images(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), mb, rows, cols, threads);
 }
 
-// One W tap along the executor's W axis for a stride phase: diff_src pixel
-// j of the phase reads diff_dst pixel base + j.
-struct PhaseTap {
-    int64_t kw, base;
-};
-
 // Pixels [lo, hi) of a phase read every tap inside [0, OW); the ones
 // outside are edge pixels.
 struct PhaseSplit {
     int64_t lo, hi;
 };
 
-// Per-thread state: entry list, edge staging windows (diff_dst bytes), the
-// f32 partial sums of a row between oc chunks, the widen scratch.
+// Per-thread copies of diff_dst rows with zero pixels on both W sides
+// (widened to f32 for widen_rows plans), the least recently used replaced.
+// One item needs at most KD·KH rows at once, all fetched after any other, so
+// with more slots than that a row is never replaced while in use. The pads
+// are zeroed once: copies only ever write the middle of a slot.
+class PaddedRows {
+public:
+    void init(const DataPlan& plan, const Problem& p) {
+        isa_ = plan.isa;
+        dt_ = plan.widen_rows ? p.dt : data_type::f32;
+        row_bytes_ = plan.scratch.row_bytes;
+        pixel_bytes_ = row_bytes_ / (plan.pad_left + plan.geo.out[2] + plan.pad_right);
+        left_bytes_ = plan.pad_left * pixel_bytes_;
+        copy_elems_ = plan.geo.out[2] * p.oc();
+        keys_.assign(static_cast<size_t>(plan.scratch.row_slots), -1);
+        used_.assign(keys_.size(), 0);
+        buf_ = alloc_bytes(row_bytes_ * plan.scratch.row_slots);
+        std::memset(buf_.get(), 0, static_cast<size_t>(row_bytes_ * plan.scratch.row_slots));
+    }
+    // Pixel ow = 0 of diff_dst row `key` (elements of dtype_size bytes at src).
+    const char* get(int64_t key, const char* src, int es) {
+        size_t slot = 0;
+        for (size_t i = 0; i < keys_.size(); ++i) {
+            if (keys_[i] == key) {
+                used_[i] = ++clock_;
+                return buf_.get() + int64_t(i) * row_bytes_ + left_bytes_;
+            }
+            if (used_[i] < used_[slot]) slot = i;
+        }
+        char* row = buf_.get() + int64_t(slot) * row_bytes_ + left_bytes_;
+        if (dt_ == data_type::f32)
+            std::memcpy(row, src, static_cast<size_t>(copy_elems_ * es));
+        else
+            widen_to_f32_array(isa_, dt_, src, reinterpret_cast<float*>(row), copy_elems_);
+        keys_[slot] = key;
+        used_[slot] = ++clock_;
+        return row;
+    }
+
+private:
+    Isa isa_ = Isa::avx2;
+    data_type dt_ = data_type::f32;  // f32: copy bytes as they are; else widen from dt_
+    int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, copy_elems_ = 0;
+    std::vector<int64_t> keys_, used_;
+    int64_t clock_ = 0;
+    ByteBuf buf_;
+};
+
+// Per-thread state: entry list, edge staging windows (diff_dst bytes) or
+// padded rows, the f32 partial sums of a row between oc chunks, the widen
+// scratch.
 struct ThreadCtx {
     std::vector<DataEntry> entries;
     std::vector<char> stage;
     int64_t stage_used = 0;  // bytes
+    PaddedRows rows;
     FloatBuf acc, cvt;
 };
 
@@ -187,13 +231,7 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       dd_str_(nxc_strides(plan.geo.out, p.oc())),
       dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
-    phases_.resize(static_cast<size_t>(g.stride[2]));
-    for (int64_t r = 0; r < g.stride[2]; ++r)
-        for (int64_t kw = 0; kw < g.k[2]; ++kw) {
-            const int64_t t = r + g.pad[2] - kw * g.dil[2];
-            if (((t % g.stride[2]) + g.stride[2]) % g.stride[2] == 0)
-                phases_[static_cast<size_t>(r)].push_back({kw, floor_div(t, g.stride[2])});
-        }
+    for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
     for (int64_t r = 0; r < g.stride[2]; ++r) {
         const int64_t npx = phase_pixel_count(g, r);
         PhaseSplit s{0, npx};
@@ -222,6 +260,7 @@ void JitDataExecutor::build_kernels() {
         for (int64_t r = 0; r < g.stride[2]; ++r) {
             const PhaseSplit s = split_phase(r);
             sizes.push_back(exact_edges_ ? (s.hi - s.lo) % b.m : phase_pixel_count(g, r) % b.m);
+            if (plan_.padded_rows) continue;
             if (exact_edges_ && s.hi - s.lo < phase_pixel_count(g, r)) sizes.push_back(1);
         }
     }
@@ -229,7 +268,7 @@ void JitDataExecutor::build_kernels() {
     const bool dw = plan_.path == DataPath::depthwise;
     DataKernelTypes types = plan_.types;
     if (col) types.out = data_type::f32;
-    const int64_t dd_pix = p_.oc() * es_;
+    const int64_t dd_pix = p_.oc() * (plan_.widen_rows ? 4 : es_);
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
     for (int64_t mb : sizes) {
         if (mb == 0) continue;
@@ -357,6 +396,7 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
         ctx.stage.resize(static_cast<size_t>(plan_.scratch.stage_elems * es_));
         if (plan_.scratch.acc_floats) ctx.acc = alloc_floats(plan_.scratch.acc_floats);
         if (plan_.scratch.cvt_floats) ctx.cvt = alloc_floats(plan_.scratch.cvt_floats);
+        if (plan_.padded_rows) ctx.rows.init(plan_, p_);
         const auto [lo, hi] = grid.range(t);
         for (int64_t i = lo; i < hi;) {
             const int64_t outer = i / inner, ib = i % inner, ie = std::min(inner, ib + (hi - i));
@@ -384,8 +424,9 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
         for (int64_t kh = 0; kh < g.k[1]; ++kh) {
             const int64_t th = ih + g.pad[1] - kh * g.dil[1];
             if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
-            rts.push_back({kd * g.k[1] + kh, dd + (n * dd_str_.n + td / g.stride[0] * dd_str_.d +
-                                                   th / g.stride[1] * dd_str_.h) * es_});
+            const int64_t dd_row = (n * g.out[0] + td / g.stride[0]) * g.out[1] + th / g.stride[1];
+            const char* src = dd + dd_row * dd_str_.h * es_;
+            rts.push_back({kd * g.k[1] + kh, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
         }
     }
     const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
@@ -413,6 +454,11 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
                         noc, chunk, ctx);
         };
         const PhaseSplit sp = split_phase(r);
+        if (plan_.padded_rows) {  // every block reads real memory: one run, then the rest
+            if (npx / m) call(0, m, npx / m);
+            if (npx % m) call(npx / m * m, npx % m, 1);
+            continue;
+        }
         if (exact_edges_) {
             // Edge pixels one at a time with only their valid taps; the
             // interior in blocks of m.
@@ -445,15 +491,16 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     const int64_t ow_n = g.out[2], kw_n = g.k[2];
     const int64_t ocg_w = plan_.path == DataPath::depthwise ? 1 : plan_.ocg_w;
     const int64_t width = last ? int64_t(plan_.cb.tail_n) * plan_.cb.vlen : plan_.cb.block;
-    const int64_t pix_bytes = dd_str_.w * es_, chan_bytes = nchan * es_;
+    const int64_t row_es = plan_.widen_rows ? 4 : es_;
+    const int64_t pix_bytes = dd_str_.w * row_es, chan_bytes = nchan * row_es;
     ctx.entries.clear();
     ctx.stage_used = 0;
     for (const RowTap& rt : rts)
         for (const PhaseTap& pt : taps) {
             const int64_t ow0 = pt.base + j0;
             const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
-            const char* dd_px = rt.dd_row + chan_dd * es_;
-            if (ow0 >= 0 && ow0 + mb <= ow_n) {
+            const char* dd_px = rt.dd_row + chan_dd * row_es;
+            if ((ow0 >= 0 && ow0 + mb <= ow_n) || plan_.padded_rows) {
                 ctx.entries.push_back({dd_px + ow0 * pix_bytes, w});
                 continue;
             }

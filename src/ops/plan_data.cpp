@@ -7,6 +7,16 @@
 #include "jit/bwd_data_kernel.hpp"
 
 namespace convgrad::detail {
+
+std::vector<PhaseTap> phase_taps(const DataGeometry& g, int64_t r) {
+    std::vector<PhaseTap> taps;
+    for (int64_t kw = 0; kw < g.k[2]; ++kw) {
+        const int64_t t = r + g.pad[2] - kw * g.dil[2];
+        if (((t % g.stride[2]) + g.stride[2]) % g.stride[2] == 0) taps.push_back({kw, floor_div(t, g.stride[2])});
+    }
+    return taps;
+}
+
 namespace {
 
 // Cost model constants (one core, cycles). The machine retires two vector
@@ -103,13 +113,6 @@ DataChannelBlocks make_channel_blocks(int64_t lanes, int64_t groups, int n, int 
     return c;
 }
 
-// How many W taps reach the pixels of phase r.
-int64_t phase_taps(const DataGeometry& g, int64_t r) {
-    int64_t t = 0;
-    for (int64_t kw = 0; kw < g.k[2]; ++kw) t += ((r + g.pad[2] - kw * g.dil[2]) % g.stride[2] + g.stride[2]) % g.stride[2] == 0;
-    return t;
-}
-
 // Average (kd, kh) taps per diff_src row.
 double row_taps(const DataGeometry& g) {
     return double(g.k[0]) / double(g.stride[0]) * double(g.k[1]) / double(g.stride[1]);
@@ -125,7 +128,7 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
     const int vb = b.vlen * 4;
     double per_row = 0;
     for (int64_t r = 0; r < g.stride[2]; ++r) {
-        const int64_t j = phase_pixel_count(g, r), taps = phase_taps(g, r);
+        const int64_t j = phase_pixel_count(g, r), taps = static_cast<int64_t>(phase_taps(g, r).size());
         const int64_t full = j / b.m, rem = j % b.m;
         for (int64_t c = 0; c < cb.per_group; ++c) {
             const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
@@ -202,6 +205,32 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
     return 0;
 }
 
+// Direct path with edges: pad the diff_dst rows once per thread instead of
+// staging windows per block, channel block and oc chunk. 16-bit widen plans
+// widen the rows while copying, so their kernels run exactly as for f32.
+void choose_padded_rows(const Problem& p, DataPlan* pl) {
+    if (pl->path != DataPath::direct || pl->exact_edges) return;
+    const DataGeometry& g = pl->geo;
+    for (int64_t r = 0; r < g.stride[2]; ++r) {
+        const int64_t npx = phase_pixel_count(g, r);
+        for (const PhaseTap& t : phase_taps(g, r)) {
+            if (npx == 0) break;
+            pl->pad_left = std::max(pl->pad_left, -t.base);
+            pl->pad_right = std::max(pl->pad_right, t.base + npx - g.out[2]);
+        }
+    }
+    pl->padded_rows = pl->pad_left > 0 || pl->pad_right > 0;
+    if (!pl->padded_rows) return;
+    if (pl->types.compute == DataCompute::widen) {
+        pl->widen_rows = true;
+        pl->types.compute = DataCompute::f32;
+        pl->types.in = data_type::f32;
+    }
+    const int64_t es = pl->widen_rows ? 4 : static_cast<int64_t>(dtype_size(p.dt));
+    pl->scratch.row_bytes = (pl->pad_left + g.out[2] + pl->pad_right) * p.oc() * es;
+    pl->scratch.row_slots = g.k[0] * g.k[1] + 2;
+}
+
 // oc chunks (the W chunk of a channel block stays in L2; widen: the scratch
 // in L1), the loop order, edge handling, col chunk.
 void choose_cache_blocking(const Problem& p, DataPlan* pl) {
@@ -215,11 +244,12 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
     } else {
         pl->oc_chunk = p.ocg;
     }
-    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
-        pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
     pl->rows_outer = wpack_elems(p, *pl) * pl->w_elem_bytes <= kWResidentBytes;
     const int64_t stage_floats = pl->path == DataPath::depthwise ? pl->cb.block : pl->oc_chunk;
     pl->exact_edges = stage_floats < kMinStageFloats;
+    choose_padded_rows(p, pl);
+    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
+        pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
     if (pl->path == DataPath::col) {
         const int64_t px = std::max<int64_t>(1, kColBufferBytes / (pl->cb.padded() * 4));
         pl->col_pixels = std::max<int64_t>(pl->blk.m, px / pl->blk.m * pl->blk.m);
@@ -232,7 +262,7 @@ void size_scratch(const Problem& p, DataPlan* pl) {
     s.wpack_elems = wpack_elems(p, *pl);
     s.dd_nxc_elems = p.nxc ? 0 : p.mb * p.oc() * p.out_sp();
     s.dst_nxc_elems = p.nxc ? 0 : p.mb * p.ic() * p.in_sp();
-    s.stage_elems = pl->path == DataPath::col ? 0 : p.k_sp() * pl->blk.m * p.oc();
+    s.stage_elems = pl->path == DataPath::col || pl->padded_rows ? 0 : p.k_sp() * pl->blk.m * p.oc();
     const bool narrow_out = p.dt != data_type::f32;
     const int64_t ocg = pl->path == DataPath::depthwise ? 1 : p.ocg;
     if (narrow_out && pl->path != DataPath::col && div_up(ocg, pl->oc_chunk) > 1)
@@ -334,7 +364,7 @@ std::string DataPlan::to_string() const {
         os << "    " << (rows_outer ? cbl : row) << "\n";
         os << "      for oc chunk of " << oc_chunk << "\n"
            << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
-           << (exact_edges ? " (edge pixels alone)\n" : " (edges staged)\n")
+           << (exact_edges ? " (edge pixels alone)\n" : padded_rows ? " (zero-padded rows)\n" : " (edges staged)\n")
            << "          for valid tap (kd, kh, kw): "
            << (path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"
                                            : std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m) +

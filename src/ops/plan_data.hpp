@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "jit/bwd_data_kernel.hpp"
 #include "jit/isa.hpp"
@@ -79,6 +80,8 @@ struct DataScratch {
     int64_t dd_nxc_elems = 0;   // NCX diff_dst transposed
     int64_t dst_nxc_elems = 0;  // NCX diff_src before the transpose back
     int64_t stage_elems = 0;    // per thread: edge staging windows (diff_dst type)
+    int64_t row_slots = 0;      // per thread: padded diff_dst rows kept
+    int64_t row_bytes = 0;      // bytes of one padded row
     int64_t acc_floats = 0;     // per thread: f32 partial sums of a row between oc chunks
     int64_t cvt_floats = 0;     // per thread: widened diff_dst of one kernel entry
     int64_t col_rows_floats = 0;  // per thread, col path with a 16-bit output: f32 image rows
@@ -96,7 +99,12 @@ struct DataPlan {
     int64_t rows = 0;          // (n, id, ih) rows of diff_src
     int64_t oc_chunk = 0;      // direct: oc per pass (W chunk stays in L2)
     bool rows_outer = true;    // loop order of (row, channel block)
-    bool exact_edges = false;  // edge pixels one by one (else staged windows)
+    bool exact_edges = false;  // edge pixels one by one (else padded rows or staged windows)
+    // Edges read per-thread copies of the diff_dst rows with zero pixels on
+    // both W sides (widened to f32 when widen_rows), so a phase runs as one
+    // sequence of blocks; else edge blocks read staged windows.
+    bool padded_rows = false, widen_rows = false;
+    int64_t pad_left = 0, pad_right = 0;  // zero pixels before / after a padded row
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
     DataThreadGrid grid;
     DataScratch scratch;
@@ -107,6 +115,13 @@ struct DataPlan {
 };
 
 inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// One W tap along the geometry's W axis for a stride phase: diff_src pixel
+// j of the phase reads diff_dst pixel base + j.
+struct PhaseTap {
+    int64_t kw, base;
+};
+std::vector<PhaseTap> phase_taps(const DataGeometry& g, int64_t r);
 // diff_src pixels of stride phase r along the geometry's W axis.
 inline int64_t phase_pixel_count(const DataGeometry& g, int64_t r) {
     return r < g.in[2] ? (g.in[2] - r + g.stride[2] - 1) / g.stride[2] : 0;
