@@ -310,7 +310,7 @@ std::vector<DCase> typed_cases() {
     c.pb = c.pe = {1, 1};
     cs.push_back(c);
     c.ic = 17;
-    c.oc = 70;  // oc >= 64: staged edge windows
+    c.oc = 70;
     c.s = {1, 2};
     c.pb = {2, 2};
     c.pe = {1, 2};

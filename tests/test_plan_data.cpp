@@ -52,7 +52,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 3584 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 1 (32 channels/group, tail 2 vec 0 lanes)\n"
           "      for oc chunk of 1\n"
-          "        for W phase in 1, block of 14 pixels (edge pixels alone)\n"
+          "        for W phase in 1, block of 14 pixels (zero-padded rows)\n"
           "          for valid tap (kd, kh, kw): 2 W loads, 28 dd loads + FMAs\n");
     CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 direct m6 n2x8 threads 2\n"
@@ -111,8 +111,6 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             if (pl.padded_rows) {  // a row with both pads; more slots than one item's rows
                 CHECK(pl.scratch.row_bytes == (pl.pad_left + pl.geo.out[2] + pl.pad_right) * pr.oc() * 4);
                 CHECK(pl.scratch.row_slots > pr.k[0] * pr.k[1]);
-            } else if (pl.path != DataPath::col && !pl.exact_edges) {
-                CHECK(pl.scratch.stage_elems >= pr.k_sp() * pl.blk.m * pr.oc());
             }
             // Threads: contiguous item ranges that tile [0, items) exactly once.
             CHECK(pl.grid.items == (pl.path == DataPath::col ? pl.rows : pl.rows * cb.total));
@@ -130,7 +128,7 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(one.blk.m == pl.blk.m);
             CHECK(one.blk.n == pl.blk.n);
             CHECK(one.oc_chunk == pl.oc_chunk);
-            CHECK(one.exact_edges == pl.exact_edges);
+            CHECK(one.padded_rows == pl.padded_rows);
         }
     }
 }
@@ -140,27 +138,37 @@ TEST_CASE("data plan: bf16 and f16 compute forms and ISA names", "[jit][data][pl
     a.strides = {1, 1};
     a.pads_begin = a.pads_end = {1, 1};
     a.dst_shape = {2, 8, 8, 64};
+    attributes unpadded = a;  // 1x1: no edges, so diff_dst is widened inside the kernel
+    unpadded.pads_begin = unpadded.pads_end = {0, 0};
     for (data_type dt : {data_type::bf16, data_type::f16}) {
         const Problem p = make_problem(op_kind::conv_bwd_data, dt, a, {2, 8, 8, 33}, {3, 3, 64, 33}, nullptr);
+        const Problem p1 = make_problem(op_kind::conv_bwd_data, dt, unpadded, {2, 8, 8, 33}, {1, 1, 64, 33}, nullptr);
         const bool bf16 = dt == data_type::bf16;
         const DataPlan nat = plan_of(p, Isa::avx512_core_bf16, 2);
         CHECK(nat.isa == (bf16 ? Isa::avx512_core_bf16 : Isa::avx512_core));
-        CHECK(nat.types.compute == (bf16 ? DataCompute::bf16_dot : DataCompute::widen));
+        CHECK(nat.types.compute == (bf16 ? DataCompute::bf16_dot : DataCompute::f32));
+        CHECK(nat.widen_rows == !bf16);
         CHECK(nat.ocg_w == (bf16 ? 34 : 33));  // oc pairs: the odd last oc pairs with zero
-        CHECK(nat.to_string().find(bf16 ? "bf16 vdpbf16ps on oc pairs" : "f16 widened to f32") != std::string::npos);
+        CHECK(nat.to_string().find(bf16 ? "bf16 vdpbf16ps on oc pairs" : "f16 widened to f32 in padded rows") !=
+              std::string::npos);
         for (Isa isa : {Isa::avx512_core, Isa::avx2}) {
             const DataPlan pl = plan_of(p, isa, 2);
             CHECK(pl.isa == isa);
-            CHECK(pl.types.compute == DataCompute::widen);
+            CHECK(pl.widen_rows);  // the kernels see f32 rows
+            CHECK(pl.types.in == data_type::f32);
+            CHECK(pl.types.out == dt);
+            const DataPlan pl1 = plan_of(p1, isa, 2);
+            CHECK(pl1.types.compute == DataCompute::widen);
             // The widen scratch holds m pixels of a whole oc chunk in f32.
-            CHECK(pl.scratch.cvt_floats * 4 >= pl.blk.m * pl.oc_chunk * 4);
+            CHECK(pl1.scratch.cvt_floats * 4 >= pl1.blk.m * pl1.oc_chunk * 4);
         }
     }
     // A long reduction: 16-bit outputs keep f32 partial sums between chunks.
-    const Problem big = make_problem(op_kind::conv_bwd_data, data_type::f16, a, {2, 8, 8, 600}, {3, 3, 64, 600}, nullptr);
+    const Problem big = make_problem(op_kind::conv_bwd_data, data_type::f16, unpadded, {2, 8, 8, 600},
+                                     {1, 1, 64, 600}, nullptr);
     const DataPlan pl = plan_of(big, Isa::avx512_core, 2);
     CHECK(pl.oc_chunk <= 256);
-    CHECK(pl.scratch.acc_floats == 8 * 64);
+    CHECK(pl.scratch.acc_floats == 64 * 64);  // one folded plane
 }
 
 TEST_CASE("data plan: 32-bit displacements", "[jit][data][plan]") {

@@ -45,9 +45,10 @@ std::string to_string(const DataKernelDesc& d) {
 
 int data_kernel_vregs(const DataKernelDesc& d) {
     const bool avx2_mask = d.isa < int32_t(Isa::avx512_core) && d.tail != 0;
-    // bf16_dot keeps a broadcast register for the odd last oc even when the
-    // pairs broadcast inside the instruction.
-    const bool bcast_reg = !d.bcast_in_fma || d.compute == int32_t(DataCompute::bf16_dot);
+    // bf16_dot's odd last oc needs a broadcast register: with the pairs
+    // broadcast inside the instruction it borrows the second W register, so
+    // only n = 1 needs one of its own.
+    const bool bcast_reg = !d.bcast_in_fma || (d.compute == int32_t(DataCompute::bf16_dot) && d.n == 1);
     const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 : (bcast_reg ? 1 : 0);
     return d.m * d.n + d.n + temps + (avx2_mask ? 1 : 0);
 }
@@ -297,15 +298,20 @@ void DataKernel::oc_step(int i) {
 }
 
 // bf16_dot, the odd last oc: the pair (diff_dst[oc], 0) against W's (w, 0),
-// so the word after the chunk is never read. Reads r10, r11; clobbers rbx.
+// so the word after the chunk is never read. One W vector at a time in the
+// first W register, the pair in the second (or the temporary when n = 1);
+// it runs once per entry, so the repeated broadcasts cost nothing. Reads
+// r10, r11; clobbers rbx.
 void DataKernel::odd_oc_step() {
     const int mn = d_.m * d_.n;
-    for (int v = 0; v < d_.n; ++v) vi_.load(vi_.vreg(mn + v), ptr[kW + v * vi_.vbytes()]);
-    const Xbyak::Xmm bc = vi_.vreg(mn + d_.n);
-    for (int j = 0; j < d_.m; ++j) {
-        movzx(ebx, word[kDd + static_cast<int>(j * d_.dd_pix_bytes)]);
-        vpbroadcastd(bc, ebx);
-        for (int v = 0; v < d_.n; ++v) vdpbf16ps(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), bc);
+    const Xbyak::Xmm w = vi_.vreg(mn), bc = vi_.vreg(mn + 1);
+    for (int v = 0; v < d_.n; ++v) {
+        vi_.load(w, ptr[kW + v * vi_.vbytes()]);
+        for (int j = 0; j < d_.m; ++j) {
+            movzx(ebx, word[kDd + static_cast<int>(j * d_.dd_pix_bytes)]);
+            vpbroadcastd(bc, ebx);
+            vdpbf16ps(vi_.vreg(j * d_.n + v), w, bc);
+        }
     }
 }
 

@@ -87,10 +87,10 @@ void transpose_any(const void* src, void* dst, int es, int64_t mb, int64_t rows,
         transpose_images(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), mb, rows, cols, threads);
 }
 
-// Pixels [lo, hi) of a phase read every tap inside [0, OW); the ones
-// outside are edge pixels.
-struct PhaseSplit {
-    int64_t lo, hi;
+// A (kd, kh) tap valid for one diff_src row, with its diff_dst row.
+struct RowTap {
+    int64_t tap_dh;  // kd * KH + kh
+    const char* dd_row;
 };
 
 // Per-thread copies of diff_dst rows with zero pixels on both W sides
@@ -141,21 +141,13 @@ private:
     ByteBuf buf_;
 };
 
-// Per-thread state: entry list, edge staging windows (diff_dst bytes) or
-// padded rows, the f32 partial sums of a row between oc chunks, the widen
-// scratch.
+// Per-thread state: row taps and entries of the current call, padded rows,
+// the f32 partial sums of a row between oc chunks, the widen scratch.
 struct ThreadCtx {
+    std::vector<RowTap> row_taps;
     std::vector<DataEntry> entries;
-    std::vector<char> stage;
-    int64_t stage_used = 0;  // bytes
     PaddedRows rows;
     FloatBuf acc, cvt;
-};
-
-// A (kd, kh) tap valid for one diff_src row, with its diff_dst row.
-struct RowTap {
-    int64_t tap_dh;  // kd * KH + kh
-    const char* dd_row;
 };
 
 // A diff_src row that one diff_dst row reaches through taps (kd, kh).
@@ -199,8 +191,8 @@ private:
     void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t chunk,
                      ThreadCtx& ctx) const;
     void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0, int64_t mb,
-                     int64_t nblocks, const char* wblock, int64_t chan_dd, int64_t nchan, char* dst, float* acc,
-                     bool last, int64_t noc, int64_t chunk, ThreadCtx& ctx) const;
+                     int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
+                     int64_t noc, int64_t chunk, ThreadCtx& ctx) const;
     void col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
                   std::vector<float>& colbuf, float* cvt) const;
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
@@ -215,11 +207,6 @@ private:
     int es_ = 4;                   // bytes of an activation element (diff_dst and diff_src)
     NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements
     std::vector<std::vector<PhaseTap>> phases_;
-    std::vector<PhaseSplit> splits_;
-    // Edge pixels: one at a time with their valid taps (cheap when a pixel
-    // has few channels to copy), or in full blocks reading staged windows.
-    bool exact_edges_ = false;
-    PhaseSplit split_phase(int64_t r) const { return splits_[static_cast<size_t>(r)]; }
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
     int built_ = 0, hits_ = 0;
 };
@@ -232,18 +219,6 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
-    for (int64_t r = 0; r < g.stride[2]; ++r) {
-        const int64_t npx = phase_pixel_count(g, r);
-        PhaseSplit s{0, npx};
-        for (const PhaseTap& pt : phases_[static_cast<size_t>(r)]) {
-            s.lo = std::max(s.lo, -pt.base);
-            s.hi = std::min(s.hi, g.out[2] - pt.base);
-        }
-        s.lo = std::min(s.lo, npx);
-        s.hi = std::max(s.hi, s.lo);
-        splits_.push_back(s);
-    }
-    exact_edges_ = plan_.exact_edges;
     build_kernels();
 }
 
@@ -257,12 +232,7 @@ void JitDataExecutor::build_kernels() {
     if (col) {
         sizes.push_back(p_.out[2] % b.m);
     } else {
-        for (int64_t r = 0; r < g.stride[2]; ++r) {
-            const PhaseSplit s = split_phase(r);
-            sizes.push_back(exact_edges_ ? (s.hi - s.lo) % b.m : phase_pixel_count(g, r) % b.m);
-            if (plan_.padded_rows) continue;
-            if (exact_edges_ && s.hi - s.lo < phase_pixel_count(g, r)) sizes.push_back(1);
-        }
+        for (int64_t r = 0; r < g.stride[2]; ++r) sizes.push_back(phase_pixel_count(g, r) % b.m);
     }
     kernels_.assign(static_cast<size_t>(2 * (b.m + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
@@ -393,7 +363,6 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
         ctx.entries.reserve(static_cast<size_t>(p_.k_sp()));
-        ctx.stage.resize(static_cast<size_t>(plan_.scratch.stage_elems * es_));
         if (plan_.scratch.acc_floats) ctx.acc = alloc_floats(plan_.scratch.acc_floats);
         if (plan_.scratch.cvt_floats) ctx.cvt = alloc_floats(plan_.scratch.cvt_floats);
         if (plan_.padded_rows) ctx.rows.init(plan_, p_);
@@ -409,15 +378,17 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
     });
 }
 
-// One diff_src row × channel block × oc chunk: every W phase, its blocks of
-// pixels cut into edge blocks (staged) and one interior run.
+// One diff_src row × channel block × oc chunk: every W phase as one run of
+// blocks of m pixels, then the remaining pixels. Every tap of every pixel
+// reads real memory: the row itself when no pixel reaches past an edge, else
+// its zero-padded copy.
 void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb,
                                   int64_t chunk, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
     const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
-    std::vector<RowTap> rts;
-    rts.reserve(static_cast<size_t>(g.k[0] * g.k[1]));
+    std::vector<RowTap>& rts = ctx.row_taps;
+    rts.clear();
     for (int64_t kd = 0; kd < g.k[0]; ++kd) {
         const int64_t td = id + g.pad[0] - kd * g.dil[0];
         if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
@@ -438,7 +409,6 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const char* wblock = wp + (grp * cbs.padded() * ksp * ocg_w + blk * cbs.block * ksp * ocg_w + oc0 * width) *
                                       plan_.w_elem_bytes;
     const int64_t chan_dd = dw ? blk * cbs.block : grp * ocg + oc0;
-    const int64_t nchan = dw ? std::min(cbs.block, cbs.lanes - blk * cbs.block) : noc;
     const int64_t row_off = n * dst_str_.n + id * dst_str_.d + ih * dst_str_.h;
     const int64_t chan_off = dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block;
     const int64_t m = plan_.blk.m;
@@ -450,71 +420,29 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
             // f32 partial sums use the same offsets in the per-thread row.
             const int64_t off = chan_off + (r + j0 * g.stride[2]) * dst_str_.w;
             float* acc = ctx.acc ? ctx.acc.get() + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
-            direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, nchan, dst + (row_off + off) * es_, acc, last,
-                        noc, chunk, ctx);
+            direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, dst + (row_off + off) * es_, acc, last, noc,
+                        chunk, ctx);
         };
-        const PhaseSplit sp = split_phase(r);
-        if (plan_.padded_rows) {  // every block reads real memory: one run, then the rest
-            if (npx / m) call(0, m, npx / m);
-            if (npx % m) call(npx / m * m, npx % m, 1);
-            continue;
-        }
-        if (exact_edges_) {
-            // Edge pixels one at a time with only their valid taps; the
-            // interior in blocks of m.
-            for (int64_t j = 0; j < sp.lo; ++j) call(j, 1, 1);
-            const int64_t full = (sp.hi - sp.lo) / m, rem = (sp.hi - sp.lo) % m;
-            if (full) call(sp.lo, m, full);
-            if (rem) call(sp.lo + full * m, rem, 1);
-            for (int64_t j = sp.hi; j < npx; ++j) call(j, 1, 1);
-            continue;
-        }
-        // Blocks of m from pixel 0; those that cross an edge read staged windows.
-        const int64_t full = npx / m;
-        const int64_t b_lo = std::min(full, (sp.lo + m - 1) / m);
-        const int64_t b_hi = std::max(b_lo, sp.hi < m ? 0 : std::min(full, (sp.hi - m) / m + 1));
-        for (int64_t b = 0; b < b_lo; ++b) call(b * m, m, 1);
-        if (b_lo < b_hi) call(b_lo * m, m, b_hi - b_lo);
-        for (int64_t b = b_hi; b < full; ++b) call(b * m, m, 1);
-        if (npx % m) call(full * m, npx % m, 1);
+        if (npx / m) call(0, m, npx / m);
+        if (npx % m) call(npx / m * m, npx % m, 1);
     }
 }
 
-// Builds the entries for blocks starting at phase pixel j0 and calls the
-// kernel. A tap whose diff_dst pixels leave [0, OW) reads a staged window
-// (zeros outside); that only happens when nblocks == 1.
+// Builds the entries (every valid (kd, kh) row × W tap of the phase) for
+// blocks starting at phase pixel j0 and calls the kernel.
 void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0,
-                                  int64_t mb, int64_t nblocks, const char* wblock, int64_t chan_dd,
-                                  int64_t nchan, char* dst, float* acc, bool last, int64_t noc, int64_t chunk,
-                                  ThreadCtx& ctx) const {
-    const DataGeometry& g = plan_.geo;
-    const int64_t ow_n = g.out[2], kw_n = g.k[2];
+                                  int64_t mb, int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst,
+                                  float* acc, bool last, int64_t noc, int64_t chunk, ThreadCtx& ctx) const {
+    const int64_t kw_n = plan_.geo.k[2];
     const int64_t ocg_w = plan_.path == DataPath::depthwise ? 1 : plan_.ocg_w;
     const int64_t width = last ? int64_t(plan_.cb.tail_n) * plan_.cb.vlen : plan_.cb.block;
     const int64_t row_es = plan_.widen_rows ? 4 : es_;
-    const int64_t pix_bytes = dd_str_.w * row_es, chan_bytes = nchan * row_es;
+    const int64_t pix_bytes = dd_str_.w * row_es;
     ctx.entries.clear();
-    ctx.stage_used = 0;
     for (const RowTap& rt : rts)
         for (const PhaseTap& pt : taps) {
-            const int64_t ow0 = pt.base + j0;
             const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
-            const char* dd_px = rt.dd_row + chan_dd * row_es;
-            if ((ow0 >= 0 && ow0 + mb <= ow_n) || plan_.padded_rows) {
-                ctx.entries.push_back({dd_px + ow0 * pix_bytes, w});
-                continue;
-            }
-            if (exact_edges_) continue;  // a single edge pixel: the tap reads padding
-            char* win = ctx.stage.data() + ctx.stage_used;
-            ctx.stage_used += mb * pix_bytes;
-            for (int64_t j = 0; j < mb; ++j) {
-                const int64_t ow = ow0 + j;
-                if (ow >= 0 && ow < ow_n)
-                    std::memcpy(win + j * pix_bytes, dd_px + ow * pix_bytes, static_cast<size_t>(chan_bytes));
-                else
-                    std::memset(win + j * pix_bytes, 0, static_cast<size_t>(chan_bytes));
-            }
-            ctx.entries.push_back({win, w});
+            ctx.entries.push_back({rt.dd_row + chan_dd * row_es + (pt.base + j0) * pix_bytes, w});
         }
     DataKernelArgs a;
     a.entries = ctx.entries.data();

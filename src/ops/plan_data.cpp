@@ -33,7 +33,6 @@ constexpr double kLoadsPerCycle = 2.0;
 constexpr double kL2BytesPerCycle = 32.0;
 constexpr int64_t kL1WBytes = 32 * 1024;
 constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list setup
-constexpr double kStageCyclesPerFloat = 0.08; // copying a diff_dst value into an edge window (~50 B/cycle)
 constexpr double kScatterCyclesPerLane = 0.2; // col2im: one column value added into diff_src
 // Cache budgets: the W chunk of one channel block stays in L2 beside the
 // diff_dst rows it meets; all of W stays resident when it is this small.
@@ -43,9 +42,6 @@ constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 constexpr int kMaxM = 16, kMaxN = 8;
 // Widen: the per-entry f32 scratch (m pixels × oc chunk) stays in L1.
 constexpr int64_t kWidenMaxOcChunk = 256;
-// Staging an edge window pays a copy call per pixel: worth it only when a
-// pixel carries at least this many floats; below, edge pixels run alone.
-constexpr int64_t kMinStageFloats = 64;
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -135,8 +131,6 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
             const double blocks = full * step_cycles(path, b.m, n, b.bcast_in_fma, vb, l2, lat) +
                                   (rem ? step_cycles(path, static_cast<int>(rem), n, b.bcast_in_fma, vb, l2, lat) : 0);
             per_row += blocks * taps * row_taps(g) * red + 3 * kCallCycles;
-            // Edge windows: about one block per side copied per tap.
-            per_row += 2.0 * taps * row_taps(g) * b.m * red * kStageCyclesPerFloat;
         }
     }
     const int64_t groups = path == DataPath::depthwise ? 1 : p.g;
@@ -205,11 +199,14 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
     return 0;
 }
 
-// Direct path with edges: pad the diff_dst rows once per thread instead of
-// staging windows per block, channel block and oc chunk. 16-bit widen plans
-// widen the rows while copying, so their kernels run exactly as for f32.
+// Direct and depthwise paths with edges (a pixel whose tap reads past the
+// row): pad the diff_dst rows once per thread, so every pixel runs in full
+// blocks of real memory (a row copy costs less than staging windows per
+// block, channel block and oc chunk, or running edge pixels alone). 16-bit
+// widen plans widen the rows while copying, so their kernels run exactly as
+// for f32.
 void choose_padded_rows(const Problem& p, DataPlan* pl) {
-    if (pl->path != DataPath::direct || pl->exact_edges) return;
+    if (pl->path == DataPath::col) return;
     const DataGeometry& g = pl->geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) {
         const int64_t npx = phase_pixel_count(g, r);
@@ -245,8 +242,6 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
         pl->oc_chunk = p.ocg;
     }
     pl->rows_outer = wpack_elems(p, *pl) * pl->w_elem_bytes <= kWResidentBytes;
-    const int64_t stage_floats = pl->path == DataPath::depthwise ? pl->cb.block : pl->oc_chunk;
-    pl->exact_edges = stage_floats < kMinStageFloats;
     choose_padded_rows(p, pl);
     if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
         pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
@@ -262,7 +257,6 @@ void size_scratch(const Problem& p, DataPlan* pl) {
     s.wpack_elems = wpack_elems(p, *pl);
     s.dd_nxc_elems = p.nxc ? 0 : p.mb * p.oc() * p.out_sp();
     s.dst_nxc_elems = p.nxc ? 0 : p.mb * p.ic() * p.in_sp();
-    s.stage_elems = pl->path == DataPath::col || pl->padded_rows ? 0 : p.k_sp() * pl->blk.m * p.oc();
     const bool narrow_out = p.dt != data_type::f32;
     const int64_t ocg = pl->path == DataPath::depthwise ? 1 : p.ocg;
     if (narrow_out && pl->path != DataPath::col && div_up(ocg, pl->oc_chunk) > 1)
@@ -275,7 +269,7 @@ void size_scratch(const Problem& p, DataPlan* pl) {
 // it, else f32 FMAs on widened diff_dst; the kernels' ISA follows.
 void choose_types(const Problem& p, Isa isa, DataPlan* pl) {
     pl->types = DataKernelTypes();
-    pl->types.in = pl->types.out = p.dt;
+    pl->dt = pl->types.in = pl->types.out = p.dt;
     const Isa base = isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
     pl->isa = base;
     if (p.dt == data_type::f32)
@@ -341,10 +335,11 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
 
 std::string DataPlan::to_string() const {
     std::ostringstream os;
-    static const char* const kCompute[] = {"", " widened to f32", " vdpbf16ps on oc pairs"};
     os << "jit:" << isa_name(isa) << " " << data_path_name(path) << " m" << blk.m << " n" << blk.n << "x"
        << blk.vlen << (blk.bcast_in_fma ? " bcast-in-fma" : "");
-    if (types.in != data_type::f32) os << " " << dtype_name(types.in) << kCompute[int(types.compute)];
+    if (dt != data_type::f32)
+        os << " " << dtype_name(dt)
+           << (is_dot(*this) ? " vdpbf16ps on oc pairs" : widen_rows ? " widened to f32 in padded rows" : " widened to f32");
     os << " threads " << grid.threads << "\n";
     const char* lane_name = path == DataPath::col ? "(tap, ic) lanes" : "channels";
     if (path == DataPath::col) {
@@ -364,7 +359,7 @@ std::string DataPlan::to_string() const {
         os << "    " << (rows_outer ? cbl : row) << "\n";
         os << "      for oc chunk of " << oc_chunk << "\n"
            << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
-           << (exact_edges ? " (edge pixels alone)\n" : padded_rows ? " (zero-padded rows)\n" : " (edges staged)\n")
+           << (padded_rows ? " (zero-padded rows)\n" : " (no edges)\n")
            << "          for valid tap (kd, kh, kw): "
            << (path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"
                                            : std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m) +

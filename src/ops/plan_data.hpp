@@ -79,7 +79,6 @@ struct DataScratch {
     int64_t wpack_elems = 0;    // packed weights, shared
     int64_t dd_nxc_elems = 0;   // NCX diff_dst transposed
     int64_t dst_nxc_elems = 0;  // NCX diff_src before the transpose back
-    int64_t stage_elems = 0;    // per thread: edge staging windows (diff_dst type)
     int64_t row_slots = 0;      // per thread: padded diff_dst rows kept
     int64_t row_bytes = 0;      // bytes of one padded row
     int64_t acc_floats = 0;     // per thread: f32 partial sums of a row between oc chunks
@@ -90,7 +89,8 @@ struct DataScratch {
 struct DataPlan {
     Isa isa = Isa::avx512_core;  // the ISA the kernels require
     DataPath path = DataPath::direct;
-    DataKernelTypes types;       // compute form, element types
+    data_type dt = data_type::f32;  // the problem's
+    DataKernelTypes types;       // the kernels' compute form and element types
     int w_elem_bytes = 4;        // packed W: f32, or bf16 pairs
     int64_t ocg_w = 0;           // oc rows of packed W per tap (bf16_dot: ocg rounded up to even)
     DataGeometry geo;
@@ -99,10 +99,9 @@ struct DataPlan {
     int64_t rows = 0;          // (n, id, ih) rows of diff_src
     int64_t oc_chunk = 0;      // direct: oc per pass (W chunk stays in L2)
     bool rows_outer = true;    // loop order of (row, channel block)
-    bool exact_edges = false;  // edge pixels one by one (else padded rows or staged windows)
     // Edges read per-thread copies of the diff_dst rows with zero pixels on
     // both W sides (widened to f32 when widen_rows), so a phase runs as one
-    // sequence of blocks; else edge blocks read staged windows.
+    // sequence of blocks; without edges the kernels read diff_dst itself.
     bool padded_rows = false, widen_rows = false;
     int64_t pad_left = 0, pad_right = 0;  // zero pixels before / after a padded row
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
