@@ -32,9 +32,6 @@
 namespace convgrad::detail {
 namespace {
 
-using FloatBuffer = std::unique_ptr<float[]>;
-FloatBuffer alloc_floats(int64_t n) { return FloatBuffer(new float[static_cast<size_t>(std::max<int64_t>(n, 1))]); }
-
 struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
 };
@@ -44,6 +41,35 @@ using ByteBuffer = std::unique_ptr<char[], FreeDeleter>;
 ByteBuffer alloc_bytes(int64_t n) {
     const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) + 2 * 64 - 1) / 64 * 64;
     return ByteBuffer(static_cast<char*>(std::aligned_alloc(64, bytes)));
+}
+
+// Scratch of one execute, from a per-thread pool that outlives the call:
+// TBB's workers and the callers' threads are long-lived, so repeated
+// executes stop paying for fresh pages (their faults were ~3 % of a 20 ms
+// layer). Buffers above kMaxPooledBytes are not kept.
+enum ScratchSlot { kStageSrc, kStageDst, kTarget, kPartials, kPermuted, kSrcNxc, kDstNxc, kSlots };
+constexpr int64_t kMaxPooledBytes = int64_t(64) << 20;
+
+struct ScratchPool {
+    ByteBuffer buffers[kSlots];
+    int64_t capacity[kSlots] = {};
+    int depth = 0;  // run() frames of this thread: > 1 when a stolen task re-enters
+};
+thread_local ScratchPool pool;
+
+// `bytes` (64-byte aligned, plus a vector of slack) in `slot`: pooled when
+// `pooled`, else owned by `fresh`.
+template <typename T = char>
+T* scratch(ScratchSlot slot, int64_t bytes, bool pooled, ByteBuffer& fresh) {
+    if (!pooled || bytes > kMaxPooledBytes) {
+        fresh = alloc_bytes(bytes);
+        return reinterpret_cast<T*>(fresh.get());
+    }
+    if (pool.capacity[slot] < bytes) {
+        pool.buffers[slot] = alloc_bytes(bytes);
+        pool.capacity[slot] = bytes;
+    }
+    return reinterpret_cast<T*>(pool.buffers[slot].get());
 }
 
 bool verbose() {
@@ -83,25 +109,33 @@ std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
     return {lo, std::max(lo, hi)};
 }
 
-// A thread's walk over the next chunk's memory (diff_dst rows, then src
-// rows), one cache line per pixel the kernels process.
+// A thread's walk over the next chunk's memory (its diff_dst rows, then
+// its src rows; per image of a bf16 pair), kPrefetchLinesPerPixel lines per
+// pixel the kernels process.
 struct Prefetch {
+    struct Range {
+        const char* begin;
+        const char* end;
+    };
+    Range ranges[4] = {};
+    int count = 0, at = 0;
     const char* pos = nullptr;  // nullptr: nothing left to prefetch
-    const char* dst_end = nullptr;
-    const char* src_begin = nullptr;
-    const char* src_end = nullptr;
 
+    void add(const char* begin, const char* end) {
+        if (begin >= end) return;
+        ranges[count++] = {begin, end};
+        if (count == 1) pos = begin;
+    }
     // Where the next call starts, and advance past its `pixels` lines.
     const char* take(int64_t pixels) {
-        const char* at = pos;
+        const char* start = pos;
         if (!pos) return nullptr;
         pos += 64 * kPrefetchLinesPerPixel * pixels;
-        if (dst_end && pos >= dst_end) {
-            pos = src_begin + (pos - dst_end);
-            dst_end = nullptr;
+        while (pos && pos >= ranges[at].end) {
+            const int64_t over = pos - ranges[at].end;
+            pos = ++at < count ? ranges[at].begin + over : nullptr;
         }
-        if (!dst_end && pos >= src_end) pos = nullptr;
-        return at;
+        return start;
     }
 };
 
@@ -123,7 +157,9 @@ struct TileCall {
 // chunk order, and every src row some tap of the chunk reads, each once.
 struct StagedChunk {
     std::vector<int64_t> src_keys;  // input row keys (see src_key), sorted
-    ByteBuffer src, diff_dst;
+    char* src = nullptr;
+    char* diff_dst = nullptr;
+    ByteBuffer src_fresh, dst_fresh;  // only when too large for the pool
 };
 
 // Per-thread state, reused from chunk to chunk.
@@ -181,7 +217,7 @@ private:
                      const uint16_t* diff_dst) const;
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to) const;
-    void reduce_and_store(float* target, const float* partials, void* user) const;
+    void reduce_and_store(float* target, const float* partials, void* user, bool pooled) const;
     int64_t src_step_bytes() const { return plan_.geo.stride[2] * p_.ic() * 4; }
 
     Problem p_;
@@ -303,7 +339,7 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
         const RowPos& r = chunk[j];
         const int64_t first = r.seg * g.segment, count = std::min(g.segment, g.out[2] - first);
         stage_pixels(diff_dst, oc, out_pixels, r.n, ((r.od * g.out[1]) + r.oh) * g.out[2] + first, count,
-                     st.diff_dst.get() + static_cast<int64_t>(j) * g.segment * oc * 4);
+                     st.diff_dst + static_cast<int64_t>(j) * g.segment * oc * 4);
         for (int64_t kd = 0; kd < g.k[0]; ++kd) {
             const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
             for (int64_t kh = 0; kh < g.k[1]; ++kh) {
@@ -319,7 +355,7 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
         const int64_t key = st.src_keys[i], seg = key % g.segs_per_row, row = key / g.segs_per_row;
         const int64_t n = row / (g.in[0] * g.in[1]), plane_row = row % (g.in[0] * g.in[1]);
         stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg),
-                     st.src.get() + static_cast<int64_t>(i) * row_pixels * ic * 4);
+                     st.src + static_cast<int64_t>(i) * row_pixels * ic * 4);
     }
 }
 
@@ -425,12 +461,14 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
     if (plan_.staged()) {
         const int64_t row_pixels = std::max(g.segment, g.in[2]);
-        ts.staged.src = alloc_bytes(red.chunk_rows * g.k[0] * g.k[1] * row_pixels * p_.ic() * 4);
-        ts.staged.diff_dst = alloc_bytes(red.chunk_rows * g.segment * p_.oc() * 4);
+        // compute_thread never nests on a thread: the stage slots are free.
+        ts.staged.src = scratch(kStageSrc, red.chunk_rows * g.k[0] * g.k[1] * row_pixels * p_.ic() * 4, true,
+                                ts.staged.src_fresh);
+        ts.staged.diff_dst = scratch(kStageDst, red.chunk_rows * g.segment * p_.oc() * 4, true, ts.staged.dst_fresh);
         ts.view = &ts.staged;
     }
-    const char* tile_src = ts.view ? ts.staged.src.get() : src;
-    const char* tile_dst = ts.view ? ts.staged.diff_dst.get() : diff_dst;
+    const char* tile_src = ts.view ? ts.staged.src : src;
+    const char* tile_dst = ts.view ? ts.staged.diff_dst : diff_dst;
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
         float* out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
         const auto chunks = balance(red.chunks, red.slices, s);
@@ -440,8 +478,8 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             if (ts.view)
                 stage_chunk(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
                             reinterpret_cast<const uint16_t*>(diff_dst));
-            // Staged chunks were just written by this thread: nothing to prefetch.
-            const bool has_next = !ts.view && (c + 1 < chunks[1] || s + 1 < slices[1]);
+            // The next chunk's user memory (which the stager reads next).
+            const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
             Prefetch pf = has_next ? prefetch_chunk(c + 1, src, diff_dst) : Prefetch{};
             ts.tap_built.assign(ts.tap_rows.size(), false);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
@@ -454,34 +492,51 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     }
 }
 
-// The memory of chunk `chunk`: its diff_dst pixels are contiguous (rows
-// in order), its src rows span from the first row's top tap to the last
-// row's bottom tap.
+// The user memory of chunk `chunk`, per image (two for a bf16 pair): its
+// diff_dst pixels are contiguous (rows in order), its src rows span from the
+// first row's top tap to the last row's bottom tap.
 Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const char* src, const char* diff_dst) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t q0 = chunk * plan_.red.chunk_rows, q1 = std::min(plan_.red.rows, q0 + plan_.red.chunk_rows);
-    auto dst_pixel = [&](int64_t q) { return (q / g.segs_per_row) * g.out[2] + (q % g.segs_per_row) * g.segment; };
-    auto src_row = [&](int64_t q, bool last) {  // index of an input (n, d, h) row
+    const int64_t es = static_cast<int64_t>(dtype_size(p_.dt)), plane = g.out[0] * g.out[1];
+    // Image of row q's (pair) index n, k-th of the pair.
+    auto image = [&](int64_t q, int k) {
+        const int64_t n = q / g.segs_per_row / plane;
+        return plan_.pairs ? 2 * n + k : n;
+    };
+    auto dst_pixel = [&](int64_t q, int k) {  // first pixel of row q in image k
+        const int64_t r = q / g.segs_per_row, seg = q % g.segs_per_row;
+        return (image(q, k) * plane + r % plane) * g.out[2] + seg * g.segment;
+    };
+    auto src_row = [&](int64_t q, int k, bool last) {  // index of an input (n, d, h) row
         const int64_t r = q / g.segs_per_row, oh = r % g.out[1], od = (r / g.out[1]) % g.out[0];
-        const int64_t n = r / (g.out[1] * g.out[0]);
         auto in = [&](int a, int64_t o) {
             const int64_t i = o * g.stride[a] - g.pad[a] + (last ? (g.k[a] - 1) * g.dil[a] : 0);
             return std::clamp<int64_t>(i, 0, g.in[a] - 1);
         };
-        return (n * g.in[0] + in(0, od)) * g.in[1] + in(1, oh);
+        return (image(q, k) * g.in[0] + in(0, od)) * g.in[1] + in(1, oh);
     };
+    const int64_t last_seg = (q1 - 1) % g.segs_per_row;
+    const int64_t last_len = std::min(g.segment, g.out[2] - last_seg * g.segment);
+    const int images = plan_.pairs ? 2 : 1;
     Prefetch pf;
-    pf.pos = diff_dst + dst_pixel(q0) * p_.oc() * 4;
-    pf.dst_end = diff_dst + dst_pixel(q1) * p_.oc() * 4;
-    const int64_t src_pixels = g.merged ? 0 : g.in[2];  // merged: rows are pixel ranges
-    pf.src_begin = src + (g.merged ? dst_pixel(q0) : src_row(q0, false) * src_pixels) * p_.ic() * 4;
-    pf.src_end = src + (g.merged ? dst_pixel(q1) : (src_row(q1 - 1, true) + 1) * src_pixels) * p_.ic() * 4;
+    for (int k = 0; k < images; ++k)
+        if (image(q1 - 1, k) < p_.mb)
+            pf.add(diff_dst + dst_pixel(q0, k) * p_.oc() * es, diff_dst + (dst_pixel(q1 - 1, k) + last_len) * p_.oc() * es);
+    for (int k = 0; k < images; ++k) {
+        if (image(q1 - 1, k) >= p_.mb) continue;
+        if (g.merged)  // rows are pixel ranges
+            pf.add(src + dst_pixel(q0, k) * p_.ic() * es, src + (dst_pixel(q1 - 1, k) + last_len) * p_.ic() * es);
+        else
+            pf.add(src + src_row(q0, k, false) * g.in[2] * p_.ic() * es,
+                   src + (src_row(q1 - 1, k, true) + 1) * g.in[2] * p_.ic() * es);
+    }
     return pf;
 }
 
 // Phases 3 to 5: fixed-order sum of the partials, the permutation, the
 // rounding to a 16-bit user type.
-void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user) const {
+void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user, bool pooled) const {
     const int64_t elems = plan_.weights_elems, slices = plan_.red.slices;
     constexpr int64_t block = 4096;  // a multiple of every vector length
     const bool round_here = plan_.staged() && plan_.direct_weights;
@@ -499,8 +554,9 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     }
     if (plan_.direct_weights) return;
     // Permute from the XIO target, into f32 scratch first for 16-bit types.
-    FloatBuffer permuted = plan_.staged() ? alloc_floats(elems) : nullptr;
-    float* to_base = plan_.staged() ? permuted.get() : static_cast<float*>(user);
+    ByteBuffer fresh;
+    float* permuted = plan_.staged() ? scratch<float>(kPermuted, elems * 4, pooled, fresh) : nullptr;
+    float* to_base = plan_.staged() ? permuted : static_cast<float*>(user);
     const WeightStrides& u = p_.wei_str;
     parallel_static(p_.k_sp() * p_.icg, [&](int64_t ti) {
         const int64_t tap = ti / p_.icg, i = ti % p_.icg;
@@ -512,7 +568,7 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     if (plan_.staged())
         parallel_static((elems + block - 1) / block, [&](int64_t bi) {
             const int64_t e0 = bi * block, e1 = std::min(elems, e0 + block);
-            round_f32_array(plan_.isa, plan_.dt, permuted.get() + e0, static_cast<char*>(user) + e0 * 2, e1 - e0);
+            round_f32_array(plan_.isa, plan_.dt, permuted + e0, static_cast<char*>(user) + e0 * 2, e1 - e0);
         });
 }
 
@@ -524,37 +580,38 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     const char* src = static_cast<const char*>(p_.swap_inputs ? input1 : input0);
     const char* diff_dst = static_cast<const char*>(p_.swap_inputs ? input0 : input1);
     const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
-    ByteBuffer src_nxc, dst_nxc;
+    struct Depth {
+        Depth() { ++pool.depth; }
+        ~Depth() { --pool.depth; }
+    } depth;
+    const bool pooled = pool.depth == 1;
+    ByteBuffer fresh[4];  // the buffers not taken from the pool
     if (plan_.transpose_inputs) {
-        src_nxc = alloc_bytes(p_.mb * p_.ic() * p_.in_sp() * es);
-        dst_nxc = alloc_bytes(p_.mb * p_.oc() * p_.out_sp() * es);
+        char* src_nxc = scratch(kSrcNxc, p_.mb * p_.ic() * p_.in_sp() * es, pooled, fresh[0]);
+        char* dst_nxc = scratch(kDstNxc, p_.mb * p_.oc() * p_.out_sp() * es, pooled, fresh[1]);
         if (es == 4) {
-            to_nxc(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(src_nxc.get()), p_.mb, p_.ic(),
-                   p_.in_sp());
-            to_nxc(reinterpret_cast<const float*>(diff_dst), reinterpret_cast<float*>(dst_nxc.get()), p_.mb,
-                   p_.oc(), p_.out_sp());
+            to_nxc(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(src_nxc), p_.mb, p_.ic(), p_.in_sp());
+            to_nxc(reinterpret_cast<const float*>(diff_dst), reinterpret_cast<float*>(dst_nxc), p_.mb, p_.oc(),
+                   p_.out_sp());
         } else {
-            to_nxc(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(src_nxc.get()), p_.mb,
-                   p_.ic(), p_.in_sp());
-            to_nxc(reinterpret_cast<const uint16_t*>(diff_dst), reinterpret_cast<uint16_t*>(dst_nxc.get()),
-                   p_.mb, p_.oc(), p_.out_sp());
+            to_nxc(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(src_nxc), p_.mb, p_.ic(),
+                   p_.in_sp());
+            to_nxc(reinterpret_cast<const uint16_t*>(diff_dst), reinterpret_cast<uint16_t*>(dst_nxc), p_.mb,
+                   p_.oc(), p_.out_sp());
         }
-        src = src_nxc.get();
-        diff_dst = dst_nxc.get();
+        src = src_nxc;
+        diff_dst = dst_nxc;
     }
     // The kernels' f32 target: the user's buffer when it is f32 XIO-like,
     // else scratch.
-    FloatBuffer scratch, partials;
+    const int64_t wbytes = plan_.weights_elems * 4;
     float* target = static_cast<float*>(output);
-    if (!plan_.direct_weights || plan_.staged()) {
-        scratch = alloc_floats(plan_.weights_elems);
-        target = scratch.get();
-    }
-    if (plan_.red.slices > 1) partials = alloc_floats((plan_.red.slices - 1) * plan_.weights_elems);
-    parallel_static(grid.nthr, [&](int64_t tid) {
-        compute_thread(tid, grid, src, diff_dst, target, partials.get());
-    });
-    reduce_and_store(target, partials.get(), output);
+    if (!plan_.direct_weights || plan_.staged()) target = scratch<float>(kTarget, wbytes, pooled, fresh[2]);
+    float* partials = plan_.red.slices > 1
+                              ? scratch<float>(kPartials, (plan_.red.slices - 1) * wbytes, pooled, fresh[3])
+                              : nullptr;
+    parallel_static(grid.nthr, [&](int64_t tid) { compute_thread(tid, grid, src, diff_dst, target, partials); });
+    reduce_and_store(target, partials, output, pooled);
 }
 
 }  // namespace

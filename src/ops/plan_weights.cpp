@@ -73,6 +73,17 @@ double chunk_pixels(const WeightsPlan& plan, int v) {
         const double px_bytes = 4.0 * plan.geo.g * (1 + plan.geo.stride[2]);
         return std::max(16.0, Cost::dw_l2_budget / px_bytes);
     }
+    if (plan.staged()) {
+        // Staged bytes per output pixel: its diff_dst, and the src rows a
+        // long run of output rows adds (min(stride, kernel) rows per row).
+        const WeightsGeometry& g = plan.geo;
+        const double src_rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
+        const double px_bytes = 4.0 * g.g * (g.ocg + g.icg * src_rows * double(g.in[2]) / double(g.out[2]));
+        const double weights_bytes = 4.0 * double(plan.weights_elems);
+        const double budget = std::clamp(weights_bytes * Cost::stage_per_weight_byte, Cost::stage_budget,
+                                         Cost::stage_budget_max);
+        return std::max(16.0, budget / px_bytes);
+    }
     const double vbytes = 4.0 * plan.blk.vlen * v;
     return std::max(16.0, Cost::l1_budget / (vbytes + 64.0));
 }
