@@ -13,10 +13,41 @@
 namespace convgrad::detail {
 namespace {
 
-std::vector<float> to_f32(const void* data, int64_t n, data_type dt) {
-    std::vector<float> r(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) r[static_cast<size_t>(i)] = load_elem(data, i, dt);
+// Copies a tensor, given by its element strides, into a dense f32 array in
+// canonical order: (n, c, d, h, w) for activations, (o, i, kd, kh, kw) for
+// weights. The loops below then index canonical arrays only, and their
+// innermost loop (w) reads contiguous memory whatever the user's layout.
+std::vector<float> canonical(const void* data, data_type dt, const std::array<int64_t, 5>& extent,
+                             const std::array<int64_t, 5>& stride) {
+    std::vector<float> r(static_cast<size_t>(extent[0] * extent[1] * extent[2] * extent[3] * extent[4]));
+    size_t pos = 0;
+    for (int64_t a = 0; a < extent[0]; ++a)
+    for (int64_t b = 0; b < extent[1]; ++b)
+    for (int64_t d = 0; d < extent[2]; ++d)
+    for (int64_t h = 0; h < extent[3]; ++h)
+    for (int64_t w = 0; w < extent[4]; ++w)
+        r[pos++] = load_elem(data, a * stride[0] + b * stride[1] + d * stride[2] + h * stride[3] + w * stride[4], dt);
     return r;
+}
+
+std::vector<float> canonical_data(const void* data, const Problem& p, const DataStrides& s, int64_t c,
+                                  const std::array<int64_t, 3>& sp) {
+    return canonical(data, p.dt, {p.mb, c, sp[0], sp[1], sp[2]}, {s.n, s.c, s.sp[0], s.sp[1], s.sp[2]});
+}
+
+std::vector<float> canonical_weights(const void* data, const Problem& p) {
+    const WeightStrides& s = p.wei_str;
+    return canonical(data, p.dt, {p.oc(), p.icg, p.k[0], p.k[1], p.k[2]}, {s.o, s.i, s.k[0], s.k[1], s.k[2]});
+}
+
+// Strides of a dense canonical (n, c, d, h, w) array with c channels.
+using Dense = DataStrides;
+Dense dense(int64_t c, const std::array<int64_t, 3>& sp) {
+    Dense s;
+    s.sp = {sp[1] * sp[2], sp[2], 1};
+    s.c = sp[0] * sp[1] * sp[2];
+    s.n = c * s.c;
+    return s;
 }
 
 // Input index on one axis touched by output index o and tap k, or -1 in padding.
@@ -35,8 +66,7 @@ int64_t output_index(const Problem& p, int a, int64_t i, int64_t k) {
 
 // diff_W[o][i][k] = sum_{n, out} src[n][g*icg + i][in(out, k)] * diff_dst[n][o][out]
 void weights_grad(const Problem& p, const float* src, const float* dd, void* dw) {
-    const DataStrides& ss = p.src_str;
-    const DataStrides& ds = p.dst_str;
+    const Dense ss = dense(p.ic(), p.in), ds = dense(p.oc(), p.out);
     const WeightStrides& ws = p.wei_str;
     tbb::parallel_for(int64_t(0), p.oc() * p.icg, [&](int64_t oi) {
         const int64_t o = oi / p.icg, i = oi % p.icg;
@@ -69,8 +99,8 @@ void weights_grad(const Problem& p, const float* src, const float* dd, void* dw)
 // diff_src[n][c][in] = sum_{o in group, k} diff_dst[n][o][out(in, k)] * W[o][c % icg][k]
 void data_grad(const Problem& p, const float* dd, const float* w, void* dsrc) {
     const DataStrides& ss = p.src_str;
-    const DataStrides& ds = p.dst_str;
-    const WeightStrides& ws = p.wei_str;
+    const Dense ds = dense(p.oc(), p.out);
+    const Dense ws = dense(p.icg, p.k);  // o, i, k of the canonical weights
     tbb::parallel_for(int64_t(0), p.mb * p.ic(), [&](int64_t nc) {
         const int64_t n = nc / p.ic(), c = nc % p.ic();
         const int64_t grp = c / p.icg, i = c % p.icg;
@@ -89,7 +119,7 @@ void data_grad(const Problem& p, const float* dd, const float* w, void* dsrc) {
                         if (ow < 0) continue;
                         for (int64_t o = grp * p.ocg; o < (grp + 1) * p.ocg; ++o) {
                             const float y = dd[n * ds.n + o * ds.c + od * ds.sp[0] + oh * ds.sp[1] + ow * ds.sp[2]];
-                            const float x = w[o * ws.o + i * ws.i + kd * ws.k[0] + kh * ws.k[1] + kw * ws.k[2]];
+                            const float x = w[o * ws.n + i * ws.c + kd * ws.sp[0] + kh * ws.sp[1] + kw * ws.sp[2]];
                             acc += static_cast<double>(x) * y;
                         }
                     }
@@ -103,15 +133,15 @@ void data_grad(const Problem& p, const float* dd, const float* w, void* dsrc) {
 }  // namespace
 
 void reference_execute(const Problem& p, const void* input0, const void* input1, void* output) {
-    const std::vector<float> a = to_f32(input0, p.input0_elems, p.dt);
-    const std::vector<float> b = to_f32(input1, p.input1_elems, p.dt);
     if (p.alg == Alg::data) {
-        data_grad(p, a.data(), b.data(), output);
-    } else if (p.swap_inputs) {
-        weights_grad(p, b.data(), a.data(), output);
-    } else {
-        weights_grad(p, a.data(), b.data(), output);
+        const std::vector<float> dd = canonical_data(input0, p, p.dst_str, p.oc(), p.out);
+        data_grad(p, dd.data(), canonical_weights(input1, p).data(), output);
+        return;
     }
+    const void* src = p.swap_inputs ? input1 : input0;
+    const void* dd = p.swap_inputs ? input0 : input1;
+    weights_grad(p, canonical_data(src, p, p.src_str, p.ic(), p.in).data(),
+                 canonical_data(dd, p, p.dst_str, p.oc(), p.out).data(), output);
 }
 
 }  // namespace convgrad::detail
