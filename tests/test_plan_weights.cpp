@@ -81,10 +81,10 @@ void check_axis(int64_t total, int64_t tiles, int64_t size, int64_t last, int64_
 TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
     const Problem a = problem(resnet(64, 64, 56, 3));
     CHECK(plan_weights(a, Isa::avx512_core, 2).to_string() ==
-          "gemm m13n2x16 tiles=90 (ic 5x13 last 12, oc 2x2v last 2v tail 0) rows=1792x56px chunk=3 rows "
-          "(598 chunks, 168 KiB) slices=1 grid=2x1 direct est=1204cyc/px\n"
+          "gemm staged m13n2x16 tiles=90 (ic 5x13 last 12, oc 2x2v last 2v tail 0) rows=1792x56px chunk=18 rows "
+          "(100 chunks, 1008 KiB) slices=1 grid=2x1 direct est=1161cyc/px\n"
           "  parallel slice<1 (1 thr) x tile<90 (2 thr):\n"
-          "    for chunk in slice (3 rows):\n"
+          "    for chunk in slice (18 rows):\n"
           "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5:\n"
           "        for row, px: acc[13 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
           "  no reduction");
@@ -99,10 +99,10 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "  sum slices in order");
     const Problem first = problem(resnet(3, 64, 224, 7, 2));
     CHECK(plan_weights(first, Isa::avx2, 2).to_string() ==
-          "gemm m3n3x8 tiles=147 (ic 1x3 last 3, oc 3x3v last 2v tail 0) rows=3584x112px chunk=2 rows "
-          "(1792 chunks, 92 KiB) slices=8 grid=1x2 direct est=689cyc/px\n"
+          "gemm staged m3n3x8 tiles=147 (ic 1x3 last 3, oc 3x3v last 2v tail 0) rows=3584x112px chunk=15 rows "
+          "(239 chunks, 695 KiB) slices=8 grid=1x2 direct est=643cyc/px\n"
           "  parallel slice<8 (2 thr) x tile<147 (1 thr):\n"
-          "    for chunk in slice (2 rows):\n"
+          "    for chunk in slice (15 rows):\n"
           "      for g<1 oc_tile<3 kd<1 kh<7 kw<7 ic_tile<1:\n"
           "        for row, px: acc[3 ic][3v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
           "  sum slices in order");

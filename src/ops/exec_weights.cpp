@@ -20,6 +20,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -246,7 +247,7 @@ void JitWeightsExecutor::load_kernels() {
                              hit ? "hit" : "miss");
         }
     }
-    if (plan_.staged()) {
+    if (plan_.rounded()) {
         const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
                                : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
                                                              : StageMode::widen_f16;
@@ -324,6 +325,11 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadSt
 void JitWeightsExecutor::stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                                       int64_t pixel, int64_t count, char* to) const {
     const int64_t image = plan_.pairs ? 2 * n : n;
+    if (!stager_) {  // f32: a plain copy
+        const float* from = reinterpret_cast<const float*>(tensor) + (image * image_pixels + pixel) * channels;
+        std::memcpy(to, from, static_cast<size_t>(count * channels) * 4);
+        return;
+    }
     const uint16_t* a = tensor + (image * image_pixels + pixel) * channels;
     const uint16_t* b = plan_.pairs && image + 1 < p_.mb ? a + image_pixels * channels : nullptr;
     stager_->run(a, b, to, count * channels);
@@ -459,7 +465,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     ThreadState ts;
     ts.rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
-    if (plan_.staged()) {
+    if (plan_.staged) {
         const int64_t row_pixels = std::max(g.segment, g.in[2]);
         // compute_thread never nests on a thread: the stage slots are free.
         ts.staged.src = scratch(kStageSrc, red.chunk_rows * g.k[0] * g.k[1] * row_pixels * p_.ic() * 4, true,
@@ -539,7 +545,7 @@ Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const char* src, cons
 void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user, bool pooled) const {
     const int64_t elems = plan_.weights_elems, slices = plan_.red.slices;
     constexpr int64_t block = 4096;  // a multiple of every vector length
-    const bool round_here = plan_.staged() && plan_.direct_weights;
+    const bool round_here = plan_.rounded() && plan_.direct_weights;
     if (slices > 1 || round_here) {
         parallel_static((elems + block - 1) / block, [&](int64_t bi) {
             const int64_t e0 = bi * block, e1 = std::min(elems, e0 + block);
@@ -555,8 +561,8 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     if (plan_.direct_weights) return;
     // Permute from the XIO target, into f32 scratch first for 16-bit types.
     ByteBuffer fresh;
-    float* permuted = plan_.staged() ? scratch<float>(kPermuted, elems * 4, pooled, fresh) : nullptr;
-    float* to_base = plan_.staged() ? permuted : static_cast<float*>(user);
+    float* permuted = plan_.rounded() ? scratch<float>(kPermuted, elems * 4, pooled, fresh) : nullptr;
+    float* to_base = plan_.rounded() ? permuted : static_cast<float*>(user);
     const WeightStrides& u = p_.wei_str;
     parallel_static(p_.k_sp() * p_.icg, [&](int64_t ti) {
         const int64_t tap = ti / p_.icg, i = ti % p_.icg;
@@ -565,7 +571,7 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
         float* to = to_base + kd * u.k[0] + kh * u.k[1] + kw * u.k[2] + i * u.i;
         for (int64_t o = 0; o < p_.oc(); ++o) to[o * u.o] = from[o];
     });
-    if (plan_.staged())
+    if (plan_.rounded())
         parallel_static((elems + block - 1) / block, [&](int64_t bi) {
             const int64_t e0 = bi * block, e1 = std::min(elems, e0 + block);
             round_f32_array(plan_.isa, plan_.dt, permuted + e0, static_cast<char*>(user) + e0 * 2, e1 - e0);
@@ -606,7 +612,7 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     // else scratch.
     const int64_t wbytes = plan_.weights_elems * 4;
     float* target = static_cast<float*>(output);
-    if (!plan_.direct_weights || plan_.staged()) target = scratch<float>(kTarget, wbytes, pooled, fresh[2]);
+    if (!plan_.direct_weights || plan_.rounded()) target = scratch<float>(kTarget, wbytes, pooled, fresh[2]);
     float* partials = plan_.red.slices > 1
                               ? scratch<float>(kPartials, (plan_.red.slices - 1) * wbytes, pooled, fresh[3])
                               : nullptr;

@@ -59,6 +59,18 @@ WeightsGeometry make_geometry(const Problem& p, bool pairs) {
     return g;
 }
 
+// f32 is staged (copied) where measured faster than reading the user's
+// tensors in place: L2-sized chunks amortise the flush and the call set-up,
+// and the kernels then read L2 instead of DRAM. Not for depthwise (memory
+// bound: the copy is pure extra traffic), nor on AVX-512 for 1x1 layers
+// with few output channels, whose L1-sized chunks keep a tile's diff_dst
+// slice in L1 across all ic tiles (ResNet-50 256->64: 8 % slower staged).
+bool stage_f32(const Problem& p, const WeightsPlan& plan) {
+    if (plan.blk.kind == WeightsKernelKind::depthwise) return false;
+    if (plan.isa == Isa::avx2) return true;
+    return p.k_sp() > 1 || p.oc() > 64;
+}
+
 double tile_cycles(double fmas, double loads, double instrs, double latency) {
     return std::max({fmas / Cost::fma_per_cycle, loads / Cost::loads_per_cycle, latency,
                      instrs / Cost::instr_per_cycle});
@@ -73,7 +85,7 @@ double chunk_pixels(const WeightsPlan& plan, int v) {
         const double px_bytes = 4.0 * plan.geo.g * (1 + plan.geo.stride[2]);
         return std::max(16.0, Cost::dw_l2_budget / px_bytes);
     }
-    if (plan.staged()) {
+    if (plan.staged) {
         // Staged bytes per output pixel: its diff_dst, and the src rows a
         // long run of output rows adds (min(stride, kernel) rows per row).
         const WeightsGeometry& g = plan.geo;
@@ -224,6 +236,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.isa = plan.pairs ? Isa::avx512_core_bf16 : isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
     plan.geo = make_geometry(p, plan.pairs);
     plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
+    plan.staged = p.dt != data_type::f32 || stage_f32(p, plan);
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
     plan.direct_weights = p.wei_str.o == 1;
@@ -246,7 +259,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
 std::string WeightsPlan::to_string() const {
     std::ostringstream os;
     const bool dw = blk.kind == WeightsKernelKind::depthwise;
-    os << (dw ? "depthwise" : "gemm") << (pairs ? " bf16-pairs" : staged() ? " widened" : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
+    os << (dw ? "depthwise" : "gemm") << (pairs ? " bf16-pairs" : rounded() ? " widened" : staged ? " staged" : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
        << " tiles=" << blk.tiles << " (" << (dw ? "kw" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
        << " last " << blk.m_last << ", " << (dw ? "ch" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
        << "v last " << blk.n_last << "v tail " << blk.tail << ")"

@@ -86,8 +86,9 @@ struct WeightsPlan {
     bool direct_weights = true;     // OC-contiguous user layout: kernels write it directly
     int64_t weights_elems = 0;      // diff_weights elements (target and each partial)
 
-    // 16-bit inputs go through the chunk stager; f32 is read in place.
-    bool staged() const { return dt != data_type::f32; }
+    bool staged = false;  // chunks go through per-thread scratch (always for 16-bit types)
+    // The output is 16-bit: the kernels sum into f32 scratch, rounded at the end.
+    bool rounded() const { return dt != data_type::f32; }
 
     // The kernel desc for a tile of `m` rows and `n` vectors, `tail` lanes.
     WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp) const;
