@@ -64,9 +64,13 @@ WeightsGeometry make_geometry(const Problem& p, bool pairs) {
 // and the kernels then read L2 instead of DRAM. Not for depthwise (memory
 // bound: the copy is pure extra traffic), nor on AVX-512 for 1x1 layers
 // with few output channels, whose L1-sized chunks keep a tile's diff_dst
-// slice in L1 across all ic tiles (ResNet-50 256->64: 8 % slower staged).
+// slice in L1 across all ic tiles (ResNet-50 256->64: 8 % slower staged),
+// nor for a first layer's few input channels on AVX-512 (7x7 s2 ic 3: 10 %
+// slower; on AVX2 staged is 20 % faster there too).
 bool stage_f32(const Problem& p, const WeightsPlan& plan) {
     if (plan.blk.kind == WeightsKernelKind::depthwise) return false;
+    if (plan.isa == Isa::avx2) return true;
+    if (p.ic() < 16) return false;
     if (plan.isa == Isa::avx2) return true;
     return p.k_sp() > 1 || p.oc() > 64;
 }
