@@ -127,3 +127,26 @@ TEST_CASE("reference: padding taps read zeros, strides skip pixels", "[ref][hand
     CHECK(run_ref(op_kind::conv_bwd_data, a, {1, 1, 2}, {1, 1, 2}, {1, 2}, {5, 7}) ==
           std::vector<float>{5, 7, 0, 10, 14, 0, 0});
 }
+
+TEST_CASE("reference: ConvTranspose weight gradient 2D and 3D by hand", "[ref][hand]") {
+    // 2D: x (1x2) = [1 2], stride (1, 2), k (1, 2): y[0][2j + k] += x[j] W[k], so
+    // dW[0][k] = dy[k] + 2 dy[2 + k]; dy (1x4) = [1 10 100 1000] gives [201 2010].
+    attributes a = attrs_ncx({1, 2}, {0, 0}, {0, 0}, {1, 1});
+    a.weights_format = "IOX";
+    a.weights_shape = {1, 1, 1, 2};
+    CHECK(run_ref(op_kind::conv_transpose_bwd_weights, a, {1, 1, 1, 2}, {1, 1, 1, 4}, {1, 2},
+                  {1, 10, 100, 1000}) == std::vector<float>{201, 2010});
+    // 3D: a single x = 3 spread by a 2x2x2 kernel onto a 2x2x2 y: dW = 3 * dy.
+    a = attrs_ncx({1, 1, 1}, {0, 0, 0}, {0, 0, 0}, {1, 1, 1});
+    a.weights_format = "IOX";
+    a.weights_shape = {1, 1, 2, 2, 2};
+    CHECK(run_ref(op_kind::conv_transpose_bwd_weights, a, {1, 1, 1, 1, 1}, {1, 1, 2, 2, 2}, {3},
+                  {1, 2, 3, 4, 5, 6, 7, 8}) == std::vector<float>{3, 6, 9, 12, 15, 18, 21, 24});
+    // Two input channels, groups 2 (depthwise ConvTranspose), 2D k1x1: dW[c] = x[c] * dy[c].
+    a = attrs_ncx({1, 1}, {0, 0}, {0, 0}, {1, 1});
+    a.weights_format = "IOX";
+    a.groups = 2;
+    a.weights_shape = {2, 1, 1, 1};
+    CHECK(run_ref(op_kind::conv_transpose_bwd_weights, a, {1, 2, 1, 1}, {1, 2, 1, 1}, {3, 5}, {7, 11}) ==
+          std::vector<float>{21, 55});
+}
