@@ -96,8 +96,9 @@ double chunk_pixels(const WeightsPlan& plan, int v) {
         const double src_rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
         const double px_bytes = 4.0 * g.g * (g.ocg + g.icg * src_rows * double(g.in[2]) / double(g.out[2]));
         const double weights_bytes = 4.0 * double(plan.weights_elems);
-        const double budget = std::clamp(weights_bytes * Cost::stage_per_weight_byte, Cost::stage_budget,
-                                         Cost::stage_budget_max);
+        double budget = Cost::stage_budget;
+        if (weights_bytes > Cost::l2_weights_bytes)
+            budget = std::min(std::max(budget, Cost::flush_chunk_pixels * px_bytes), Cost::stage_budget_max);
         return std::max(16.0, budget / px_bytes);
     }
     const double vbytes = 4.0 * plan.blk.vlen * v;

@@ -106,12 +106,15 @@ struct WeightsCostModel {
     static constexpr double call_cycles = 60;       // kernel call + argument set-up
     static constexpr double l1_budget = 32 << 10;    // bytes of one tile's chunk data (L1d is 48 KiB)
     static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
-    // 16-bit: staged bytes per chunk. Staged data is in L2 (unlike the f32
-    // path's user memory), so chunks are L2-sized, and larger for large
-    // weights: every chunk adds each tile into the f32 target once, so the
-    // target's traffic must stay small next to the chunk's.
+    // Staged chunks: bytes per chunk. Staged data is in L2 (unlike the
+    // direct path's user memory), so chunks are L2-sized; but every chunk
+    // adds each tile into the f32 target once, and weights beyond
+    // l2_weights_bytes make that a read-modify-write from L3 or DRAM costing
+    // about as much as 1/32 of a pixel per weight: chunks of at least
+    // flush_chunk_pixels kernel pixels keep it below ~10 %.
     static constexpr double stage_budget = 512 << 10;
-    static constexpr double stage_per_weight_byte = 0.5;
+    static constexpr double l2_weights_bytes = 256 << 10;
+    static constexpr double flush_chunk_pixels = 384;
     static constexpr double stage_budget_max = 8 << 20;
     static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
     static constexpr int64_t max_slices = 16;
