@@ -113,7 +113,8 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
                 CHECK(pl.scratch.row_slots > pr.k[0] * pr.k[1]);
             }
             // Threads: contiguous item ranges that tile [0, items) exactly once.
-            CHECK(pl.grid.items == (pl.path == DataPath::col ? pl.rows : pl.rows * cb.total));
+            const int64_t groups = (pl.rows + pl.group_rows - 1) / pl.group_rows;
+            CHECK(pl.grid.items == (pl.path == DataPath::col ? pl.rows : groups * cb.total));
             int64_t next = 0;
             for (int t = 0; t < pl.grid.threads; ++t) {
                 const auto r = pl.grid.range(t);
@@ -129,6 +130,7 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(one.blk.n == pl.blk.n);
             CHECK(one.oc_chunk == pl.oc_chunk);
             CHECK(one.padded_rows == pl.padded_rows);
+            CHECK(one.group_rows == pl.group_rows);
         }
     }
 }

@@ -189,7 +189,7 @@ private:
     void run_direct(const char* dd, const char* wp, char* dst, int threads) const;
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
     void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t chunk,
-                     ThreadCtx& ctx) const;
+                     float* acc_row, ThreadCtx& ctx) const;
     void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0, int64_t mb,
                      int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
                      int64_t noc, int64_t chunk, ThreadCtx& ctx) const;
@@ -352,13 +352,15 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     });
 }
 
-// Items are (row, channel block) pairs in the plan's loop order; each
-// thread takes a contiguous range and runs the oc chunks of a pair in order.
+// Items are (row group, channel block) pairs, group-major; each thread
+// takes a contiguous range and runs an item's oc chunks in order, every row
+// of the group per chunk (a 16-bit output keeps the group's f32 sums in
+// ctx.acc between chunks).
 void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int threads) const {
-    const int64_t ncb = plan_.cb.total, rows = plan_.rows;
+    const int64_t ncb = plan_.cb.total, rows = plan_.rows, group = plan_.group_rows;
+    const int64_t row_elems = plan_.geo.in[2] * p_.ic();
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
-    const int64_t inner = plan_.rows_outer ? ncb : rows;
     const int64_t nchunks = chunks();
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
@@ -367,23 +369,24 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
         if (plan_.scratch.cvt_floats) ctx.cvt = alloc_floats(plan_.scratch.cvt_floats);
         if (plan_.padded_rows) ctx.rows.init(plan_, p_);
         const auto [lo, hi] = grid.range(t);
-        for (int64_t i = lo; i < hi;) {
-            const int64_t outer = i / inner, ib = i % inner, ie = std::min(inner, ib + (hi - i));
-            for (int64_t x = ib; x < ie && plan_.rows_outer; ++x)
-                for (int64_t ch = 0; ch < nchunks; ++ch) direct_item(dd, wp, dst, outer, x, ch, ctx);
-            for (int64_t ch = 0; ch < nchunks && !plan_.rows_outer; ++ch)
-                for (int64_t x = ib; x < ie; ++x) direct_item(dd, wp, dst, x, outer, ch, ctx);
-            i += ie - ib;
+        for (int64_t i = lo; i < hi; ++i) {
+            const int64_t r0 = i / ncb * group, r1 = std::min(rows, r0 + group), cb = i % ncb;
+            for (int64_t ch = 0; ch < nchunks; ++ch)
+                for (int64_t row = r0; row < r1; ++row) {
+                    float* acc_row = ctx.acc ? ctx.acc.get() + (row - r0) * row_elems : nullptr;
+                    direct_item(dd, wp, dst, row, cb, ch, acc_row, ctx);
+                }
         }
     });
 }
 
-// One diff_src row × channel block × oc chunk: every W phase as one run of
+// One diff_src row × channel block × oc chunk (acc_row: the row's f32
+// partial sums, or null when they live in diff_src): every W phase as one run of
 // blocks of m pixels, then the remaining pixels. Every tap of every pixel
 // reads real memory: the row itself when no pixel reaches past an edge, else
 // its zero-padded copy.
 void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb,
-                                  int64_t chunk, ThreadCtx& ctx) const {
+                                  int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
     const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
@@ -419,7 +422,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
             // Element offset of the block's first pixel inside the row; the
             // f32 partial sums use the same offsets in the per-thread row.
             const int64_t off = chan_off + (r + j0 * g.stride[2]) * dst_str_.w;
-            float* acc = ctx.acc ? ctx.acc.get() + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
+            float* acc = acc_row ? acc_row + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
             direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, dst + (row_off + off) * es_, acc, last, noc,
                         chunk, ctx);
         };

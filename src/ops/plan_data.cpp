@@ -38,6 +38,8 @@ constexpr double kScatterCyclesPerLane = 0.2; // col2im: one column value added 
 // diff_dst rows it meets; all of W stays resident when it is this small.
 constexpr int64_t kWChunkBytes = 640 * 1024;
 constexpr int64_t kWResidentBytes = 512 * 1024;
+// A row group covers at least this many diff_src pixels per channel block.
+constexpr int64_t kGroupPixels = 56;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 constexpr int kMaxM = 16, kMaxN = 8;
 // Widen: the per-entry f32 scratch (m pixels × oc chunk) stays in L1.
@@ -225,7 +227,8 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     }
     const int64_t es = pl->widen_rows ? 4 : static_cast<int64_t>(dtype_size(p.dt));
     pl->scratch.row_bytes = (pl->pad_left + g.out[2] + pl->pad_right) * p.oc() * es;
-    pl->scratch.row_slots = g.k[0] * g.k[1] + 2;
+    // The group's rows and their halo stay cached across channel blocks.
+    pl->scratch.row_slots = g.k[0] * (pl->group_rows + (g.k[1] - 1) * g.dil[1]) + 2;
 }
 
 // oc chunks (the W chunk of a channel block stays in L2; widen: the scratch
@@ -241,7 +244,9 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
     } else {
         pl->oc_chunk = p.ocg;
     }
-    pl->rows_outer = wpack_elems(p, *pl) * pl->w_elem_bytes <= kWResidentBytes;
+    const bool w_resident = wpack_elems(p, *pl) * pl->w_elem_bytes <= kWResidentBytes;
+    if (!w_resident && pl->path != DataPath::col)
+        pl->group_rows = std::max<int64_t>(1, div_up(kGroupPixels, pl->geo.in[2]));
     choose_padded_rows(p, pl);
     if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
         pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
@@ -260,7 +265,7 @@ void size_scratch(const Problem& p, DataPlan* pl) {
     const bool narrow_out = p.dt != data_type::f32;
     const int64_t ocg = pl->path == DataPath::depthwise ? 1 : p.ocg;
     if (narrow_out && pl->path != DataPath::col && div_up(ocg, pl->oc_chunk) > 1)
-        s.acc_floats = pl->geo.in[2] * p.ic();  // one diff_src row (a plane when folded)
+        s.acc_floats = pl->group_rows * pl->geo.in[2] * p.ic();  // the group's diff_src rows (planes when folded)
     s.cvt_floats = pl->types.cvt_pix_bytes / 4 * pl->blk.m;
     if (narrow_out && pl->path == DataPath::col) s.col_rows_floats = p.in_sp() * p.ic();
 }
@@ -329,7 +334,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     size_scratch(p, pl);
     pl->rows = p.mb * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
-    pl->grid.items = pl->path == DataPath::col ? pl->rows : pl->rows * pl->cb.total;
+    pl->grid.items = pl->path == DataPath::col ? pl->rows : div_up(pl->rows, pl->group_rows) * pl->cb.total;
     return true;
 }
 
@@ -351,13 +356,22 @@ std::string DataPlan::to_string() const {
            << blk.m << " bcasts, " << blk.m * blk.n << " FMAs\n"
            << "      col2im: add columns into diff_src rows\n";
     } else {
-        const std::string row = "for row in " + std::to_string(rows) + (geo.folded_hw ? " (n, id) planes" : " (n, id, ih) rows");
+        const std::string row_kind = geo.folded_hw ? " (n, id) planes" : " (n, id, ih) rows";
+        const std::string row = "for row in " + std::to_string(rows) + row_kind;
         const std::string cbl = "for cb in " + std::to_string(cb.total) + " (" + std::to_string(cb.lanes) + " " +
                                 lane_name + "/group, tail " + std::to_string(cb.tail_n) + " vec " +
                                 std::to_string(cb.tail_lanes) + " lanes)";
-        os << "  " << (rows_outer ? row : cbl) << "  [items split over threads]\n";
-        os << "    " << (rows_outer ? cbl : row) << "\n";
-        os << "      for oc chunk of " << oc_chunk << "\n"
+        if (group_rows == 1) {
+            os << "  " << row << "  [items split over threads]\n"
+               << "    " << cbl << "\n"
+               << "      for oc chunk of " << oc_chunk << "\n";
+        } else {
+            os << "  for group in " << div_up(rows, group_rows) << " groups of " << group_rows << " of the " << rows
+               << row_kind << "  [items split over threads]\n"
+               << "    " << cbl << "\n"
+               << "      for oc chunk of " << oc_chunk << ", row in group\n";
+        }
+        os
            << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
            << (padded_rows ? " (zero-padded rows)\n" : " (no edges)\n")
            << "          for valid tap (kd, kh, kw): "

@@ -61,8 +61,8 @@ struct DataChannelBlocks {
     int64_t padded() const;  // lanes per group rounded up to whole vectors
 };
 
-// Thread partition over items (row, channel block): contiguous ranges in
-// `rows_outer` or channel-block-major order.
+// Thread partition over items (row group, channel block), group-major:
+// contiguous ranges.
 struct DataThreadGrid {
     int threads = 1;
     int64_t items = 0;
@@ -98,7 +98,10 @@ struct DataPlan {
     DataChannelBlocks cb;
     int64_t rows = 0;          // (n, id, ih) rows of diff_src
     int64_t oc_chunk = 0;      // direct: oc per pass (W chunk stays in L2)
-    bool rows_outer = true;    // loop order of (row, channel block)
+    // Rows per item. 1 when all of W stays in L2; else enough rows that a
+    // channel block's W, streamed once per group, serves many pixels, while
+    // the group's diff_dst rows stay in the row cache across channel blocks.
+    int64_t group_rows = 1;
     // Edges read per-thread copies of the diff_dst rows with zero pixels on
     // both W sides (widened to f32 when widen_rows), so a phase runs as one
     // sequence of blocks; without edges the kernels read diff_dst itself.
