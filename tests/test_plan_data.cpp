@@ -52,7 +52,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 3584 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 1 (32 channels/group, tail 2 vec 0 lanes)\n"
           "      for oc chunk of 1\n"
-          "        for W phase in 1, block of 14 pixels (zero-padded rows)\n"
+          "        for W phase in 1, block of 14 pixels (zero-padded rows), streaming stores\n"
           "          for valid tap (kd, kh, kw): 2 W loads, 28 dd loads + FMAs\n");
     CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 direct m6 n2x8 threads 2\n"

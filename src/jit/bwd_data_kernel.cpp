@@ -28,6 +28,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.dst_pix_bytes = dst_pix_bytes;
     const bool widen_direct = types.compute == DataCompute::widen && kind == DataKernelKind::direct;
     d.cvt_pix_bytes = widen_direct ? types.cvt_pix_bytes : 0;
+    d.nt_store = types.nt_store;
     return d;
 }
 
@@ -40,6 +41,7 @@ std::string to_string(const DataKernelDesc& d) {
        << "_" << dtype_name(static_cast<data_type>(d.in_dt)) << "to" << dtype_name(static_cast<data_type>(d.out_dt))
        << "_dd" << d.dd_pix_bytes << "_dst" << d.dst_pix_bytes;
     if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
+    if (d.nt_store) os << "_nt";
     return os.str();
 }
 
@@ -367,7 +369,7 @@ void DataKernel::store_block(bool to_dst) {
             if (d_.tail && v == d_.n - 1)
                 cvt_.store_tail(a, vi_.vreg(j * d_.n + v), dt, d_.tail, t0, t1);
             else
-                cvt_.store(a, vi_.vreg(j * d_.n + v), dt, t0, t1);
+                cvt_.store(a, vi_.vreg(j * d_.n + v), dt, t0, t1, to_dst && d_.nt_store);
         }
 }
 

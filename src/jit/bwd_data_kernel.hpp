@@ -66,17 +66,23 @@ struct DataKernelDesc {
     int32_t compute = 0;          // DataCompute
     int32_t in_dt = 0;            // data_type of diff_dst
     int32_t out_dt = 0;           // data_type of the final store
+    int32_t nt_store = 0;         // final stores bypass the caches (whole aligned lines only)
+    int32_t pad_ = 0;
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
 };
-static_assert(sizeof(DataKernelDesc) == 64, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 72, "DataKernelDesc must have no padding");
 
 // The element types and compute form of a kernel; f32 by default.
 struct DataKernelTypes {
     DataCompute compute = DataCompute::f32;
     data_type in = data_type::f32, out = data_type::f32;
     int64_t cvt_pix_bytes = 0;
+    // Final stores with non-temporal moves: every vector store must cover
+    // whole 64-byte-aligned halves or lines of diff_src (the executor checks
+    // the alignment), and the caller must sfence before others read it.
+    bool nt_store = false;
 };
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,

@@ -105,6 +105,26 @@ void VecCvt::round_bf16(const Xmm& v, const Xmm& t0, const Xmm& t1) {
     cg_.vblendvps(t0, t0, v, t1);
 }
 
+// bf16 words of v, packed into the low half of t0. With vcvtneps2bf16
+// (native_bf16) one instruction rounds the same way except that it flushes
+// subnormal results to zero, so a vector with a subnormal lane (vfpclassps
+// class 0x20, practically never) takes the integer path instead.
+void VecCvt::round_pack_bf16(const Xmm& v, const Xmm& t0, const Xmm& t1) {
+    if (!native_bf16()) {
+        round_bf16(v, t0, t1);
+        pack_words(t0);
+        return;
+    }
+    Xbyak::Label l_done;
+    cg_.vcvtneps2bf16(Ymm(t0.getIdx()), Zmm(v.getIdx()));
+    cg_.vfpclassps(k2, Zmm(v.getIdx()), 0x20);
+    cg_.kortestw(k2, k2);
+    cg_.jz(l_done);
+    round_bf16(v, t0, t1);
+    pack_words(t0);
+    cg_.L(l_done);
+}
+
 void VecCvt::pack_words(const Xmm& t) {
     if (vi_.avx512()) {
         cg_.vpmovdw(Ymm(t.getIdx()), Zmm(t.getIdx()));
@@ -120,20 +140,31 @@ void VecCvt::store_words(const Address& a, const Xmm& w, int n) {
     for (int i = 0; i < n; ++i) cg_.vpextrw(word_at(a, i), Xmm(w.getIdx()), static_cast<uint8_t>(i));
 }
 
-void VecCvt::store(const Address& a, const Xmm& v, data_type dt, const Xmm& t0, const Xmm& t1) {
-    switch (dt) {
-        case data_type::f32: vi_.store(a, v); break;
-        case data_type::bf16:
-            round_bf16(v, t0, t1);
-            if (vi_.avx512()) {
-                cg_.vpmovdw(a, Zmm(t0.getIdx()));
-            } else {
-                pack_words(t0);
-                cg_.vmovdqu(a, Xmm(t0.getIdx()));
-            }
-            break;
-        case data_type::f16: cg_.vcvtps2ph(a, v, 0); break;  // imm 0: nearest even
+void VecCvt::store(const Address& a, const Xmm& v, data_type dt, const Xmm& t0, const Xmm& t1, bool nontemporal) {
+    if (dt == data_type::f32) {
+        if (nontemporal)
+            cg_.vmovntps(a, v);
+        else
+            vi_.store(a, v);
+        return;
     }
+    // 16-bit: the vlen words in the low half of t0 (ymm on AVX-512, xmm on AVX2).
+    const Xmm half = vi_.avx512() ? Xmm(Ymm(t0.getIdx())) : Xmm(t0.getIdx());
+    if (dt == data_type::bf16) {
+        round_pack_bf16(v, t0, t1);
+    } else {
+        if (!nontemporal) {
+            cg_.vcvtps2ph(a, v, 0);  // imm 0: nearest even
+            return;
+        }
+        cg_.vcvtps2ph(half, v, 0);
+    }
+    if (nontemporal)
+        cg_.vmovntdq(a, half);
+    else if (vi_.avx512())
+        cg_.vmovdqu16(a, half);  // EVEX: the register may be ymm16-31
+    else
+        cg_.vmovdqu(a, half);
 }
 
 void VecCvt::store_tail(const Address& a, const Xmm& v, data_type dt, int n, const Xmm& t0,
@@ -143,8 +174,7 @@ void VecCvt::store_tail(const Address& a, const Xmm& v, data_type dt, int n, con
         return;
     }
     if (dt == data_type::bf16) {
-        round_bf16(v, t0, t1);
-        pack_words(t0);
+        round_pack_bf16(v, t0, t1);
     } else {
         cg_.vcvtps2ph(vi_.avx512() ? Xmm(Ymm(t0.getIdx())) : Xmm(t0.getIdx()), v, 0);
     }

@@ -4,10 +4,11 @@
 //
 // Rounding is to nearest, ties to even, exactly as ops/numeric.hpp rounds
 // (so a JIT result can equal the reference bit for bit); a NaN stays a NaN
-// and becomes quiet. bf16 is rounded with integer operations on every ISA:
-// vcvtneps2bf16 would flush subnormal results to zero (Intel SDM: "output
-// denormals are always flushed to zero"), and the final store is far off the
-// hot loop, so the few extra instructions are free. f16 uses F16C
+// and becomes quiet. bf16 is rounded with integer operations (add 0x7fff
+// plus the lowest kept bit); avx512_core_bf16 uses vcvtneps2bf16, which
+// rounds the same way but flushes subnormal results to zero (Intel SDM:
+// "output denormals are always flushed to zero"), so a vector holding a
+// subnormal branches to the integer form. f16 uses F16C
 // (vcvtps2ph with imm 0 = round to nearest even, MXCSR not consulted).
 //
 // Tails: AVX-512 reads and writes the first n lanes under opmask k1, which
@@ -44,9 +45,10 @@ public:
     void bcast(const Xbyak::Xmm& v, const Xbyak::Address& a, data_type dt);
 
     // a := v rounded to dt. Clobbers v, t0, t1 (t1 only AVX2 bf16) and, on
-    // AVX-512, opmask k2.
+    // AVX-512, opmask k2. `nontemporal`: a streaming store that bypasses the
+    // caches; a must then be aligned to the stored size (vlen elements).
     void store(const Xbyak::Address& a, const Xbyak::Xmm& v, data_type dt, const Xbyak::Xmm& t0,
-               const Xbyak::Xmm& t1);
+               const Xbyak::Xmm& t1, bool nontemporal = false);
     // The first n lanes only (0 < n < vlen); the same clobbers.
     void store_tail(const Xbyak::Address& a, const Xbyak::Xmm& v, data_type dt, int n,
                     const Xbyak::Xmm& t0, const Xbyak::Xmm& t1);
@@ -61,8 +63,10 @@ public:
     void emit_constants();
 
 private:
-    // v (f32 bits) := its bf16 rounding in the low half of every dword.
+    // t0 := the bf16 rounding of v (f32 bits) in the low half of every dword.
     void round_bf16(const Xbyak::Xmm& v, const Xbyak::Xmm& t0, const Xbyak::Xmm& t1);
+    // The same, packed into the low half of t0 (the fast form on native_bf16).
+    void round_pack_bf16(const Xbyak::Xmm& v, const Xbyak::Xmm& t0, const Xbyak::Xmm& t1);
     // The low words of t's dwords, packed: AVX-512 in-register into ymm t,
     // AVX2 into the low xmm of t.
     void pack_words(const Xbyak::Xmm& t);

@@ -13,7 +13,10 @@
 #include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -34,13 +37,59 @@ struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
 };
 using ByteBuf = std::unique_ptr<char, FreeDeleter>;
-using FloatBuf = std::unique_ptr<float, FreeDeleter>;
 
 ByteBuf alloc_bytes(int64_t n) {
     const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) + 63) / 64 * 64;
     return ByteBuf(static_cast<char*>(std::aligned_alloc(64, bytes)));
 }
-FloatBuf alloc_floats(int64_t n) { return FloatBuf(reinterpret_cast<float*>(alloc_bytes(n * 4).release())); }
+
+// Scratch that outlives one execute: one buffer per use and OS thread, grown
+// on demand. Large allocations come from fresh mmap'ed pages whose first
+// touch (the kernel zeroing them) cost as much as a memory-bound layer's
+// whole work when every execute allocated anew. A use already leased on
+// this thread (a nested execute run by a thread that waits in ours) gets a
+// buffer of its own instead.
+enum class ScratchUse { wpack, dd_nxc, dst_nxc, rows, acc, cvt, col, col_rows, count };
+
+class ScratchLease {
+public:
+    ScratchLease(ScratchUse use, int64_t bytes) : slot_(&slots()[static_cast<size_t>(use)]) {
+        if (bytes <= 0) {
+            slot_ = nullptr;
+            return;
+        }
+        if (slot_->leased) {
+            own_ = alloc_bytes(bytes);
+            slot_ = nullptr;
+            return;
+        }
+        if (slot_->bytes < bytes) {
+            slot_->buf = alloc_bytes(bytes);
+            slot_->bytes = bytes;
+        }
+        slot_->leased = true;
+    }
+    ~ScratchLease() {
+        if (slot_) slot_->leased = false;
+    }
+    ScratchLease(const ScratchLease&) = delete;
+    ScratchLease& operator=(const ScratchLease&) = delete;
+    char* get() const { return slot_ ? slot_->buf.get() : own_.get(); }
+    float* floats() const { return reinterpret_cast<float*>(get()); }
+
+private:
+    struct Slot {
+        ByteBuf buf;
+        int64_t bytes = 0;
+        bool leased = false;
+    };
+    static std::array<Slot, static_cast<size_t>(ScratchUse::count)>& slots() {
+        thread_local std::array<Slot, static_cast<size_t>(ScratchUse::count)> s;
+        return s;
+    }
+    Slot* slot_;
+    ByteBuf own_;
+};
 
 // Runs fn(t) for t in [0, threads) on the current arena, one task each.
 template <typename Fn>
@@ -109,8 +158,8 @@ public:
         copy_elems_ = plan.geo.out[2] * p.oc();
         keys_.assign(static_cast<size_t>(plan.scratch.row_slots), -1);
         used_.assign(keys_.size(), 0);
-        buf_ = alloc_bytes(row_bytes_ * plan.scratch.row_slots);
-        std::memset(buf_.get(), 0, static_cast<size_t>(row_bytes_ * plan.scratch.row_slots));
+        buf_ = std::make_unique<ScratchLease>(ScratchUse::rows, row_bytes_ * plan.scratch.row_slots);
+        std::memset(buf_->get(), 0, static_cast<size_t>(row_bytes_ * plan.scratch.row_slots));
     }
     // Pixel ow = 0 of diff_dst row `key` (elements of dtype_size bytes at src).
     const char* get(int64_t key, const char* src, int es) {
@@ -118,15 +167,19 @@ public:
         for (size_t i = 0; i < keys_.size(); ++i) {
             if (keys_[i] == key) {
                 used_[i] = ++clock_;
-                return buf_.get() + int64_t(i) * row_bytes_ + left_bytes_;
+                return buf_->get() + int64_t(i) * row_bytes_ + left_bytes_;
             }
             if (used_[i] < used_[slot]) slot = i;
         }
-        char* row = buf_.get() + int64_t(slot) * row_bytes_ + left_bytes_;
+        char* row = buf_->get() + int64_t(slot) * row_bytes_ + left_bytes_;
         if (dt_ == data_type::f32)
             std::memcpy(row, src, static_cast<size_t>(copy_elems_ * es));
         else
             widen_to_f32_array(isa_, dt_, src, reinterpret_cast<float*>(row), copy_elems_);
+        // Rows are fetched in order, and a row is short next to DRAM
+        // latency: start the next one's lines on their way to L2 now.
+        const char* next = src + copy_elems_ * es;
+        for (int64_t off = 0; off < copy_elems_ * es; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
         keys_[slot] = key;
         used_[slot] = ++clock_;
         return row;
@@ -138,16 +191,17 @@ private:
     int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, copy_elems_ = 0;
     std::vector<int64_t> keys_, used_;
     int64_t clock_ = 0;
-    ByteBuf buf_;
+    std::unique_ptr<ScratchLease> buf_;
 };
 
 // Per-thread state: row taps and entries of the current call, padded rows,
 // the f32 partial sums of a row between oc chunks, the widen scratch.
 struct ThreadCtx {
+    bool nt = false;  // the non-temporal kernels (diff_src is aligned for them)
     std::vector<RowTap> row_taps;
     std::vector<DataEntry> entries;
     PaddedRows rows;
-    FloatBuf acc, cvt;
+    std::unique_ptr<ScratchLease> acc, cvt;
 };
 
 // A diff_src row that one diff_dst row reaches through taps (kd, kh).
@@ -182,7 +236,9 @@ public:
 
 private:
     void build_kernels();
-    const DataKernel& kernel(int64_t mb, bool last) const { return *kernels_[mb * 2 + last]; }
+    const DataKernel& kernel(int64_t mb, bool last, bool nt = false) const {
+        return *kernels_[static_cast<size_t>((nt * (plan_.blk.m + 1) + mb) * 2 + last)];
+    }
     void pack_weights(const void* w, char* wp, int threads) const;
     template <typename T>
     void pack_weights_as(const T* w, char* wp, int threads) const;
@@ -194,7 +250,7 @@ private:
                      int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
                      int64_t noc, int64_t chunk, ThreadCtx& ctx) const;
     void col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
-                  std::vector<float>& colbuf, float* cvt) const;
+                  float* colbuf, float* cvt) const;
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
                          const std::vector<ColTarget>& targets) const;
     int64_t chunks() const {
@@ -234,18 +290,20 @@ void JitDataExecutor::build_kernels() {
     } else {
         for (int64_t r = 0; r < g.stride[2]; ++r) sizes.push_back(phase_pixel_count(g, r) % b.m);
     }
-    kernels_.assign(static_cast<size_t>(2 * (b.m + 1)), nullptr);
+    kernels_.assign(static_cast<size_t>(4 * (b.m + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
-    DataKernelTypes types = plan_.types;
-    if (col) types.out = data_type::f32;
     const int64_t dd_pix = p_.oc() * (plan_.widen_rows ? 4 : es_);
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
+    for (int nt = 0; nt <= plan_.nt_store; ++nt)
     for (int64_t mb : sizes) {
         if (mb == 0) continue;
         for (int last = 0; last < 2; ++last) {
             if (!last && plan_.cb.per_group == 1) continue;
-            auto& slot = kernels_[static_cast<size_t>(mb * 2 + last)];
+            auto& slot = kernels_[static_cast<size_t>((nt * (b.m + 1) + mb) * 2 + last)];
             if (slot) continue;
+            DataKernelTypes types = plan_.types;
+            if (col) types.out = data_type::f32;
+            types.nt_store = nt;
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
                     last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma,
@@ -261,13 +319,12 @@ void JitDataExecutor::build_kernels() {
 void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const int threads = tbb::this_task_arena::max_concurrency();
     const char* dd = static_cast<const char*>(in0);
-    ByteBuf wp = alloc_bytes(plan_.scratch.wpack_elems * plan_.w_elem_bytes);
+    const ScratchLease wp(ScratchUse::wpack, plan_.scratch.wpack_elems * plan_.w_elem_bytes);
     pack_weights(in1, wp.get(), threads);
-    ByteBuf dd_nxc, dst_nxc;
+    const ScratchLease dd_nxc(ScratchUse::dd_nxc, plan_.scratch.dd_nxc_elems * es_);
+    const ScratchLease dst_nxc(ScratchUse::dst_nxc, plan_.scratch.dst_nxc_elems * es_);
     char* dst = static_cast<char*>(out);
     if (!p_.nxc) {
-        dd_nxc = alloc_bytes(plan_.scratch.dd_nxc_elems * es_);
-        dst_nxc = alloc_bytes(plan_.scratch.dst_nxc_elems * es_);
         transpose_any(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads);
         dd = dd_nxc.get();
         dst = dst_nxc.get();
@@ -362,21 +419,26 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
     const int64_t nchunks = chunks();
+    const bool nt = plan_.nt_store && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
+        ctx.nt = nt;
         ctx.entries.reserve(static_cast<size_t>(p_.k_sp()));
-        if (plan_.scratch.acc_floats) ctx.acc = alloc_floats(plan_.scratch.acc_floats);
-        if (plan_.scratch.cvt_floats) ctx.cvt = alloc_floats(plan_.scratch.cvt_floats);
+        if (plan_.scratch.acc_floats)
+            ctx.acc = std::make_unique<ScratchLease>(ScratchUse::acc, plan_.scratch.acc_floats * 4);
+        if (plan_.scratch.cvt_floats)
+            ctx.cvt = std::make_unique<ScratchLease>(ScratchUse::cvt, plan_.scratch.cvt_floats * 4);
         if (plan_.padded_rows) ctx.rows.init(plan_, p_);
         const auto [lo, hi] = grid.range(t);
         for (int64_t i = lo; i < hi; ++i) {
             const int64_t r0 = i / ncb * group, r1 = std::min(rows, r0 + group), cb = i % ncb;
             for (int64_t ch = 0; ch < nchunks; ++ch)
                 for (int64_t row = r0; row < r1; ++row) {
-                    float* acc_row = ctx.acc ? ctx.acc.get() + (row - r0) * row_elems : nullptr;
+                    float* acc_row = ctx.acc ? ctx.acc->floats() + (row - r0) * row_elems : nullptr;
                     direct_item(dd, wp, dst, row, cb, ch, acc_row, ctx);
                 }
         }
+        if (nt) _mm_sfence();  // streaming stores visible before the join
     });
 }
 
@@ -456,8 +518,8 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     a.nblocks = nblocks;
     a.accumulate = chunk > 0;
     a.store_final = chunk + 1 == chunks();
-    a.cvt = ctx.cvt.get();
-    kernel(mb, last)(a);
+    a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
+    kernel(mb, last, ctx.nt)(a);
 }
 
 // Col path: threads own contiguous ranges of diff_src rows (n, id, ih). A
@@ -468,18 +530,18 @@ void JitDataExecutor::run_col(const char* dd, const char* wp, char* dst, int thr
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
     for_each_thread(threads, [&](int t) {
-        std::vector<float> colbuf(static_cast<size_t>(plan_.col_pixels * plan_.cb.padded()));
-        FloatBuf rows = plan_.scratch.col_rows_floats ? alloc_floats(plan_.scratch.col_rows_floats) : nullptr;
-        FloatBuf cvt = plan_.scratch.cvt_floats ? alloc_floats(plan_.scratch.cvt_floats) : nullptr;
+        const ScratchLease colbuf(ScratchUse::col, plan_.col_pixels * plan_.cb.padded() * 4);
+        const ScratchLease rows(ScratchUse::col_rows, plan_.scratch.col_rows_floats * 4);
+        const ScratchLease cvt(ScratchUse::cvt, plan_.scratch.cvt_floats * 4);
         const auto [lo, hi] = grid.range(t);
         for (int64_t n = lo / per_image; n * per_image < hi; ++n) {
             const int64_t ra = std::max(lo, n * per_image) - n * per_image;
             const int64_t rb = std::min(hi, (n + 1) * per_image) - n * per_image;
             char* image = dst + n * per_image * row_elems * es_;
-            float* target = rows ? rows.get() : reinterpret_cast<float*>(image);
-            col_rows(dd, wp, target, n, ra, rb, colbuf, cvt.get());
-            if (rows)
-                round_f32_array(plan_.isa, p_.dt, rows.get() + ra * row_elems, image + ra * row_elems * es_,
+            float* target = rows.get() ? rows.floats() : reinterpret_cast<float*>(image);
+            col_rows(dd, wp, target, n, ra, rb, colbuf.floats(), cvt.floats());
+            if (rows.get())
+                round_f32_array(plan_.isa, p_.dt, rows.floats() + ra * row_elems, image + ra * row_elems * es_,
                                 (rb - ra) * row_elems);
         }
     });
@@ -490,7 +552,7 @@ void JitDataExecutor::run_col(const char* dd, const char* wp, char* dst, int thr
 // them, in increasing order, the column GEMM and the scatter of its columns
 // into the owned rows.
 void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
-                               std::vector<float>& colbuf, float* cvt) const {
+                               float* colbuf, float* cvt) const {
     const Problem& p = p_;
     const int64_t ic = p.ic(), oc = p.oc(), iw_n = p.in[2], row_floats = iw_n * ic;
     const NxcStrides ds = nxc_strides(p.out, oc), ss = nxc_strides(p.in, ic);
@@ -523,20 +585,20 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
                         a.entries = &e;
                         a.nentries = 1;
                         a.noc = p.ocg;
-                        a.dst = colbuf.data() + b * cb.block;
-                        a.acc = colbuf.data() + b * cb.block;
+                        a.dst = colbuf + b * cb.block;
+                        a.acc = colbuf + b * cb.block;
                         a.cvt = cvt;
                         a.nblocks = px / m;
                         if (a.nblocks) kernel(m, last)(a);
                         if (px % m == 0) continue;
                         const DataEntry er{static_cast<const char*>(e.dd) + px / m * m * oc * es_, e.w};
                         a.entries = &er;
-                        a.dst = colbuf.data() + b * cb.block + px / m * m * padded;
+                        a.dst = colbuf + b * cb.block + px / m * m * padded;
                         a.acc = static_cast<float*>(a.dst);
                         a.nblocks = 1;
                         kernel(px % m, last)(a);
                     }
-                    scatter_columns(colbuf.data(), px, ow0, grp, targets);
+                    scatter_columns(colbuf, px, ow0, grp, targets);
                 }
         }
 }

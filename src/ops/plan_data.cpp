@@ -40,6 +40,9 @@ constexpr int64_t kWChunkBytes = 640 * 1024;
 constexpr int64_t kWResidentBytes = 512 * 1024;
 // A row group covers at least this many diff_src pixels per channel block.
 constexpr int64_t kGroupPixels = 56;
+// Depthwise outputs at least this big (well past L2, most of L3) are
+// written with streaming stores.
+constexpr int64_t kStreamingOutputBytes = 16 << 20;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 constexpr int kMaxM = 16, kMaxN = 8;
 // Widen: the per-entry f32 scratch (m pixels × oc chunk) stays in L1.
@@ -335,6 +338,11 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     pl->rows = p.mb * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
     pl->grid.items = pl->path == DataPath::col ? pl->rows : div_up(pl->rows, pl->group_rows) * pl->cb.total;
+    // Streaming stores need every vector store aligned to its size: whole
+    // vectors only (no channel tail) and pixels a whole number of vectors.
+    const int64_t out_bytes = p.mb * p.in_sp() * p.ic() * static_cast<int64_t>(dtype_size(p.dt));
+    pl->nt_store = pl->path == DataPath::depthwise && out_bytes >= kStreamingOutputBytes && pl->cb.tail_lanes == 0 &&
+                   p.ic() % pl->blk.vlen == 0;
     return true;
 }
 
@@ -373,7 +381,7 @@ std::string DataPlan::to_string() const {
         }
         os
            << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
-           << (padded_rows ? " (zero-padded rows)\n" : " (no edges)\n")
+           << (padded_rows ? " (zero-padded rows)" : " (no edges)") << (nt_store ? ", streaming stores\n" : "\n")
            << "          for valid tap (kd, kh, kw): "
            << (path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"
                                            : std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m) +
