@@ -36,19 +36,23 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
        << int(d.m) << 'n' << int(d.n) << 't' << int(d.tail);
     if (dw) os << "_d" << d.tap_disp;
     if (d.dot) os << "_dot";
+    if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
     return os.str();
 }
 
 // ---- skeleton ---------------------------------------------------------------
 
 WeightsSkeleton::WeightsSkeleton(const WeightsKernelDesc& d)
-    : WeightsKernel(weights_kernel_name(d)), desc_(d), vec_(*this, static_cast<Isa>(d.isa)) {}
+    : WeightsKernel(weights_kernel_name(d)),
+      desc_(d),
+      vec_(*this, static_cast<Isa>(d.isa)),
+      cvt_(*this, vec_, static_cast<Isa>(d.isa)) {}
 
 void WeightsSkeleton::load_vec(const Xmm& r, const Xbyak::Address& a, int v) {
     if (is_tail(v))
-        vec_.load_tail(r, a);
+        cvt_.load_tail(r, a, in_dt(), desc_.tail);
     else
-        vec_.load(r, a);
+        cvt_.load(r, a, in_dt());
 }
 
 void WeightsSkeleton::mac(const Xmm& acc, const Xmm& a, const Xmm& b) {
@@ -161,8 +165,11 @@ void WeightsSkeleton::flush_rows(bool accumulate) {
     for (int r = 0; r < rows(); ++r) {
         for (int v = 0; v < vecs(); ++v) {
             const Xbyak::Address a = ptr[reg_scratch_ + v * vec_.vbytes()];
-            if (accumulate) {
-                load_vec(t, a, v);
+            if (accumulate) {  // the target is f32 whatever the kernel reads
+                if (is_tail(v))
+                    vec_.load_tail(t, a);
+                else
+                    vec_.load(t, a);
                 vec_.add(acc(r, v), acc(r, v), t);
             }
             if (is_tail(v))

@@ -8,6 +8,11 @@
 //    same channel and pixel of two images, low half the first; vdpbf16ps
 //    adds both products into one f32 lane, so one instruction covers two
 //    pixels of the reduction. Addressing is identical to f32.
+//  - bf16 / f16 read in place (desc.in_dt, depthwise only): each vector is
+//    widened to f32 as it is loaded (2 bytes per channel and pixel). The
+//    depthwise kernel does one FMA per loaded src vector and is bound by
+//    memory, so a conversion per load is free there, and staging would only
+//    add traffic.
 //
 // One call accumulates one weight tile over a list of output rows (a chunk
 // of the pixel reduction) and adds (or stores) the register tile into
@@ -72,8 +77,9 @@ struct WeightsKernelDesc {
     uint8_t m = 0;     // gemm: input channels per tile; depthwise: kw taps per tile
     uint8_t n = 0;     // vectors of output channels (gemm) / channels (depthwise)
     uint8_t tail = 0;  // live lanes of the last vector, 0 = all
-    uint8_t dot = 0;   // 1: bf16 pairs with vdpbf16ps (see the header comment), 0: f32 FMA
-    uint8_t reserved[2] = {0, 0};
+    uint8_t dot = 0;    // 1: bf16 pairs with vdpbf16ps (see the header comment), 0: f32 FMA
+    uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise); 0 = f32
+    uint8_t reserved = 0;
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
 };
 static_assert(sizeof(WeightsKernelDesc) == 12, "WeightsKernelDesc must have no padding");

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "jit/bwd_weights_kernel.hpp"
+#include "jit/vec_cvt.hpp"
 #include "jit/vec_isa.hpp"
 
 namespace convgrad::detail {
@@ -33,8 +34,12 @@ protected:
     Xbyak::Xmm acc(int row, int v) const { return vec_.vreg(row * vecs() + v); }
     Xbyak::Xmm temp(int i) const { return vec_.vreg(rows() * vecs() + i); }
     bool is_tail(int v) const { return desc_.tail != 0 && v == vecs() - 1; }
-    // Loads vector v of a row (masked if it is the tail vector).
+    // Loads vector v of a row (masked if it is the tail vector), widened to
+    // f32 from desc.in_dt.
     void load_vec(const Xbyak::Xmm& r, const Xbyak::Address& a, int v);
+    data_type in_dt() const { return static_cast<data_type>(desc_.in_dt); }
+    // Bytes of one activation vector as the kernel reads it.
+    int in_vbytes() const { return vec_.vlen() * VecCvt::elem_bytes(in_dt()); }
     bool dot() const { return desc_.dot != 0; }
     // Multiply-add on the desc's element format: acc += a * b lane by lane
     // (f32: vfmadd231ps; bf16 pairs: vdpbf16ps, two products per lane).
@@ -50,6 +55,7 @@ protected:
 
     WeightsKernelDesc desc_;
     VecIsa vec_;
+    VecCvt cvt_;
     const Xbyak::Reg64 reg_args_ = rdi, reg_src_base_ = rsi, reg_dst_base_ = rdx;
     const Xbyak::Reg64 reg_row_ = rcx, reg_nrows_ = r8, reg_src_step_ = r9, reg_dst_step_ = r10;
     const Xbyak::Reg64 reg_src_ = r11, reg_dst_ = rax, reg_npix_ = rbx, reg_scratch_ = r12;

@@ -219,7 +219,7 @@ private:
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to) const;
     void reduce_and_store(float* target, const float* partials, void* user, bool pooled) const;
-    int64_t src_step_bytes() const { return plan_.geo.stride[2] * p_.ic() * 4; }
+    int64_t src_step_bytes() const { return plan_.geo.stride[2] * p_.ic() * plan_.elem_bytes(); }
 
     Problem p_;
     WeightsPlan plan_;
@@ -232,7 +232,7 @@ private:
 
 void JitWeightsExecutor::load_kernels() {
     const WeightsBlocking& b = plan_.blk;
-    const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * 4;
+    const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
     const int row_kinds[3] = {b.m, b.m_last, 1};
     for (int r = 0; r < 3; ++r) {
         if (r == 2 && b.kind != WeightsKernelKind::depthwise) continue;
@@ -247,7 +247,7 @@ void JitWeightsExecutor::load_kernels() {
                              hit ? "hit" : "miss");
         }
     }
-    if (plan_.rounded()) {
+    if (plan_.rounded() && plan_.staged) {
         const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
                                : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
                                                              : StageMode::widen_f16;
@@ -316,7 +316,8 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadSt
             src_pix = ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw;
             dst_pix = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a;
         }
-        out.push_back({src_pix * ic * 4, dst_pix * oc * 4, b - a});
+        const int64_t es = plan_.elem_bytes();
+        out.push_back({src_pix * ic * es, dst_pix * oc * es, b - a});
     }
 }
 
@@ -379,7 +380,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     a.rows = rows.data();
     a.nrows = static_cast<int64_t>(rows.size());
     a.src_step = src_step_bytes();
-    a.dst_step = p_.oc() * 4;
+    a.dst_step = p_.oc() * plan_.elem_bytes();
     a.wei_row_stride = c.wei_row_stride * 4;
     a.accumulate = accumulate ? 1 : 0;
     k.run(a);
@@ -435,7 +436,8 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
         hi = std::min(hi, r[1]);
     }
     auto at_tap = [&](int64_t kw) {
-        return TileCall{src + c0 * 4, diff_dst + c0 * 4,
+        const int64_t es = plan_.elem_bytes();
+        return TileCall{src + c0 * es, diff_dst + c0 * es,
                         target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh * wei_str_.k[1] + kw * wei_str_.k[2],
                         wei_str_.k[2]};
     };

@@ -190,7 +190,7 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     r.chunks = div_up(r.rows, r.chunk_rows);
     r.slices = std::min(slices, r.chunks);
     const int64_t src_row = std::min(g.in[2], g.segment * g.stride[2] + g.k[2] * g.dil[2]) * p.ic();
-    r.chunk_bytes = r.chunk_rows * 4 * (g.segment * p.oc() + src_row * g.k[1]);
+    r.chunk_bytes = r.chunk_rows * plan.elem_bytes() * (g.segment * p.oc() + src_row * g.k[1]);
 }
 
 }  // namespace
@@ -229,6 +229,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.n = static_cast<uint8_t>(n);
     d.tail = static_cast<uint8_t>(tail_lanes);
     d.dot = pairs ? 1 : 0;
+    d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 ? data_type::f32 : dt);
     // A single-tap depthwise tile never uses the displacement: share it.
     d.tap_disp = (blk.kind == WeightsKernelKind::depthwise && m > 1) ? static_cast<int32_t>(tap_disp) : 0;
     return d;
@@ -237,11 +238,12 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     WeightsPlan plan;
     plan.dt = p.dt;
-    plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
+    // Depthwise reads 16-bit tensors in place (memory bound: no staging, no pairs).
+    plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !is_depthwise(p);
     plan.isa = plan.pairs ? Isa::avx512_core_bf16 : isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
     plan.geo = make_geometry(p, plan.pairs);
     plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
-    plan.staged = p.dt != data_type::f32 || stage_f32(p, plan);
+    plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan) : plan.blk.kind == WeightsKernelKind::gemm;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
     plan.direct_weights = p.wei_str.o == 1;
@@ -249,7 +251,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     choose_blocking(plan);
     if (plan.blk.kind == WeightsKernelKind::depthwise) {
         // Displacements k * tap_disp + v * vbytes must fit in 32 bits.
-        const int64_t tap_disp = plan.geo.dil[2] * p.ic() * 4;
+        const int64_t tap_disp = plan.geo.dil[2] * p.ic() * plan.elem_bytes();
         if ((plan.blk.m - 1) * tap_disp + 64 * plan.blk.n > INT32_MAX) {
             plan.blk.m = plan.blk.m_last = 1;
             plan.blk.m_tiles = plan.geo.k[2];
@@ -264,7 +266,10 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
 std::string WeightsPlan::to_string() const {
     std::ostringstream os;
     const bool dw = blk.kind == WeightsKernelKind::depthwise;
-    os << (dw ? "depthwise" : "gemm") << (pairs ? " bf16-pairs" : rounded() ? " widened" : staged ? " staged" : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
+    os << (dw ? "depthwise" : "gemm") << (pairs     ? " bf16-pairs"
+                                                   : staged    ? (rounded() ? " widened" : " staged")
+                                                   : rounded() ? " widened-in-kernel"
+                                                               : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
        << " tiles=" << blk.tiles << " (" << (dw ? "kw" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
        << " last " << blk.m_last << ", " << (dw ? "ch" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
        << "v last " << blk.n_last << "v tail " << blk.tail << ")"

@@ -89,6 +89,9 @@ struct WeightsPlan {
     bool staged = false;  // chunks go through per-thread scratch (always for 16-bit types)
     // The output is 16-bit: the kernels sum into f32 scratch, rounded at the end.
     bool rounded() const { return dt != data_type::f32; }
+    // Bytes per channel and pixel of the activations the kernels read: 4
+    // (f32, staged f32 or bf16 pairs), or 2 (depthwise on 16-bit in place).
+    int elem_bytes() const { return staged || dt == data_type::f32 ? 4 : 2; }
 
     // The kernel desc for a tile of `m` rows and `n` vectors, `tail` lanes.
     WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp) const;
