@@ -82,12 +82,12 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
     const Problem a = problem(resnet(64, 64, 56, 3));
     CHECK(plan_weights(a, Isa::avx512_core, 2).to_string() ==
           "gemm staged m13n2x16 tiles=90 (ic 5x13 last 12, oc 2x2v last 2v tail 0) rows=1792x56px chunk=18 rows "
-          "(100 chunks, 1008 KiB) slices=1 grid=2x1 direct est=1161cyc/px\n"
-          "  parallel slice<1 (1 thr) x tile<90 (2 thr):\n"
+          "(100 chunks, 1008 KiB) slices=2 grid=1x2 direct est=1161cyc/px\n"
+          "  parallel slice<2 (2 thr) x tile<90 (1 thr):\n"
           "    for chunk in slice (18 rows):\n"
           "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5:\n"
           "        for row, px: acc[13 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
-          "  no reduction");
+          "  sum slices in order");
     const Problem c = problem(resnet(256, 64, 56, 1));
     CHECK(plan_weights(c, Isa::avx512_core, 2).to_string() ==
           "gemm m14n2x16 tiles=38 (ic 19x14 last 4, oc 2x2v last 2v tail 0) rows=608x170px merged chunk=1 rows "

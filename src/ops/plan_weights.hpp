@@ -123,6 +123,8 @@ struct WeightsCostModel {
     static constexpr int64_t max_slices = 16;
     static constexpr double stream_intensity = 64;  // flop/byte below which slices split DRAM traffic
     static constexpr int64_t stream_slices = 8;
+    static constexpr int64_t staged_slices = 2;  // the machine's core count; never the run's thread count
+    static constexpr double staged_partial_ratio = 8;  // data bytes per weight byte above which they pay
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
 };
 
