@@ -41,11 +41,11 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "        for W phase in 1, block of 4 pixels (zero-padded rows)\n"
           "          for valid tap (kd, kh, kw): for oc: 4 W loads, 4 bcasts, 16 FMAs\n");
     CHECK(plan_of(square(1, 3, 64, 224, 7, 2, 3, 112), Isa::avx512_core, 2).to_string() ==
-          "jit:avx512_core col m5 n2x16 threads 2\n"
+          "jit:avx512_core col m6 n2x16 threads 2\n"
           "  for row in 7168 (n, id, ih) rows, split over threads\n"
           "    for dd row touching it, g, 50-pixel chunk\n"
           "      for lane block in 5 (147 (tap, ic) lanes, tail 2 vec)\n"
-          "        for 5-pixel block: for oc in 64: 2 W loads, 5 bcasts, 10 FMAs\n"
+          "        for 6-pixel block: for oc in 64: 2 W loads, 6 bcasts, 12 FMAs\n"
           "      col2im: add columns into diff_src rows\n");
     CHECK(plan_of(square(32, 32, 32, 112, 3, 1, 1, 112), Isa::avx512_core, 2).to_string() ==
           "jit:avx512_core depthwise m14 n2x16 threads 2\n"
