@@ -43,7 +43,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
     CHECK(plan_of(square(1, 3, 64, 224, 7, 2, 3, 112), Isa::avx512_core, 2).to_string() ==
           "jit:avx512_core col m6 n2x16 threads 2\n"
           "  for row in 7168 (n, id, ih) rows, split over threads\n"
-          "    for dd row touching it, g, 50-pixel chunk\n"
+          "    for dd row touching it, g, 48-pixel chunk\n"
           "      for lane block in 5 (147 (tap, ic) lanes, tail 2 vec)\n"
           "        for 6-pixel block: for oc in 64: 2 W loads, 6 bcasts, 12 FMAs\n"
           "      col2im: add columns into diff_src rows\n");
