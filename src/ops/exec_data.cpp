@@ -210,22 +210,22 @@ struct ColTarget {
     float* row;      // diff_src row (NXC), channel 0
 };
 
-// d[i] += s[i]. Whole vectors of kLanes first (a constant trip count the
-// compiler turns into one vector add), then single floats; elementwise, so
-// the result is the same bits whatever the vector width.
-template <int kLanes>
-inline void add_run_lanes(float* __restrict d, const float* __restrict s, int64_t n) {
-    int64_t i = 0;
-    for (; i + kLanes <= n; i += kLanes)
-        for (int l = 0; l < kLanes; ++l) d[i + l] += s[i + l];
-    for (; i < n; ++i) d[i] += s[i];
-}
-// The executor only runs on CPUs with the plan's ISA, so these are safe to call.
+// d[i] += s[i], i < n, elementwise (the same bits whatever the vector
+// width). The executor only runs on CPUs with the plan's ISA, so these are
+// safe to call. Runs are short (KW·ICg = 21 for a first layer), so AVX-512
+// ends with one masked vector rather than a scalar tail.
 __attribute__((target("avx512f"))) void add_run_avx512(float* d, const float* s, int64_t n) {
-    add_run_lanes<16>(d, s, n);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_loadu_ps(d + i), _mm512_loadu_ps(s + i)));
+    if (i == n) return;
+    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(d + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, d + i), _mm512_maskz_loadu_ps(k, s + i)));
 }
 __attribute__((target("avx2"))) void add_run_avx2(float* d, const float* s, int64_t n) {
-    add_run_lanes<8>(d, s, n);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_loadu_ps(s + i)));
+    for (; i < n; ++i) d[i] += s[i];
 }
 
 class JitDataExecutor final : public Executor {
@@ -604,21 +604,26 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
 }
 
 // col2im for px diff_dst pixels from ow0: column lanes (kd, kh, kw, ic)
-// added into the target rows, pixel by pixel in increasing ow (the fixed
-// order that makes the sums independent of the thread partition).
+// added into the target rows in a fixed order (independent of the thread
+// partition). Pixels j and j+1 write overlapping runs of a row, and a load
+// that half-overlaps an earlier store waits for it to reach the cache; so
+// the pixels go in `spread` passes, j = pass, pass + spread, ..., whose
+// runs are disjoint (consecutive read-modify-writes never overlap).
 void JitDataExecutor::scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
                                       const std::vector<ColTarget>& targets) const {
     const Problem& p = p_;
     const int64_t ic = p.ic(), icg = p.icg, padded = plan_.cb.padded(), kw_n = p.k[2], dil = p.dil[2];
     const auto add_run = plan_.isa >= Isa::avx512_core ? add_run_avx512 : add_run_avx2;
-    for (int64_t j = 0; j < px; ++j) {
+    const int64_t spread = std::min(px, (p.ext(2) + p.stride[2] - 1) / p.stride[2]);
+    for (int64_t pass = 0; pass < spread; ++pass)
+    for (int64_t j = pass; j < px; j += spread) {
         const int64_t iw0 = (ow0 + j) * p.stride[2] - p.pad_begin[2];
         const int64_t kw_lo = iw0 >= 0 ? 0 : (-iw0 + dil - 1) / dil;
         const int64_t kw_hi = iw0 >= p.in[2] ? 0 : std::min(kw_n, (p.in[2] - 1 - iw0) / dil + 1);
         for (const ColTarget& t : targets) {
             const float* c = col + j * padded + t.tap_dh * kw_n * icg;
             float* d = t.row + grp * icg;
-            if (dil == 1 && icg == ic) {
+            if (dil == 1 && icg == ic) {  // the taps' pixels are adjacent: one run
                 if (kw_hi > kw_lo) add_run(d + (iw0 + kw_lo) * ic, c + kw_lo * icg, (kw_hi - kw_lo) * icg);
                 continue;
             }
