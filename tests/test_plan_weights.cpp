@@ -111,12 +111,12 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
     dwc.pb = dwc.pe = {1, 1};
     dwc.wfmt = "OIX";
     CHECK(plan_weights(problem(dwc), Isa::avx512_core, 2).to_string() ==
-          "depthwise m3n2x16 tiles=3 (kw 1x3 last 3, ch 1x2v last 2v tail 0) rows=3584x112px chunk=9 rows "
-          "(399 chunks, 504 KiB) slices=11 grid=1x2 permute est=12cyc/px\n"
-          "  parallel slice<11 (2 thr) x tile<3 (1 thr):\n"
+          "depthwise m3n2x16 tiles=1 (kw 1x3 last 3, ch 1x2v last 2v tail 0) rows=3584x112px chunk=9 rows "
+          "(399 chunks, 504 KiB) slices=16 grid=1x2 permute est=18cyc/px\n"
+          "  parallel slice<16 (2 thr) x tile<1 (1 thr):\n"
           "    for chunk in slice (9 rows):\n"
-          "      for kd<1 kh<3 kw_tile<1 ch_tile<1:\n"
-          "        for row, px: acc[3 taps][2v] += src[px+tap][ch] * diff_dst[px][ch]\n"
+          "      for kd<1 kh_tile<1 kw_tile<1 ch_tile<1:\n"
+          "        for row, px: acc[3x3 taps][2v] += src[px+tap][ch] * diff_dst[px][ch]\n"
           "  sum slices in order, permute XIO -> user layout");
 }
 
@@ -133,16 +133,20 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             const int budget = isa == Isa::avx2 ? 16 : 32;
             for (int m : {b.m, b.m_last, 1})
                 for (int n : {b.n, b.n_last})
-                    CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0)) <= budget);
+                    for (int kh : {b.kh, 1})
+                        CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh)) <= budget);
             // Exact cover: rows of the tile (ic or kw taps) and its vectors.
             const int64_t channels = dw ? p.g : p.ocg;
             check_axis(dw ? p.k[2] : p.icg, b.m_tiles, b.m, b.m_last, 1);
             check_axis(channels, b.n_tiles, b.n, b.n_last, b.vlen);
             CHECK(b.tail == channels % b.vlen);
-            CHECK(b.tiles == p.k[0] * p.k[1] * b.m_tiles * b.n_tiles * (dw ? 1 : p.k[2] * p.g));
+            CHECK(p.k[1] % b.kh == 0);
+            CHECK(b.tiles == p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : p.k[2] * p.g));
             if (dw) {
-                const int64_t tap_disp = p.dil[2] * p.ic() * 4;
-                CHECK((b.m - 1) * tap_disp + 64 * b.n <= INT32_MAX);
+                const int64_t tap_disp = p.dil[2] * p.ic() * 4, row_disp = p.dil[1] * p.in[2] * p.ic() * 4;
+                CHECK((b.kh - 1) * row_disp + (b.m - 1) * tap_disp + 64 * b.n <= INT32_MAX);
+            } else {
+                CHECK(b.kh == 1);
             }
             // Reduction: chunks cover the rows, slices never exceed them.
             const auto& r = base.red;

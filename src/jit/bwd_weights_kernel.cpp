@@ -1,6 +1,7 @@
 // The weight-gradient skeleton, the gemm generator and the kernel cache.
 #include "jit/bwd_weights_kernel.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <sstream>
 
@@ -26,7 +27,7 @@ int dw_temps(const WeightsKernelDesc& d) { return d.n + 1; }
 int weights_kernel_vregs(const WeightsKernelDesc& d) {
     const bool dw = d.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise);
     const int mask = (!avx512(d) && d.tail) ? 1 : 0;
-    return d.m * d.n + (dw ? dw_temps(d) : gemm_temps(d)) + mask;
+    return d.m * std::max<int>(1, d.kh) * d.n + (dw ? dw_temps(d) : gemm_temps(d)) + mask;
 }
 
 std::string weights_kernel_name(const WeightsKernelDesc& d) {
@@ -35,6 +36,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     os << (dw ? "wdw_" : "wgemm_") << isa_name(static_cast<Isa>(d.isa)) << (dw ? "_k" : "_m")
        << int(d.m) << 'n' << int(d.n) << 't' << int(d.tail);
     if (dw) os << "_d" << d.tap_disp;
+    if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
     if (d.dot) os << "_dot";
     if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
     return os.str();
@@ -159,10 +161,16 @@ void WeightsSkeleton::flush_tile() {
     L(done);
 }
 
-// Row r of the tile at r12 + r * rcx. Clobbers r12 and temp(0).
+// Row r = (kernel row i, tap k) of the tile at args.diff_weights +
+// i * args.wei_kh_stride + k * rcx. Clobbers r12, r8 and temp(0).
 void WeightsSkeleton::flush_rows(bool accumulate) {
     const Xmm t = temp(0);
+    if (rows() > desc_.m) mov(r8, reg_scratch_);
     for (int r = 0; r < rows(); ++r) {
+        if (r > 0 && r % desc_.m == 0) {  // next kernel row's block
+            add(r8, qword[reg_args_ + offsetof(WeightsKernelArgs, wei_kh_stride)]);
+            mov(reg_scratch_, r8);
+        }
         for (int v = 0; v < vecs(); ++v) {
             const Xbyak::Address a = ptr[reg_scratch_ + v * vec_.vbytes()];
             if (accumulate) {  // the target is f32 whatever the kernel reads
@@ -177,7 +185,7 @@ void WeightsSkeleton::flush_rows(bool accumulate) {
             else
                 vec_.store(a, acc(r, v));
         }
-        if (r + 1 < rows()) add(reg_scratch_, reg_row_);
+        if ((r + 1) % desc_.m != 0) add(reg_scratch_, reg_row_);
     }
 }
 

@@ -20,7 +20,9 @@
 //  - gemm: tile = m input channels x n vectors of output channels, one tap.
 //    Per pixel: n diff_dst vectors, m broadcast src scalars, m*n FMAs.
 //  - depthwise (g == IC == OC): tile = n vectors of channels x `taps`
-//    consecutive kw taps. Per pixel: n diff_dst vectors, taps*n src vectors.
+//    consecutive kw taps x `kh` kernel rows (all of KH, or one). Per pixel:
+//    n diff_dst vectors, kh*taps*n src vectors: with all kernel rows in one
+//    tile, each chunk passes through the core once instead of KH times.
 // Both need channel-contiguous (NXC) activations and an OC-contiguous
 // diff_weights row; the executor guarantees that (transposing or permuting
 // through scratch otherwise).
@@ -53,6 +55,7 @@ struct WeightsKernelArgs {
     int64_t src_step = 0;        // bytes between consecutive pixels of a row in src
     int64_t dst_step = 0;        // bytes between consecutive pixels in diff_dst
     int64_t wei_row_stride = 0;  // bytes between tile rows: next ic (gemm), next kw tap (depthwise)
+    int64_t wei_kh_stride = 0;   // depthwise with desc.kh > 1: bytes between kernel rows
     int64_t accumulate = 0;      // 0: store the tile, else add it to diff_weights
     // kPrefetchLinesPerPixel consecutive lines per pixel (prefetcht1) from
     // `prefetch`, advancing by prefetch_step:
@@ -79,10 +82,11 @@ struct WeightsKernelDesc {
     uint8_t tail = 0;  // live lanes of the last vector, 0 = all
     uint8_t dot = 0;    // 1: bf16 pairs with vdpbf16ps (see the header comment), 0: f32 FMA
     uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise); 0 = f32
-    uint8_t reserved = 0;
+    uint8_t kh = 1;     // depthwise: kernel rows per tile (src rows row_disp apart)
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
+    int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
 };
-static_assert(sizeof(WeightsKernelDesc) == 12, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 16, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);

@@ -8,10 +8,13 @@
 //   rcx  row cursor       r8   rows left         r9   src step (bytes)
 //   r10  diff_dst step    r11  src pixel ptr     rax  diff_dst pixel ptr
 //   rbx  pixels left      r12  scratch (tail mask set-up, flush pointer)
+//   (flush: rcx row stride, r8 kernel-row block pointer)
 //   r13  prefetch ptr     r14  prefetch step
 //   vregs [0, rows*n): accumulators, acc(row, v) = rows-major;
 //   vregs [rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
 #pragma once
+
+#include <algorithm>
 
 #include "jit/bwd_weights_kernel.hpp"
 #include "jit/vec_cvt.hpp"
@@ -29,7 +32,8 @@ protected:
     // including) the AVX2 mask register. Must not move the pointers.
     virtual void pixel_body() = 0;
 
-    int rows() const { return desc_.m; }  // tile rows (ic or taps)
+    // Tile rows (ic, or taps: kh kernel rows of m kw taps, row-major).
+    int rows() const { return desc_.m * std::max<int>(1, desc_.kh); }
     int vecs() const { return desc_.n; }
     Xbyak::Xmm acc(int row, int v) const { return vec_.vreg(row * vecs() + v); }
     Xbyak::Xmm temp(int i) const { return vec_.vreg(rows() * vecs() + i); }

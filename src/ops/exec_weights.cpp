@@ -146,13 +146,19 @@ struct RowPos {
 };
 
 // Where one tile reads and writes. src / diff_dst: bytes at the tile's first
-// channel, in the user's f32 tensor or in the staged chunk.
+// channel, in the user's tensor or in the staged chunk.
 struct TileCall {
     const char* src;
     const char* diff_dst;
     float* diff_weights;
-    int64_t wei_row_stride;  // elements
+    int64_t wei_row_stride;     // elements
+    int64_t wei_kh_stride = 0;  // elements (depthwise tiles of several kernel rows)
 };
+
+// Which rows of a chunk a call takes: every row whose tap reads inside src,
+// or (depthwise tiles of a block of kernel rows) the rows where every
+// kernel row of the block does, or those where the tap's does but not all.
+enum class RowSet { any, block_valid, block_edge };
 
 // A thread's staged chunk (16-bit types): the chunk's diff_dst rows in
 // chunk order, and every src row some tap of the chunk reads, each once.
@@ -209,7 +215,8 @@ private:
     // restricted to output pixels [ow_lo, ow_hi).
     void decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const;
     void build_rows(std::vector<WeightsRow>& out, const ThreadState& ts, int64_t kd, int64_t kh, int64_t kw,
-                    int64_t ow_lo, int64_t ow_hi) const;
+                    int64_t ow_lo, int64_t ow_hi, RowSet set = RowSet::any, int64_t block_kh0 = 0,
+                    int64_t block_khs = 1) const;
     // Staging (16-bit types).
     int64_t src_key(const RowPos& r, int64_t id, int64_t ih) const;
     int64_t src_row_first(int64_t seg) const;
@@ -224,24 +231,29 @@ private:
     Problem p_;
     WeightsPlan plan_;
     WeightStrides wei_str_;
-    // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile, 2 = one
-    // tap (depthwise edges); n kind 0 = full tile, 1 = last (tail) tile.
-    std::shared_ptr<const WeightsKernel> kernels_[3][2];
+    // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile (x blk.kh
+    // kernel rows), 2 = one tap, 3 / 4 = full / last m tile of one kernel
+    // row (depthwise edges); n kind 0 = full tile, 1 = last (tail) tile.
+    enum RowsKind { kFull, kLast, kOneTap, kRowFull, kRowLast, kRowsKinds };
+    std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2];
     std::shared_ptr<const StageKernel> stager_;
 };
 
 void JitWeightsExecutor::load_kernels() {
     const WeightsBlocking& b = plan_.blk;
+    const bool dw = b.kind == WeightsKernelKind::depthwise;
     const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
-    const int row_kinds[3] = {b.m, b.m_last, 1};
-    for (int r = 0; r < 3; ++r) {
-        if (r == 2 && b.kind != WeightsKernelKind::depthwise) continue;
+    const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
+    const int row_kinds[kRowsKinds] = {b.m, b.m_last, 1, b.m, b.m_last};
+    for (int r = 0; r < kRowsKinds; ++r) {
+        if ((r >= kOneTap && !dw) || (r >= kRowFull && b.kh == 1)) continue;
+        const int kh = r < kOneTap ? b.kh : 1;
         for (int last = 0; last < 2; ++last) {
             const int n = last ? b.n_last : b.n;
             const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
             if (!last && b.n_tiles == 1) continue;  // the only n tile is the last
             bool hit = false;
-            kernels_[r][last] = get_weights_kernel(plan_.desc(row_kinds[r], n, tail, tap_disp), &hit);
+            kernels_[r][last] = get_weights_kernel(plan_.desc(row_kinds[r], n, tail, tap_disp, kh, row_disp), &hit);
             if (verbose())
                 std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", kernels_[r][last]->name().c_str(),
                              hit ? "hit" : "miss");
@@ -256,8 +268,7 @@ void JitWeightsExecutor::load_kernels() {
 }
 
 const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n) const {
-    const int r = rows == plan_.blk.m ? 0 : rows == plan_.blk.m_last ? 1 : 2;
-    return *kernels_[r][last_n || plan_.blk.n_tiles == 1];
+    return *kernels_[rows == plan_.blk.m ? kFull : kLast][last_n || plan_.blk.n_tiles == 1];
 }
 
 void JitWeightsExecutor::decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
@@ -294,7 +305,8 @@ int64_t JitWeightsExecutor::src_row_width(int64_t seg) const {
 }
 
 void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadState& ts, int64_t kd, int64_t kh,
-                                    int64_t kw, int64_t ow_lo, int64_t ow_hi) const {
+                                    int64_t kw, int64_t ow_lo, int64_t ow_hi, RowSet set, int64_t block_kh0,
+                                    int64_t block_khs) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t ic = p_.ic(), oc = p_.oc();
     const StagedChunk* st = ts.view;
@@ -303,6 +315,11 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadSt
         const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
         const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
+        if (set != RowSet::any) {  // ih is monotonic in the kernel row: check the block's ends
+            const int64_t ih0 = r.oh * g.stride[1] - g.pad[1] + block_kh0 * g.dil[1];
+            const bool block_valid = ih0 >= 0 && ih0 + (block_khs - 1) * g.dil[1] < g.in[1];
+            if (block_valid != (set == RowSet::block_valid)) continue;
+        }
         const int64_t a = std::max(ow_lo, r.seg * g.segment);
         const int64_t b = std::min(ow_hi, (r.seg + 1) * g.segment);
         if (a >= b) continue;
@@ -382,6 +399,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     a.src_step = src_step_bytes();
     a.dst_step = p_.oc() * plan_.elem_bytes();
     a.wei_row_stride = c.wei_row_stride * 4;
+    a.wei_kh_stride = c.wei_kh_stride * 4;
     a.accumulate = accumulate ? 1 : 0;
     k.run(a);
 }
@@ -415,46 +433,59 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     call(kernel(m, ot == b.n_tiles - 1), c, rows, accumulate, pf);
 }
 
-// Tile order: kd, kh, kw tile, channel tile. The interior pixels, where all
-// taps of the tile read inside src, go to the multi-tap kernel; the edge
-// pixels of each tap to the single-tap kernel (always accumulating).
+// Tile order: kd, kernel-row block, kw tile, channel tile. A tile covers
+// blk.kh kernel rows x (m taps) x (n vectors). Its interior (rows where
+// every kernel row of the block reads inside src, pixels where every tap
+// does) goes to the block kernel; rows where only some kernel rows read
+// inside src go to one-row kernels; the edge pixels of each tap to the
+// single-tap kernel. Only the first call may store (not accumulate): it
+// writes the whole tile, even with no rows.
 void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src,
                                      const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
+    const int64_t blocks = g.k[1] / b.kh;
     const int64_t ct = tile % b.n_tiles;
     const int64_t kt = (tile / b.n_tiles) % b.m_tiles;
-    const int64_t kh = (tile / (b.n_tiles * b.m_tiles)) % g.k[1];
-    const int64_t kd = tile / (b.n_tiles * b.m_tiles * g.k[1]);
-    const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
+    const int64_t kh0 = (tile / (b.n_tiles * b.m_tiles)) % blocks * b.kh;
+    const int64_t kd = tile / (b.n_tiles * b.m_tiles * blocks);
+    const bool last_tap_tile = kt == b.m_tiles - 1;
+    const int taps = last_tap_tile ? b.m_last : b.m;
     const int64_t kw0 = kt * b.m, c0 = ct * b.n * b.vlen;
-    const bool last_n = ct == b.n_tiles - 1;
+    const int last_n = ct == b.n_tiles - 1 || b.n_tiles == 1;
     int64_t lo = 0, hi = g.out[2];
     for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
         const auto r = valid_ow(g, kw);
         lo = std::max(lo, r[0]);
         hi = std::min(hi, r[1]);
     }
-    auto at_tap = [&](int64_t kw) {
-        const int64_t es = plan_.elem_bytes();
+    const int64_t es = plan_.elem_bytes();
+    auto at_tap = [&](int64_t kh, int64_t kw) {
         return TileCall{src + c0 * es, diff_dst + c0 * es,
                         target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh * wei_str_.k[1] + kw * wei_str_.k[2],
-                        wei_str_.k[2]};
+                        wei_str_.k[2], wei_str_.k[1]};
     };
     std::vector<WeightsRow>& rows = ts.rows;
     rows.clear();
-    if (lo < hi) build_rows(rows, ts, kd, kh, kw0, lo, hi);
-    call(kernel(taps, last_n), at_tap(kw0), rows, accumulate, pf);
-    for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
-        const auto r = valid_ow(g, kw);
-        rows.clear();
-        if (lo < hi) {
-            build_rows(rows, ts, kd, kh, kw, r[0], std::min(r[1], lo));
-            build_rows(rows, ts, kd, kh, kw, std::max(r[0], hi), r[1]);
-        } else {
-            build_rows(rows, ts, kd, kh, kw, r[0], r[1]);
+    if (lo < hi) build_rows(rows, ts, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
+    call(*kernels_[last_tap_tile ? kLast : kFull][last_n], at_tap(kh0, kw0), rows, accumulate, pf);
+    for (int64_t kh = kh0; kh < kh0 + b.kh; ++kh) {
+        if (b.kh > 1 && lo < hi) {
+            rows.clear();
+            build_rows(rows, ts, kd, kh, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
+            if (!rows.empty()) call(*kernels_[last_tap_tile ? kRowLast : kRowFull][last_n], at_tap(kh, kw0), rows, true, pf);
         }
-        if (!rows.empty()) call(*kernels_[2][last_n || b.n_tiles == 1], at_tap(kw), rows, true, pf);
+        for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
+            const auto r = valid_ow(g, kw);
+            rows.clear();
+            if (lo < hi) {
+                build_rows(rows, ts, kd, kh, kw, r[0], std::min(r[1], lo));
+                build_rows(rows, ts, kd, kh, kw, std::max(r[0], hi), r[1]);
+            } else {
+                build_rows(rows, ts, kd, kh, kw, r[0], r[1]);
+            }
+            if (!rows.empty()) call(*kernels_[kOneTap][last_n], at_tap(kh, kw), rows, true, pf);
+        }
     }
 }
 

@@ -123,12 +123,27 @@ double over_tiles(int64_t total, int size, F&& cost) {
     return full * cost(size) + (last ? cost(static_cast<int>(last)) : 0.0);
 }
 
-bool fits(const WeightsPlan& plan, int m, int n, int tail) {
-    WeightsKernelDesc d = plan.desc(m, n, tail, 0);
+bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
+    WeightsKernelDesc d = plan.desc(m, n, tail, 0, kh, 0);
     return weights_kernel_vregs(d) <= (plan.isa >= Isa::avx512_core ? 32 : 16);
 }
 
-// Search over (m, n): every candidate that fits, cheapest estimate wins.
+// Depthwise src displacements (bytes) between kw taps and kernel rows.
+int64_t dw_tap_disp(const WeightsPlan& plan) { return plan.geo.dil[2] * plan.geo.g * plan.elem_bytes(); }
+int64_t dw_row_disp(const WeightsPlan& plan) {
+    return plan.geo.dil[1] * plan.geo.in[2] * plan.geo.g * plan.elem_bytes();
+}
+
+// The kernel's largest displacement, (kh-1)*row + (m-1)*tap + n vectors,
+// must fit in 32 bits.
+bool dw_disp_fits(const WeightsPlan& plan, int m, int n, int kh) {
+    return (kh - 1) * dw_row_disp(plan) + (m - 1) * dw_tap_disp(plan) + 64 * n <= INT32_MAX;
+}
+
+// Search over (m, n) (and, depthwise, kh: all kernel rows in one tile or
+// one): every candidate that fits, cheapest estimate wins. Depthwise also
+// pays, per pass over a chunk (KH / kh passes), reading its diff_dst and
+// src vectors from L2.
 void choose_blocking(WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
     WeightsBlocking& b = plan.blk;
@@ -138,30 +153,38 @@ void choose_blocking(WeightsPlan& plan) {
     const int64_t rows_total = dw ? g.k[2] : g.icg;  // depthwise tile rows are kw taps
     b.tail = static_cast<int>(channels % b.vlen);
     const double latency = plan.pairs ? Cost::dot_latency : Cost::fma_latency;
+    const int kh_options[2] = {dw ? static_cast<int>(std::min<int64_t>(g.k[1], 32)) : 1, 1};
     double best = 1e300;
-    for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
-        for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
-            if (!fits(plan, m, n, b.tail)) continue;
-            const double pixels = chunk_pixels(plan, n);
-            auto row_cost = [&](int r) {
-                return over_tiles(vecs, n, [&](int v) {
-                    return dw ? dw_tile(r, v, pixels, latency) : gemm_tile(r, v, pixels, latency);
-                });
-            };
-            const double cost = over_tiles(rows_total, m, row_cost) * (dw ? 1 : g.g);
-            if (cost < best * 0.999) {
-                best = cost;
-                b.m = m;
-                b.n = n;
+    for (int kh : kh_options) {
+        const double passes = double(g.k[1]) / kh;
+        if (dw && g.k[1] % kh != 0) continue;
+        for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
+            for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
+                if (!fits(plan, m, n, b.tail, kh) || (dw && !dw_disp_fits(plan, m, n, kh))) continue;
+                const double pixels = chunk_pixels(plan, n);
+                auto row_cost = [&](int r) {
+                    return over_tiles(vecs, n, [&](int v) {
+                        if (!dw) return gemm_tile(r, v, pixels, latency);
+                        const double l2 = 2.0 * v * b.vlen * plan.elem_bytes() / Cost::l2_bytes_per_cycle;
+                        return dw_tile(r * kh, v, pixels, latency) + l2;
+                    });
+                };
+                const double cost = over_tiles(rows_total, m, row_cost) * (dw ? passes : g.g);
+                if (cost < best * 0.999) {
+                    best = cost;
+                    b.m = m;
+                    b.n = n;
+                    b.kh = kh;
+                }
             }
         }
     }
-    b.cycles_per_pixel = best * g.k[0] * g.k[1] * (dw ? 1 : g.k[2]);
+    b.cycles_per_pixel = best * g.k[0] * (dw ? 1 : g.k[1] * g.k[2]);
     b.m_tiles = div_up(rows_total, b.m);
     b.n_tiles = div_up(vecs, b.n);
     b.m_last = static_cast<int>(rows_total - (b.m_tiles - 1) * b.m);
     b.n_last = static_cast<int>(vecs - (b.n_tiles - 1) * b.n);
-    b.tiles = g.k[0] * g.k[1] * b.m_tiles * b.n_tiles * (dw ? 1 : g.k[2] * g.g);
+    b.tiles = g.k[0] * (g.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : g.k[2] * g.g);
 }
 
 void choose_reduction(WeightsPlan& plan, const Problem& p) {
@@ -226,7 +249,8 @@ WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads) 
     return best;
 }
 
-WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp) const {
+WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp, int kh,
+                                    int64_t row_disp) const {
     WeightsKernelDesc d{};  // every byte is a field (static_assert on its size): no padding to clear
     d.isa = static_cast<uint8_t>(isa);
     d.kind = static_cast<uint8_t>(blk.kind);
@@ -237,6 +261,8 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 ? data_type::f32 : dt);
     // A single-tap depthwise tile never uses the displacement: share it.
     d.tap_disp = (blk.kind == WeightsKernelKind::depthwise && m > 1) ? static_cast<int32_t>(tap_disp) : 0;
+    d.kh = static_cast<uint8_t>(kh);
+    d.row_disp = kh > 1 ? static_cast<int32_t>(row_disp) : 0;
     return d;
 }
 
@@ -254,15 +280,6 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.direct_weights = p.wei_str.o == 1;
     plan.weights_elems = p.output_elems;
     choose_blocking(plan);
-    if (plan.blk.kind == WeightsKernelKind::depthwise) {
-        // Displacements k * tap_disp + v * vbytes must fit in 32 bits.
-        const int64_t tap_disp = plan.geo.dil[2] * p.ic() * plan.elem_bytes();
-        if ((plan.blk.m - 1) * tap_disp + 64 * plan.blk.n > INT32_MAX) {
-            plan.blk.m = plan.blk.m_last = 1;
-            plan.blk.m_tiles = plan.geo.k[2];
-            plan.blk.tiles = plan.geo.k[0] * plan.geo.k[1] * plan.geo.k[2] * plan.blk.n_tiles;
-        }
-    }
     choose_reduction(plan, p);
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
     return plan;
@@ -287,9 +304,9 @@ std::string WeightsPlan::to_string() const {
     os << " x tile<" << blk.tiles << " (" << grid.tile_threads << " thr):\n";
     os << "    for chunk in slice (" << red.chunk_rows << " rows):\n";
     if (dw)
-        os << "      for kd<" << geo.k[0] << " kh<" << geo.k[1] << " kw_tile<" << blk.m_tiles << " ch_tile<"
-           << blk.n_tiles << ":\n        for row, px: acc[" << blk.m << " taps][" << blk.n
-           << "v] += src[px+tap][ch] * diff_dst[px][ch]\n";
+        os << "      for kd<" << geo.k[0] << " kh_tile<" << geo.k[1] / blk.kh << " kw_tile<" << blk.m_tiles
+           << " ch_tile<" << blk.n_tiles << ":\n        for row, px: acc[" << blk.kh << "x" << blk.m << " taps]["
+           << blk.n << "v] += src[px+tap][ch] * diff_dst[px][ch]\n";
     else
         os << "      for g<" << geo.g << " oc_tile<" << blk.n_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1]
            << " kw<" << geo.k[2] << " ic_tile<" << blk.m_tiles << ":\n        for row, px: acc["

@@ -51,6 +51,7 @@ struct WeightsBlocking {
     WeightsKernelKind kind = WeightsKernelKind::gemm;
     int vlen = 16;
     int m = 1;  // gemm: input channels per tile; depthwise: kw taps per tile
+    int kh = 1;  // depthwise: kernel rows per tile (KH: each chunk passes once; or 1)
     int n = 1;  // vectors of output channels (gemm) / channels (depthwise) per tile
     int64_t m_tiles = 1;  // per group (gemm) / per kernel row (depthwise)
     int64_t n_tiles = 1;  // per group (gemm) / over all channels (depthwise)
@@ -93,8 +94,9 @@ struct WeightsPlan {
     // (f32, staged f32 or bf16 pairs), or 2 (depthwise on 16-bit in place).
     int elem_bytes() const { return staged || dt == data_type::f32 ? 4 : 2; }
 
-    // The kernel desc for a tile of `m` rows and `n` vectors, `tail` lanes.
-    WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp) const;
+    // The kernel desc for a tile of `m` rows (x `kh` kernel rows) and `n`
+    // vectors, `tail` lanes.
+    WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp, int kh = 1, int64_t row_disp = 0) const;
     // One line, then the loop nest.
     std::string to_string() const;
 };
@@ -106,6 +108,7 @@ struct WeightsCostModel {
     static constexpr double fma_latency = 4;
     static constexpr double dot_latency = 6;  // vdpbf16ps
     static constexpr double instr_per_cycle = 6;
+    static constexpr double l2_bytes_per_cycle = 32;
     static constexpr double call_cycles = 60;       // kernel call + argument set-up
     static constexpr double l1_budget = 32 << 10;    // bytes of one tile's chunk data (L1d is 48 KiB)
     static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
