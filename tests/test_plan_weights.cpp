@@ -88,6 +88,16 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5:\n"
           "        for row, px: acc[13 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
           "  sum slices in order");
+    Case bf = resnet(64, 64, 56, 3);
+    bf.dt = convgrad::data_type::bf16;
+    CHECK(plan_weights(problem(bf), Isa::avx512_core_bf16, 2).to_string() ==
+          "gemm bf16-pairs m13n2x16 tiles=90 (ic 5x13 last 12, oc 2x2v last 2v tail 0) rows=896x56px chunk=18 rows "
+          "(50 chunks, 1008 KiB) slices=2 grid=1x2 direct est=1161cyc/px\n"
+          "  parallel slice<2 (2 thr) x tile<90 (1 thr):\n"
+          "    for chunk in slice (18 rows):\n"
+          "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5:\n"
+          "        for row, px: acc[13 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
+          "  sum slices in order");
     const Problem c = problem(resnet(256, 64, 56, 1));
     CHECK(plan_weights(c, Isa::avx512_core, 2).to_string() ==
           "gemm m14n2x16 tiles=38 (ic 19x14 last 4, oc 2x2v last 2v tail 0) rows=608x170px merged chunk=1 rows "
@@ -121,9 +131,11 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
 }
 
 TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
-    for (const Case& c : property_cases()) {
+    for (Case c : property_cases()) {
+      for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+        c.dt = dt;
         const Problem p = problem(c);
-        for (Isa isa : {Isa::avx2, Isa::avx512_core}) {
+        for (Isa isa : {Isa::avx2, Isa::avx512_core, Isa::avx512_core_bf16}) {
             const WeightsPlan base = plan_weights(p, isa, 1);
             const auto& b = base.blk;
             const bool dw = b.kind == WeightsKernelKind::depthwise;
@@ -157,6 +169,14 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             CHECK(r.slices <= r.chunks);
             CHECK((r.slices - 1) * base.weights_elems * 4 <= convgrad::detail::WeightsCostModel::max_partial_bytes);
             CHECK(r.rows == base.geo.rows());
+            // 16-bit types: pairs of images exactly for bf16 gemm on
+            // avx512_core_bf16; staged for gemm, read in place for depthwise.
+            const bool pairs = dt == convgrad::data_type::bf16 && isa == Isa::avx512_core_bf16 && !dw;
+            CHECK(base.pairs == pairs);
+            CHECK(base.geo.mb == (pairs ? (p.mb + 1) / 2 : p.mb));
+            CHECK((base.isa == Isa::avx512_core_bf16) == pairs);
+            if (dt != convgrad::data_type::f32) CHECK(base.staged == !dw);
+            CHECK(base.desc(b.m, b.n, b.tail, 0).dot == (pairs ? 1 : 0));
             for (int t : {1, 2, 3, 4, 8}) {
                 const WeightsPlan pt = plan_weights(p, isa, t);
                 // Determinism: nothing but the grid depends on the thread count.
@@ -180,6 +200,7 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                 CHECK(static_cast<int64_t>(seen.size()) == count);
             }
         }
+      }
     }
 }
 
