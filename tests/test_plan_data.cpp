@@ -108,7 +108,12 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             // Scratch: packed W holds every lane of every block and tap.
             const int64_t per_block_rows = pl.path == DataPath::col ? pr.ocg : pr.k_sp() * (dw ? 1 : pr.ocg);
             CHECK(pl.scratch.wpack_elems == (dw ? 1 : pr.g) * cb.padded() * per_block_rows);
-            if (pl.padded_rows) {  // a row with both pads; more slots than one item's rows
+            if (pl.row_blocks) {  // whole rows as blocks; a slab holds the plane; W chunks fit L1
+                CHECK(pl.blk.m == pl.geo.in[2]);
+                CHECK(pl.group_rows == pl.geo.in[1]);
+                CHECK(pl.scratch.slab_bytes == pl.geo.out[1] * pl.scratch.row_bytes);
+                CHECK((pl.oc_chunk * pr.k_sp() * pl.blk.lanes() * 4 <= 32 * 1024 || pl.oc_chunk <= pl.blk.oc_unroll));
+            } else if (pl.padded_rows) {  // a row with both pads; more slots than one item's rows
                 CHECK(pl.scratch.row_bytes == (pl.pad_left + pl.geo.out[2] + pl.pad_right) * pr.oc() * 4);
                 CHECK(pl.scratch.row_slots > pr.k[0] * pr.k[1]);
             }

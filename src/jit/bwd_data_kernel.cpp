@@ -12,7 +12,7 @@ using namespace Xbyak::util;  // register names
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,
                               bool bcast_in_fma, int64_t dd_pix_bytes, int64_t dst_pix_bytes,
-                              const DataKernelTypes& types) {
+                              const DataKernelTypes& types, int64_t dd_block_bytes) {
     DataKernelDesc d;  // no padding bytes (static_assert), so the raw key is well defined
     d.isa = static_cast<int32_t>(isa);
     d.kind = static_cast<int32_t>(kind);
@@ -25,6 +25,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.in_dt = static_cast<int32_t>(types.in);
     d.out_dt = static_cast<int32_t>(types.out);
     d.dd_pix_bytes = dd_pix_bytes;
+    d.dd_block_bytes = dd_block_bytes ? dd_block_bytes : m * dd_pix_bytes;
     d.dst_pix_bytes = dst_pix_bytes;
     const bool widen_direct = types.compute == DataCompute::widen && kind == DataKernelKind::direct;
     d.cvt_pix_bytes = widen_direct ? types.cvt_pix_bytes : 0;
@@ -40,6 +41,7 @@ std::string to_string(const DataKernelDesc& d) {
        << d.n << "t" << d.tail << "u" << d.oc_unroll << (d.bcast_in_fma ? "b" : "") << kCompute[d.compute]
        << "_" << dtype_name(static_cast<data_type>(d.in_dt)) << "to" << dtype_name(static_cast<data_type>(d.out_dt))
        << "_dd" << d.dd_pix_bytes << "_dst" << d.dst_pix_bytes;
+    if (d.dd_block_bytes != d.m * d.dd_pix_bytes) os << "_blk" << d.dd_block_bytes;
     if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
     if (d.nt_store) os << "_nt";
     return os.str();
@@ -117,7 +119,7 @@ void DataKernel::block_loop() {
     store_accumulators();
     add(kDst, static_cast<int>(d_.m * d_.dst_pix_bytes));
     add(kAcc, static_cast<int>(d_.m * acc_pix_bytes));
-    add(kBlkOff, static_cast<int>(d_.m * d_.dd_pix_bytes));
+    add(kBlkOff, static_cast<int>(d_.dd_block_bytes));
     dec(kBlocks);
     jnz(l_block);
     L(l_done);

@@ -2,7 +2,9 @@
 // AVX-512 and AVX2 through VecIsa.
 //
 // One call computes `nblocks` consecutive blocks of `m` diff_src pixels ×
-// `n` vectors of input channels, each block as
+// `n` vectors of input channels (block b at b·m·dst_pix_bytes in diff_src
+// and b·dd_block_bytes in diff_dst: the next m pixels of a row, or, with
+// m = the row's width, the next row), each block as
 //
 //   acc[j][v] = sum over entries e, sum over oc < noc of
 //               dd(e, j, oc) * W(e, oc, v)          (direct)
@@ -71,8 +73,9 @@ struct DataKernelDesc {
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
+    int64_t dd_block_bytes = 0;   // diff_dst bytes between blocks (m pixels of a row, or a whole row)
 };
-static_assert(sizeof(DataKernelDesc) == 72, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 80, "DataKernelDesc must have no padding");
 
 // The element types and compute form of a kernel; f32 by default.
 struct DataKernelTypes {
@@ -87,7 +90,7 @@ struct DataKernelTypes {
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,
                               bool bcast_in_fma, int64_t dd_pix_bytes, int64_t dst_pix_bytes,
-                              const DataKernelTypes& types = {});
+                              const DataKernelTypes& types = {}, int64_t dd_block_bytes = 0);
 std::string to_string(const DataKernelDesc& d);
 
 // Vector registers a desc needs (accumulators, weights, temporaries, AVX2 mask).

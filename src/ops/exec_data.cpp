@@ -198,6 +198,8 @@ private:
 // the f32 partial sums of a row between oc chunks, the widen scratch.
 struct ThreadCtx {
     bool nt = false;  // the non-temporal kernels (diff_src is aligned for them)
+    std::unique_ptr<ScratchLease> slab;  // row blocks: the current plane's padded rows
+    int64_t slab_plane = -1;
     std::vector<RowTap> row_taps;
     std::vector<DataEntry> entries;
     PaddedRows rows;
@@ -246,6 +248,8 @@ private:
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
     void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t chunk,
                      float* acc_row, ThreadCtx& ctx) const;
+    void build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const;
+    void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb, ThreadCtx& ctx) const;
     void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0, int64_t mb,
                      int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
                      int64_t noc, int64_t chunk, ThreadCtx& ctx) const;
@@ -293,6 +297,7 @@ void JitDataExecutor::build_kernels() {
     kernels_.assign(static_cast<size_t>(4 * (b.m + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
     const int64_t dd_pix = p_.oc() * (plan_.widen_rows ? 4 : es_);
+    const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes : 0;  // the next row of the slab
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
     for (int nt = 0; nt <= plan_.nt_store; ++nt)
     for (int64_t mb : sizes) {
@@ -307,7 +312,7 @@ void JitDataExecutor::build_kernels() {
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
                     last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma,
-                    dd_pix, dst_pix, types);
+                    dd_pix, dst_pix, types, dd_block);
             bool hit = false;
             slot = get_data_kernel(d, &hit);
             ++built_;
@@ -428,9 +433,15 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
             ctx.acc = std::make_unique<ScratchLease>(ScratchUse::acc, plan_.scratch.acc_floats * 4);
         if (plan_.scratch.cvt_floats)
             ctx.cvt = std::make_unique<ScratchLease>(ScratchUse::cvt, plan_.scratch.cvt_floats * 4);
-        if (plan_.padded_rows) ctx.rows.init(plan_, p_);
+        if (plan_.row_blocks) {
+            ctx.slab = std::make_unique<ScratchLease>(ScratchUse::rows, plan_.scratch.slab_bytes);
+            std::memset(ctx.slab->get(), 0, static_cast<size_t>(plan_.scratch.slab_bytes));  // the pads
+        } else if (plan_.padded_rows) {
+            ctx.rows.init(plan_, p_);
+        }
         const auto [lo, hi] = grid.range(t);
-        for (int64_t i = lo; i < hi; ++i) {
+        for (int64_t i = lo; i < hi && plan_.row_blocks; ++i) row_block_item(dd, wp, dst, i / ncb, i % ncb, ctx);
+        for (int64_t i = lo; i < hi && !plan_.row_blocks; ++i) {
             const int64_t r0 = i / ncb * group, r1 = std::min(rows, r0 + group), cb = i % ncb;
             for (int64_t ch = 0; ch < nchunks; ++ch)
                 for (int64_t row = r0; row < r1; ++row) {
@@ -440,6 +451,75 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
         }
         if (nt) _mm_sfence();  // streaming stores visible before the join
     });
+}
+
+// Row blocks: the diff_dst rows of plane (n, id) padded into the slab, row
+// after row (widened to f32 for widen_rows plans). The pads were zeroed once.
+void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const {
+    const DataGeometry& g = plan_.geo;
+    const int64_t row_es = plan_.widen_rows ? 4 : es_, row_bytes = plan_.scratch.row_bytes;
+    const int64_t elems = g.out[2] * p_.oc();
+    for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+        const char* src = dd + (plane * g.out[1] + oh) * dd_str_.h * es_;
+        char* row = ctx.slab->get() + oh * row_bytes + plan_.pad_left * p_.oc() * row_es;
+        if (plan_.widen_rows)
+            widen_to_f32_array(plan_.isa, p_.dt, src, reinterpret_cast<float*>(row), elems);
+        else
+            std::memcpy(row, src, static_cast<size_t>(elems * es_));
+    }
+    ctx.slab_plane = plane;
+}
+
+// Row blocks, one plane × channel block: per oc chunk, the plane's rows in
+// runs that read the same range of kh taps (top and bottom rows lose some to
+// padding), one kernel call per run whose blocks are whole rows.
+void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb,
+                                     ThreadCtx& ctx) const {
+    const DataGeometry& g = plan_.geo;
+    const DataChannelBlocks& cbs = plan_.cb;
+    if (ctx.slab_plane != plane) build_slab(dd, plane, ctx);
+    const bool last = cb % cbs.per_group + 1 == cbs.per_group;
+    const int64_t grp = cb / cbs.per_group, blk = cb % cbs.per_group;
+    const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block, ksp = p_.k_sp();
+    const int64_t row_es = plan_.widen_rows ? 4 : es_, pix_bytes = p_.oc() * row_es;
+    const int64_t row_elems = g.in[2] * p_.ic(), chan_off = grp * p_.icg + blk * cbs.block;
+    const int64_t plane_off = plane * g.in[1] * row_elems + chan_off;  // diff_src elements
+    const std::vector<PhaseTap>& taps = phases_[0];
+    for (int64_t chunk = 0; chunk < chunks(); ++chunk) {
+        const int64_t oc0 = chunk * plan_.oc_chunk, noc = std::min(plan_.oc_chunk, p_.ocg - oc0);
+        const char* wblock = wp + ((grp * cbs.padded() + blk * cbs.block) * ksp * plan_.ocg_w + oc0 * width) *
+                                          plan_.w_elem_bytes;
+        const char* dd_chunk = ctx.slab->get() + (plan_.pad_left * p_.oc() + grp * p_.ocg + oc0) * row_es;
+        for (int64_t ih = 0; ih < g.in[1];) {
+            // Valid kh: 0 <= ih + pad - kh·dil < OH, a contiguous range.
+            auto kh_range = [&](int64_t r) {
+                const int64_t t = r + g.pad[1];
+                const int64_t lo = t < g.out[1] ? 0 : (t - g.out[1] + g.dil[1]) / g.dil[1];
+                return std::make_pair(lo, std::min(g.k[1], t / g.dil[1] + 1));
+            };
+            const auto kh = kh_range(ih);
+            int64_t end = ih + 1;
+            while (end < g.in[1] && kh_range(end) == kh) ++end;
+            ctx.entries.clear();
+            for (int64_t k = kh.first; k < kh.second; ++k)
+                for (const PhaseTap& pt : taps)
+                    ctx.entries.push_back({dd_chunk + (ih + g.pad[1] - k * g.dil[1]) * plan_.scratch.row_bytes +
+                                                   pt.base * pix_bytes,
+                                           wblock + (k * g.k[2] + pt.kw) * plan_.ocg_w * width * plan_.w_elem_bytes});
+            DataKernelArgs a;
+            a.entries = ctx.entries.data();
+            a.nentries = static_cast<int64_t>(ctx.entries.size());
+            a.noc = noc;
+            a.dst = dst + (plane_off + ih * row_elems) * es_;
+            a.acc = ctx.acc ? ctx.acc->floats() + chan_off + ih * row_elems : static_cast<float*>(a.dst);
+            a.nblocks = end - ih;
+            a.accumulate = chunk > 0;
+            a.store_final = chunk + 1 == chunks();
+            a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
+            kernel(plan_.blk.m, last)(a);
+            ih = end;
+        }
+    }
 }
 
 // One diff_src row × channel block × oc chunk (acc_row: the row's f32

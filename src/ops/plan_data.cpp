@@ -75,8 +75,10 @@ double reduction_steps(const Problem& p, const DataPlan& pl) {
     return is_dot(pl) ? double(div_up(p.ocg, 2)) : double(p.ocg);
 }
 
-// Whether one channel block's W (all taps, all oc) exceeds the L1 budget.
+// Whether one channel block's W (all taps, all oc) exceeds the L1 budget
+// (row blocks: the oc chunk is cut to fit).
 bool w_block_in_l2(const Problem& p, const DataPlan& pl, const DataBlocking& b) {
+    if (pl.row_blocks) return false;
     const int64_t red = pl.path == DataPath::depthwise ? 1 : p.ocg;
     const int64_t taps = pl.path == DataPath::col ? 1 : p.k_sp();
     return taps * red * b.lanes() * pl.w_elem_bytes > kL1WBytes;
@@ -173,6 +175,7 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
     for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
         for (int n = 1; n <= max_n; ++n)
             for (int m = 1; m <= kMaxM; ++m) {
+                if (pl->row_blocks && m != pl->geo.in[2]) continue;
                 DataBlocking b;
                 b.m = m;
                 b.n = n;
@@ -206,6 +209,13 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
     return 0;
 }
 
+// Row blocks need one W phase and a plane whose rows read only rows of the
+// same diff_dst plane: unit strides, no depth taps or padding, not folded.
+bool row_blocks_fit(const Problem& p, const DataGeometry& g) {
+    return !g.folded_hw && g.in[2] <= kMaxM && g.stride[1] == 1 && g.stride[2] == 1 && g.k[0] == 1 &&
+           g.stride[0] == 1 && g.pad[0] == 0 && g.out[0] == g.in[0] && p.k_sp() > 1;
+}
+
 // Direct and depthwise paths with edges (a pixel whose tap reads past the
 // row): pad the diff_dst rows once per thread, so every pixel runs in full
 // blocks of real memory (a row copy costs less than staging windows per
@@ -223,7 +233,7 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
             pl->pad_right = std::max(pl->pad_right, t.base + npx - g.out[2]);
         }
     }
-    pl->padded_rows = pl->pad_left > 0 || pl->pad_right > 0;
+    pl->padded_rows = pl->pad_left > 0 || pl->pad_right > 0 || pl->row_blocks;
     if (!pl->padded_rows) return;
     if (pl->types.compute == DataCompute::widen) {
         pl->widen_rows = true;
@@ -232,6 +242,10 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     }
     const int64_t es = pl->widen_rows ? 4 : static_cast<int64_t>(dtype_size(p.dt));
     pl->scratch.row_bytes = (pl->pad_left + g.out[2] + pl->pad_right) * p.oc() * es;
+    if (pl->row_blocks) {
+        pl->scratch.slab_bytes = g.out[1] * pl->scratch.row_bytes;
+        return;
+    }
     // The group's rows and their halo stay cached across channel blocks.
     pl->scratch.row_slots = g.k[0] * (pl->group_rows + (g.k[1] - 1) * g.dil[1]) + 2;
 }
@@ -240,17 +254,21 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
 // in L1), the loop order, edge handling, col chunk.
 void choose_cache_blocking(const Problem& p, DataPlan* pl) {
     const int64_t lane_bytes = int64_t(pl->blk.lanes()) * pl->w_elem_bytes;
-    if (pl->path == DataPath::direct) {
+    const int64_t u = pl->blk.oc_unroll * (is_dot(*pl) ? 2 : 1);  // whole unrolled trips
+    if (pl->row_blocks) {
+        pl->oc_chunk = std::min(p.ocg, std::max(u, kL1WBytes / (p.k_sp() * lane_bytes) / u * u));
+    } else if (pl->path == DataPath::direct) {
         const int64_t chunk_bytes = p.k_sp() * p.ocg * lane_bytes;
         int64_t chunks = div_up(chunk_bytes, kWChunkBytes);
         if (pl->types.compute == DataCompute::widen) chunks = std::max(chunks, div_up(p.ocg, kWidenMaxOcChunk));
-        const int64_t u = pl->blk.oc_unroll * (is_dot(*pl) ? 2 : 1);  // whole unrolled trips
         pl->oc_chunk = std::min(p.ocg, div_up(div_up(p.ocg, chunks), u) * u);
     } else {
         pl->oc_chunk = p.ocg;
     }
     const bool w_resident = wpack_elems(p, *pl) * pl->w_elem_bytes <= kWResidentBytes;
-    if (!w_resident && pl->path != DataPath::col)
+    if (pl->row_blocks)
+        pl->group_rows = pl->geo.in[1];
+    else if (!w_resident && pl->path != DataPath::col)
         pl->group_rows = std::max<int64_t>(1, div_up(kGroupPixels, pl->geo.in[2]));
     choose_padded_rows(p, pl);
     if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
@@ -319,11 +337,17 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     } else {
         pl->path = DataPath::direct;
         choose_types(p, isa, pl);
+        pl->row_blocks = row_blocks_fit(p, pl->geo);
         ok = choose_blocking(p, pl);
+        if (!ok && pl->row_blocks) {  // no register blocking holds a whole row
+            pl->row_blocks = false;
+            ok = choose_blocking(p, pl);
+        }
         const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
         if (p.icg < 2 * vlen && p.k_sp() > 1) {
             DataPlan col = *pl;
             col.path = DataPath::col;
+            col.row_blocks = false;
             choose_types(p, isa, &col);
             if (choose_blocking(p, &col) && (!ok || col.est_cycles < pl->est_cycles)) {
                 *pl = col;
@@ -383,6 +407,7 @@ std::string DataPlan::to_string() const {
         }
         os
            << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
+           << (row_blocks ? " = a row, rows of a plane sharing their taps in one call" : "")
            << (padded_rows ? " (zero-padded rows)" : " (no edges)") << (nt_store ? ", streaming stores\n" : "\n")
            << "          for valid tap (kd, kh, kw): "
            << (path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"

@@ -81,6 +81,7 @@ struct DataScratch {
     int64_t dst_nxc_elems = 0;  // NCX diff_src before the transpose back
     int64_t row_slots = 0;      // per thread: padded diff_dst rows kept
     int64_t row_bytes = 0;      // bytes of one padded row
+    int64_t slab_bytes = 0;     // per thread, row blocks: a plane's padded diff_dst rows
     int64_t acc_floats = 0;     // per thread: f32 partial sums of a row between oc chunks
     int64_t cvt_floats = 0;     // per thread: widened diff_dst of one kernel entry
     int64_t col_rows_floats = 0;  // per thread, col path with a 16-bit output: f32 image rows
@@ -102,6 +103,12 @@ struct DataPlan {
     // channel block's W, streamed once per group, serves many pixels, while
     // the group's diff_dst rows stay in the row cache across channel blocks.
     int64_t group_rows = 1;
+    // Small planes (width <= 16, unit strides, no depth taps): a block is a
+    // whole row (m = width), the plane's diff_dst rows are padded once into
+    // a contiguous slab, and one kernel call runs every row that shares the
+    // same valid taps, against an oc chunk of W small enough for L1; so W
+    // serves the whole plane from L1 instead of one row from L2.
+    bool row_blocks = false;
     // Edges read per-thread copies of the diff_dst rows with zero pixels on
     // both W sides (widened to f32 when widen_rows), so a phase runs as one
     // sequence of blocks; without edges the kernels read diff_dst itself.
