@@ -357,8 +357,7 @@ float weight_f32(const T* w, int64_t i, data_type dt) {
 // col [g][lane block][oc][lanes] with lane = tap * ICg + ic; f32, except
 // bf16_dot: the direct layout with oc in pairs, [..][oc/2][lanes][2] bf16
 // (an odd last oc pairs with 0). Lanes past the channels are zero, so the
-// kernel never needs a masked W load. Per pack row the lane loop is outer
-// and oc inner, so XIO (oc innermost) reads contiguously.
+// kernel never needs a masked W load.
 void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
     if (p_.dt == data_type::f32)
         pack_weights_as(static_cast<const float*>(w), wp, threads);
@@ -382,34 +381,39 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     const int64_t real_reps = dw || col ? 1 : p_.ocg;
     const int64_t items = groups * cb.per_group * inner;
     for_each_thread(threads, [&](int t) {
+        std::vector<int64_t> src;
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
             const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
             const int64_t row0 = (g * cb.padded() + b * cb.block) * (col ? p_.ocg : ksp * reps) + x * reps * width;
             float* out32 = reinterpret_cast<float*>(wp) + row0;
-            uint16_t* out16 = reinterpret_cast<uint16_t*>(wp) + row0;
+            uint32_t* out_pairs = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(wp) + row0);
+            // Element of (lane, oc row 0) in the user's W, -1 = a zero lane;
+            // oc rows step by ws.o.
+            src.assign(static_cast<size_t>(width), -1);
             for (int64_t l = 0; l < width; ++l) {
                 const int64_t lane = b * cb.block + l;
-                // Element of (lane, oc row 0) in the user's W; oc rows step by ws.o.
-                int64_t src = -1;
-                if (lane < cb.lanes) {
-                    if (dw)
-                        src = lane * ws.o + tap_offset(x);
-                    else if (col)
-                        src = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
-                    else
-                        src = g * p_.ocg * ws.o + lane * ws.i + tap_offset(x);
-                }
-                for (int64_t o = 0; o < reps; ++o) {
-                    const bool zero = src < 0 || o >= real_reps;
+                if (lane >= cb.lanes) break;
+                if (dw)
+                    src[l] = lane * ws.o + tap_offset(x);
+                else if (col)
+                    src[l] = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
+                else
+                    src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_offset(x);
+            }
+            // oc outer, lanes inner: the output is written in order, and the
+            // lanes' reads come back to the same lines for the next oc.
+            for (int64_t o = 0; o < reps; o += pairs ? 2 : 1)
+                for (int64_t l = 0; l < width; ++l) {
+                    const int64_t i = src[static_cast<size_t>(l)];
                     if (pairs) {
-                        const T bits = zero ? T(0) : w[src + o * ws.o];
-                        out16[(o / 2 * width + l) * 2 + o % 2] = static_cast<uint16_t>(bits);
+                        const uint32_t lo = i < 0 || o >= real_reps ? 0 : static_cast<uint16_t>(w[i + o * ws.o]);
+                        const uint32_t hi = i < 0 || o + 1 >= real_reps ? 0 : static_cast<uint16_t>(w[i + (o + 1) * ws.o]);
+                        out_pairs[o / 2 * width + l] = lo | hi << 16;
                     } else {
-                        out32[o * width + l] = zero ? 0.f : weight_f32(w, src + o * ws.o, p_.dt);
+                        out32[o * width + l] = i < 0 || o >= real_reps ? 0.f : weight_f32(w, i + o * ws.o, p_.dt);
                     }
                 }
-            }
         }
     });
 }
