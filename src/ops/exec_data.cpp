@@ -265,6 +265,7 @@ private:
     Problem p_;
     DataPlan plan_;
     int es_ = 4;                   // bytes of an activation element (diff_dst and diff_src)
+    int64_t w_bytes_ = 0;          // the user's W
     NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements
     std::vector<std::vector<PhaseTap>> phases_;
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
@@ -275,6 +276,7 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
     : p_(p),
       plan_(plan),
       es_(static_cast<int>(dtype_size(p.dt))),
+      w_bytes_(p.input1_elems * static_cast<int64_t>(dtype_size(p.dt))),
       dd_str_(nxc_strides(plan.geo.out, p.oc())),
       dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
@@ -341,6 +343,19 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     if (!p_.nxc) transpose_any(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads);
 }
 
+// Packs `rows` rows of 16·`groups` 32-bit values: out[r][l] = the 32 bits
+// at base + offset[l] + r·row_step (bytes). One gather per 16 values: the
+// lanes' sources are a W row apart, so scalar copies touch a line per value.
+__attribute__((target("avx512f"))) void gather_rows(const char* base, const int32_t* offset, int64_t groups,
+                                                  int64_t rows, int64_t row_step, int64_t out_row, uint32_t* out) {
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t g = 0; g < groups; ++g) {
+            const __m512i idx = _mm512_loadu_si512(offset + 16 * g);
+            const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, idx, base + r * row_step, 1);
+            _mm512_storeu_si512(out + r * out_row + 16 * g, v);
+        }
+}
+
 // Element i of the user's W as f32 (T = float or the 16-bit bits).
 template <typename T>
 float weight_f32(const T* w, int64_t i, data_type dt) {
@@ -382,6 +397,7 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     const int64_t items = groups * cb.per_group * inner;
     for_each_thread(threads, [&](int t) {
         std::vector<int64_t> src;
+        std::vector<int32_t> offsets;
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
             const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
@@ -401,9 +417,26 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
                 else
                     src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_offset(x);
             }
+            // AVX-512, f32 or bf16 pairs with oc adjacent (XIO), real lanes:
+            // the whole oc rows by gathers, then only the odd last oc below.
+            int64_t o_start = 0;
+            const int64_t full = (width / 16) * 16;
+            const bool gather = plan_.isa >= Isa::avx512_core && full == width && (!pairs || ws.o == 1) &&
+                                (std::is_same_v<T, float> || pairs) && src[static_cast<size_t>(width - 1)] >= 0 &&
+                                w_bytes_ < (int64_t(1) << 31);
+            if (gather) {
+                std::vector<int32_t>& off = offsets;
+                off.resize(static_cast<size_t>(width));
+                for (int64_t l = 0; l < width; ++l) off[static_cast<size_t>(l)] = static_cast<int32_t>(src[static_cast<size_t>(l)] * int64_t(sizeof(T)));
+                const int64_t rows = pairs ? real_reps / 2 : real_reps;
+                const int64_t step = int64_t(sizeof(T)) * ws.o * (pairs ? 2 : 1);
+                gather_rows(reinterpret_cast<const char*>(w), off.data(), width / 16, rows, step, width,
+                            pairs ? out_pairs : reinterpret_cast<uint32_t*>(out32));
+                o_start = pairs ? rows * 2 : rows;
+            }
             // oc outer, lanes inner: the output is written in order, and the
             // lanes' reads come back to the same lines for the next oc.
-            for (int64_t o = 0; o < reps; o += pairs ? 2 : 1)
+            for (int64_t o = o_start; o < reps; o += pairs ? 2 : 1)
                 for (int64_t l = 0; l < width; ++l) {
                     const int64_t i = src[static_cast<size_t>(l)];
                     if (pairs) {
