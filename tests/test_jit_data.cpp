@@ -171,6 +171,20 @@ TEST_CASE("data: groups and depthwise", "[jit][data]") {
             if (c.make("avx512_core").describe().find("depthwise") == std::string::npos) FAIL("not depthwise");
         }
     }
+    // Unit W stride: one entry per kh row carries all kw taps (dilated too).
+    for (int64_t ch : {1, 17, 33})
+        for (int64_t dil : {1, 2}) {
+            DCase c;
+            c.g = c.ic = c.oc = ch;
+            c.in = {6, 19};
+            c.k = {3, 5};
+            c.d = {1, dil};
+            c.pb = {1, 2 * dil};
+            c.pe = {1, 2 * dil - 1};
+            INFO("depthwise row taps ch " << ch << " dil " << dil);
+            check_exact(c);
+            CHECK(c.make("avx2").describe().find("per kh: ") != std::string::npos);
+        }
 }
 
 TEST_CASE("data: small input channels use the column path", "[jit][data]") {

@@ -48,12 +48,12 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "        for 6-pixel block: for oc in 64: 2 W loads, 6 bcasts, 12 FMAs\n"
           "      col2im: add columns into diff_src rows\n");
     CHECK(plan_of(square(32, 32, 32, 112, 3, 1, 1, 112), Isa::avx512_core, 2).to_string() ==
-          "jit:avx512_core depthwise m14 n2x16 threads 2\n"
+          "jit:avx512_core depthwise m12 n2x16 threads 2\n"
           "  for row in 3584 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 1 (32 channels/group, tail 2 vec 0 lanes)\n"
           "      for oc chunk of 1\n"
-          "        for W phase in 1, block of 14 pixels (zero-padded rows), streaming stores\n"
-          "          for valid tap (kd, kh, kw): 2 W loads, 28 dd loads + FMAs\n");
+          "        for W phase in 1, block of 12 pixels (zero-padded rows), streaming stores\n"
+          "          for valid tap (kd, kh, kw): per kh: 6 W loads, 28 dd loads, 72 FMAs\n");
     CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 direct m6 n2x8 threads 2\n"
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"

@@ -30,6 +30,8 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     const bool widen_direct = types.compute == DataCompute::widen && kind == DataKernelKind::direct;
     d.cvt_pix_bytes = widen_direct ? types.cvt_pix_bytes : 0;
     d.nt_store = types.nt_store;
+    d.row_taps = kind == DataKernelKind::depthwise ? types.row_taps : 1;
+    d.tap_dil = d.row_taps > 1 ? types.tap_dil : 1;
     return d;
 }
 
@@ -44,6 +46,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.dd_block_bytes != d.m * d.dd_pix_bytes) os << "_blk" << d.dd_block_bytes;
     if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
     if (d.nt_store) os << "_nt";
+    if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
     return os.str();
 }
 
@@ -54,7 +57,7 @@ int data_kernel_vregs(const DataKernelDesc& d) {
     // only n = 1 needs one of its own.
     const bool bcast_reg = !d.bcast_in_fma || (d.compute == int32_t(DataCompute::bf16_dot) && d.n == 1);
     const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 : (bcast_reg ? 1 : 0);
-    return d.m * d.n + d.n + temps + (avx2_mask ? 1 : 0);
+    return d.m * d.n + d.row_taps * d.n + temps + (avx2_mask ? 1 : 0);
 }
 
 namespace {
@@ -319,22 +322,29 @@ void DataKernel::odd_oc_step() {
     }
 }
 
-// Depthwise, one entry: n weight vectors times the pixels' diff_dst vectors
-// (widened on load; the tail vector read masked: it may end the tensor).
-// Reads r10, r11.
+// Depthwise, one entry: row_taps × n weight vectors (tap k at k·n vectors
+// from r11) times the pixels' diff_dst vectors. Pixel j of tap k reads
+// diff_dst pixel q = j - k·tap_dil from r10, so each q is loaded once
+// (widened on load; the tail vector read masked: it may end the tensor)
+// and feeds every (j, k) it serves. Reads r10, r11.
 void DataKernel::depthwise_taps() {
-    const int mn = d_.m * d_.n;
+    const int mn = d_.m * d_.n, taps = d_.row_taps, dil = d_.tap_dil;
     const int dd_vec_bytes = vi_.vlen() * VecCvt::elem_bytes(in_dt());
-    for (int v = 0; v < d_.n; ++v) vi_.load(vi_.vreg(mn + v), ptr[kW + v * vi_.vbytes()]);
-    for (int j = 0; j < d_.m; ++j)
+    for (int i = 0; i < taps * d_.n; ++i) vi_.load(vi_.vreg(mn + i), ptr[kW + i * vi_.vbytes()]);
+    int next_temp = 0;
+    for (int q = -(taps - 1) * dil; q < d_.m; ++q)
         for (int v = 0; v < d_.n; ++v) {
-            const Xbyak::Xmm t = vi_.vreg(mn + d_.n + (j * d_.n + v) % 2);
-            const auto a = ptr[kDd + static_cast<int>(j * d_.dd_pix_bytes + v * dd_vec_bytes)];
+            const Xbyak::Xmm t = vi_.vreg(mn + taps * d_.n + next_temp);
+            next_temp ^= 1;
+            const auto a = ptr[kDd + static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes)];
             if (d_.tail && v == d_.n - 1)
                 cvt_.load_tail(t, a, in_dt(), d_.tail);
             else
                 cvt_.load(t, a, in_dt());
-            vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), t);
+            for (int k = 0; k < taps; ++k) {
+                const int j = q + k * dil;
+                if (j >= 0 && j < d_.m) vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), t);
+            }
         }
 }
 

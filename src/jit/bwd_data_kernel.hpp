@@ -69,13 +69,18 @@ struct DataKernelDesc {
     int32_t in_dt = 0;            // data_type of diff_dst
     int32_t out_dt = 0;           // data_type of the final store
     int32_t nt_store = 0;         // final stores bypass the caches (whole aligned lines only)
+    // Depthwise: W taps per entry (a kh row's kw taps, tap k reading the
+    // pixel tap_dil·k before tap 0's), each diff_dst vector loaded once for
+    // all of them; 1 = one tap per entry.
+    int32_t row_taps = 1;
+    int32_t tap_dil = 1;
     int32_t pad_ = 0;
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
     int64_t dd_block_bytes = 0;   // diff_dst bytes between blocks (m pixels of a row, or a whole row)
 };
-static_assert(sizeof(DataKernelDesc) == 80, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 88, "DataKernelDesc must have no padding");
 
 // The element types and compute form of a kernel; f32 by default.
 struct DataKernelTypes {
@@ -86,6 +91,7 @@ struct DataKernelTypes {
     // whole 64-byte-aligned halves or lines of diff_src (the executor checks
     // the alignment), and the caller must sfence before others read it.
     bool nt_store = false;
+    int row_taps = 1, tap_dil = 1;  // depthwise: see DataKernelDesc
 };
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,

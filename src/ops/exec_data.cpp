@@ -311,6 +311,10 @@ void JitDataExecutor::build_kernels() {
             DataKernelTypes types = plan_.types;
             if (col) types.out = data_type::f32;
             types.nt_store = nt;
+            if (plan_.dw_row_taps) {
+                types.row_taps = static_cast<int>(g.k[2]);
+                types.tap_dil = static_cast<int>(g.dil[2]);
+            }
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
                     last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma,
@@ -625,6 +629,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
         for (const PhaseTap& pt : taps) {
             const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
             ctx.entries.push_back({rt.dd_row + chan_dd * row_es + (pt.base + j0) * pix_bytes, w});
+            if (plan_.dw_row_taps) break;  // tap kw = 0 stands for the row's taps
         }
     DataKernelArgs a;
     a.entries = ctx.entries.data();

@@ -35,6 +35,7 @@ constexpr double kLoadsPerCycle = 2.0;
 constexpr double kL2BytesPerCycle = 32.0;
 constexpr int64_t kL1WBytes = 32 * 1024;
 constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list setup
+constexpr double kEntryCycles = 8.0;         // one kernel entry per block: pointers, W loads issue
 constexpr double kScatterCyclesPerLane = 0.2; // col2im: one column value added into diff_src
 // Cache budgets: the W chunk of one channel block stays in L2 beside the
 // diff_dst rows it meets; all of W stays resident when it is this small.
@@ -137,9 +138,15 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
         const int64_t full = j / b.m, rem = j % b.m;
         for (int64_t c = 0; c < cb.per_group; ++c) {
             const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
-            const double blocks = full * step_cycles(path, b.m, n, b.bcast_in_fma, vb, l2, lat) +
-                                  (rem ? step_cycles(path, static_cast<int>(rem), n, b.bcast_in_fma, vb, l2, lat) : 0);
-            per_row += blocks * taps * row_taps(g) * red + 3 * kCallCycles;
+            auto block = [&](int m) {
+                if (!pl.dw_row_taps) return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat);
+                // One entry for the row's taps: each diff_dst vector loaded
+                // once; the entry's fixed cost (W loads, loop) favours long blocks.
+                const double loads = ((m + (taps - 1) * g.dil[2]) * n + taps * n) / kVecLoadsPerCycle;
+                return std::max({taps * m * n / kFmaPerCycle, loads, lat}) + kEntryCycles;
+            };
+            const double blocks = full * block(b.m) + (rem ? block(static_cast<int>(rem)) : 0);
+            per_row += blocks * row_taps(g) * red + 3 * kCallCycles;
         }
     }
     const int64_t groups = path == DataPath::depthwise ? 1 : p.g;
@@ -158,9 +165,20 @@ double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, c
     return per_pixel * p.g * p.mb * p.out_sp();
 }
 
+// Depthwise kernel entries per (kh, kw) tap, or per kh row (dw_row_taps).
+DataKernelTypes kernel_types(const DataPlan& pl) {
+    DataKernelTypes t = pl.types;
+    if (pl.dw_row_taps) {
+        t.row_taps = static_cast<int>(pl.geo.k[2]);
+        t.tap_dil = static_cast<int>(pl.geo.dil[2]);
+    }
+    return t;
+}
+
 int vregs(const DataPlan& pl, const DataBlocking& b, int tail) {
     const DataKernelKind kind = pl.path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
-    return data_kernel_vregs(make_data_desc(pl.isa, kind, b.m, b.n, tail, b.oc_unroll, b.bcast_in_fma, 0, 0, pl.types));
+    return data_kernel_vregs(make_data_desc(pl.isa, kind, b.m, b.n, tail, b.oc_unroll, b.bcast_in_fma, 0, 0,
+                                            kernel_types(pl)));
 }
 
 // Searches m × n (× broadcast form) for the lowest estimated cycles.
@@ -333,6 +351,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     if (p.icg == 1 && p.ocg == 1) {
         pl->path = DataPath::depthwise;
         choose_types(p, isa, pl);
+        pl->dw_row_taps = pl->geo.stride[2] == 1 && pl->geo.k[2] > 1;
         ok = choose_blocking(p, pl);
     } else {
         pl->path = DataPath::direct;
@@ -410,7 +429,11 @@ std::string DataPlan::to_string() const {
            << (row_blocks ? " = a row, rows of a plane sharing their taps in one call" : "")
            << (padded_rows ? " (zero-padded rows)" : " (no edges)") << (nt_store ? ", streaming stores\n" : "\n")
            << "          for valid tap (kd, kh, kw): "
-           << (path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"
+           << (path == DataPath::depthwise && dw_row_taps
+                       ? "per kh: " + std::to_string(geo.k[2] * blk.n) + " W loads, " +
+                                 std::to_string((blk.m + (geo.k[2] - 1) * geo.dil[2]) * blk.n) + " dd loads, " +
+                                 std::to_string(geo.k[2] * blk.m * blk.n) + " FMAs"
+               : path == DataPath::depthwise ? std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + " dd loads + FMAs"
                                            : std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m) +
                                                      " bcasts, " + std::to_string(blk.m * blk.n) + " FMAs")
            << "\n";

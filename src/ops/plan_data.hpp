@@ -109,6 +109,9 @@ struct DataPlan {
     // same valid taps, against an oc chunk of W small enough for L1; so W
     // serves the whole plane from L1 instead of one row from L2.
     bool row_blocks = false;
+    // Depthwise, unit W stride: one kernel entry per kh row carrying all KW
+    // taps, so each diff_dst vector is loaded once for every tap it meets.
+    bool dw_row_taps = false;
     // Edges read per-thread copies of the diff_dst rows with zero pixels on
     // both W sides (widened to f32 when widen_rows), so a phase runs as one
     // sequence of blocks; without edges the kernels read diff_dst itself.
