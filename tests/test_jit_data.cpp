@@ -474,30 +474,40 @@ TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data
         }
 }
 
-// A large depthwise output is written with streaming stores when its address
-// is 64-byte aligned, with ordinary stores otherwise; both equal the reference.
-TEST_CASE("data: depthwise streaming stores, aligned and not", "[jit][data][dtype]") {
-    for (data_type dt : {data_type::f32, data_type::bf16}) {
-        DCase c;
-        c.dt = dt;
-        c.mb = dt == data_type::f32 ? 2 : 4;  // 16 MiB of diff_src
-        c.g = c.ic = c.oc = 32;
-        c.in = {256, 256};
-        c.pb = c.pe = {1, 1};
-        const auto ref = c.make("ref");
-        const auto dd = testutil::small_ints(dt, ref.input0_elems(), 21);
-        const auto w = testutil::small_ints(dt, ref.input1_elems(), 22);
-        const auto expect = testutil::run(ref, dd, w);
-        const auto jit = c.make(convgrad::max_isa());
-        INFO(jit.describe());
-        CHECK(jit.describe().find("streaming stores") != std::string::npos);
-        const size_t bytes = expect.bytes.size();
-        std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, bytes + 64)),
-                                                           &std::free);
-        for (size_t offset : {0, 16}) {  // aligned: streaming; 16: the ordinary kernels
-            std::memset(out.get(), 0x7f, bytes + 64);
-            jit.execute(dd.data(), w.data(), out.get() + offset);
-            CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);
+// A large output with few FMAs per byte (depthwise; 1x1 with a short
+// reduction) is written with streaming stores when its address is 64-byte
+// aligned, with ordinary stores otherwise; both equal the reference.
+TEST_CASE("data: streaming stores, aligned and not", "[jit][data][dtype]") {
+    for (data_type dt : {data_type::f32, data_type::bf16})
+        for (bool dw : {true, false}) {
+            DCase c;
+            c.dt = dt;
+            if (dw) {
+                c.mb = dt == data_type::f32 ? 2 : 4;  // 16 MiB of diff_src
+                c.g = c.ic = c.oc = 32;
+                c.in = {256, 256};
+                c.pb = c.pe = {1, 1};
+            } else {
+                c.mb = dt == data_type::f32 ? 6 : 12;  // 18 MiB
+                c.ic = 256;
+                c.oc = 16;
+                c.in = {56, 56};
+                c.k = {1, 1};
+            }
+            const auto ref = c.make("ref");
+            const auto dd = testutil::small_ints(dt, ref.input0_elems(), 21);
+            const auto w = testutil::small_ints(dt, ref.input1_elems(), 22);
+            const auto expect = testutil::run(ref, dd, w);
+            const auto jit = c.make(convgrad::max_isa());
+            INFO(jit.describe());
+            CHECK(jit.describe().find("streaming stores") != std::string::npos);
+            const size_t bytes = expect.bytes.size();
+            std::unique_ptr<uint8_t, decltype(&std::free)> out(
+                    static_cast<uint8_t*>(std::aligned_alloc(64, bytes + 64)), &std::free);
+            for (size_t offset : {0, 16}) {  // aligned: streaming; 16: the ordinary kernels
+                std::memset(out.get(), 0x7f, bytes + 64);
+                jit.execute(dd.data(), w.data(), out.get() + offset);
+                CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);
+            }
         }
-    }
 }

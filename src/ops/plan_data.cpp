@@ -43,9 +43,10 @@ constexpr int64_t kWChunkBytes = 640 * 1024;
 constexpr int64_t kWResidentBytes = 512 * 1024;
 // A row group covers at least this many diff_src pixels per channel block.
 constexpr int64_t kGroupPixels = 56;
-// Depthwise outputs at least this big (well past L2, most of L3) are
-// written with streaming stores.
+// Outputs at least this big (well past L2, most of L3) with fewer flops per
+// output byte than this are written with streaming stores.
 constexpr int64_t kStreamingOutputBytes = 16 << 20;
+constexpr double kStreamingFlopsPerByte = 64.0;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 constexpr int kMaxM = 16, kMaxN = 8;
 // Widen: the per-entry f32 scratch (m pixels × oc chunk) stays in L1.
@@ -383,10 +384,18 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     pl->rows = p.mb * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
     pl->grid.items = pl->path == DataPath::col ? pl->rows : div_up(pl->rows, pl->group_rows) * pl->cb.total;
-    // Streaming stores need every vector store aligned to its size: whole
-    // vectors only (no channel tail) and pixels a whole number of vectors.
+    // Streaming stores for outputs far bigger than the caches whose FMAs are
+    // few per output byte (depthwise, 1x1 with a short reduction): there
+    // the read of every line before it is written costs a third of the
+    // traffic. They need every vector store aligned to its size (whole
+    // vectors only, pixels and group offsets whole vectors) and one final
+    // store per element (a single oc chunk, or a 16-bit output whose partial
+    // sums live in scratch).
     const int64_t out_bytes = p.mb * p.in_sp() * p.ic() * static_cast<int64_t>(dtype_size(p.dt));
-    pl->nt_store = pl->path == DataPath::depthwise && out_bytes >= kStreamingOutputBytes && pl->cb.tail_lanes == 0 &&
+    const bool one_store = pl->path == DataPath::depthwise || p.ocg <= pl->oc_chunk || p.dt != data_type::f32;
+    pl->nt_store = pl->path != DataPath::col && out_bytes >= kStreamingOutputBytes && one_store &&
+                   p.flops() / double(out_bytes) < kStreamingFlopsPerByte &&
+                   (pl->path == DataPath::depthwise || p.icg % pl->blk.vlen == 0) &&
                    p.ic() % pl->blk.vlen == 0;
     return true;
 }

@@ -117,8 +117,9 @@ struct DataPlan {
     // sequence of blocks; without edges the kernels read diff_dst itself.
     bool padded_rows = false, widen_rows = false;
     int64_t pad_left = 0, pad_right = 0;  // zero pixels before / after a padded row
-    // Depthwise with a large output: diff_src is written with streaming
-    // stores when its address allows (saves reading every line first).
+    // A large output with few FMAs per byte (depthwise, short 1x1): diff_src
+    // is written with streaming stores when its address allows (saves
+    // reading every line first).
     bool nt_store = false;
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
     DataThreadGrid grid;
