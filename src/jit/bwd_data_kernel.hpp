@@ -8,7 +8,9 @@
 //
 //   acc[j][v] = sum over entries e, sum over oc < noc of
 //               dd(e, j, oc) * W(e, oc, v)          (direct)
-//   acc[j][v] = sum over entries e of dd(e, j, v) * W(e, v)   (depthwise)
+//   acc[j][v] = sum over entries e of dd(e, j, v) * W(e, v)   (depthwise;
+//               with row_taps > 1 an entry is a kh row of KW taps, see
+//               DataKernelDesc::row_taps)
 //
 // An entry is one tap that is valid for every pixel of every block of the
 // call: a diff_dst pointer (pixel 0 of block 0, first oc of the chunk) and a

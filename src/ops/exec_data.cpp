@@ -244,6 +244,7 @@ private:
     void pack_weights(const void* w, char* wp, int threads) const;
     template <typename T>
     void pack_weights_as(const T* w, char* wp, int threads) const;
+    void pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t width, std::vector<int64_t>& src) const;
     void run_direct(const char* dd, const char* wp, char* dst, int threads) const;
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
     void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t chunk,
@@ -384,14 +385,34 @@ void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
         pack_weights_as(static_cast<const uint16_t*>(w), wp, threads);
 }
 
+// For pack row (g, lane block b, x = tap or, col, oc): the element of (lane
+// l, oc row 0) in the user's W, -1 for lanes past the channels; oc rows
+// step by wei_str.o.
+void JitDataExecutor::pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t width, std::vector<int64_t>& src) const {
+    const WeightStrides& ws = p_.wei_str;
+    const DataChannelBlocks& cb = plan_.cb;
+    const int64_t kh = p_.k[1], kw = p_.k[2];
+    auto tap_offset = [&](int64_t tap) {
+        return tap / (kh * kw) * ws.k[0] + tap / kw % kh * ws.k[1] + tap % kw * ws.k[2];
+    };
+    src.assign(static_cast<size_t>(width), -1);
+    for (int64_t l = 0; l < width; ++l) {
+        const int64_t lane = b * cb.block + l;
+        if (lane >= cb.lanes) break;
+        if (plan_.path == DataPath::depthwise)
+            src[l] = lane * ws.o + tap_offset(x);
+        else if (plan_.path == DataPath::col)
+            src[l] = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
+        else
+            src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_offset(x);
+    }
+}
+
 template <typename T>
 void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     const WeightStrides& ws = p_.wei_str;
     const DataChannelBlocks& cb = plan_.cb;
-    const int64_t ksp = p_.k_sp(), kh = p_.k[1], kw = p_.k[2];
-    auto tap_offset = [&](int64_t tap) {
-        return tap / (kh * kw) * ws.k[0] + tap / kw % kh * ws.k[1] + tap % kw * ws.k[2];
-    };
+    const int64_t ksp = p_.k_sp();
     const bool col = plan_.path == DataPath::col, dw = plan_.path == DataPath::depthwise;
     const bool pairs = plan_.types.compute == DataCompute::bf16_dot;
     // Rows of the pack: (g, block, tap) for direct and depthwise, (g, block, oc) for col.
@@ -408,19 +429,7 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             const int64_t row0 = (g * cb.padded() + b * cb.block) * (col ? p_.ocg : ksp * reps) + x * reps * width;
             float* out32 = reinterpret_cast<float*>(wp) + row0;
             uint32_t* out_pairs = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(wp) + row0);
-            // Element of (lane, oc row 0) in the user's W, -1 = a zero lane;
-            // oc rows step by ws.o.
-            src.assign(static_cast<size_t>(width), -1);
-            for (int64_t l = 0; l < width; ++l) {
-                const int64_t lane = b * cb.block + l;
-                if (lane >= cb.lanes) break;
-                if (dw)
-                    src[l] = lane * ws.o + tap_offset(x);
-                else if (col)
-                    src[l] = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
-                else
-                    src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_offset(x);
-            }
+            pack_row_sources(g, b, x, width, src);
             // AVX-512, f32 or bf16 pairs with oc adjacent (XIO), real lanes:
             // the whole oc rows by gathers, then only the odd last oc below.
             int64_t o_start = 0;
