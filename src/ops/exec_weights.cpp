@@ -5,14 +5,16 @@
 //  1. NCX only: transpose src and diff_dst into NXC scratch.
 //  2. Threads over (slice, tile) pairs of the plan's grid: every (slice,
 //     tile) is accumulated chunk by chunk in chunk order, slice 0 into the
-//     target, slice r > 0 into partial r. 16-bit types first stage each
-//     chunk into per-thread scratch (bf16 pairs or f32, see plan_weights.hpp).
+//     target, slice r > 0 into partial r. Staged plans (16-bit gemm, and
+//     f32 where measured faster) first copy each chunk into per-thread
+//     scratch: bf16 image pairs, widened f32 or an f32 copy (see
+//     plan_weights.hpp); depthwise reads 16-bit tensors in place.
 //  3. slices > 1: target += partial 1 + partial 2 + ... in slice order.
 //  4. Non OC-contiguous user layout: the target was an XIO scratch; permute.
 //  5. 16-bit types: the target was f32 scratch; round once to the user type.
 //
-// Pointers into activations are bytes: f32 tensors are read in place, and
-// staged chunks have the same 4 bytes per channel and pixel.
+// Pointers into activations are bytes (plan.elem_bytes() per channel and
+// pixel: 4 for f32 and every staged chunk, 2 for 16-bit depthwise).
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
