@@ -9,9 +9,9 @@
 #include "ops/numeric.hpp"
 
 namespace convgrad::detail {
-namespace {
 
-struct CvtKernelDesc {
+// The cache key of an ArrayCvtKernel.
+struct ArrayCvtDesc {
     int32_t isa = 0, from = 0, to = 0;
 };
 
@@ -20,7 +20,7 @@ struct CvtKernelDesc {
 // left; vregs 0-2.
 class ArrayCvtKernel final : public JitKernel {
 public:
-    explicit ArrayCvtKernel(const CvtKernelDesc& d)
+    explicit ArrayCvtKernel(const ArrayCvtDesc& d)
         : JitKernel(std::string("cvt_") + dtype_name(static_cast<data_type>(d.from)) + "_to_" +
                     dtype_name(static_cast<data_type>(d.to)) + "_" + isa_name(static_cast<Isa>(d.isa))),
           d_(d) {}
@@ -49,34 +49,27 @@ private:
         postamble();
         cvt.emit_constants();
     }
-    CvtKernelDesc d_;
+    ArrayCvtDesc d_;
 };
 
-// Whole vectors through the cached kernel; returns how many elements it did.
-int64_t convert_vectors(Isa isa, data_type from, data_type to, const void* src, void* dst, int64_t n) {
-    static KernelCache<CvtKernelDesc, ArrayCvtKernel> cache;
-    CvtKernelDesc d;
+ArrayConverter::ArrayConverter(Isa isa, data_type from, data_type to)
+    : vlen_(isa >= Isa::avx512_core ? 16 : 8), from_(from), to_(to) {
+    static KernelCache<ArrayCvtDesc, ArrayCvtKernel> cache;
+    ArrayCvtDesc d;
     d.isa = static_cast<int32_t>(isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2);
     d.from = static_cast<int32_t>(from);
     d.to = static_cast<int32_t>(to);
-    const auto k = cache.get(d, [](const CvtKernelDesc& desc) {
+    kernel_ = cache.get(d, [](const ArrayCvtDesc& desc) {
         auto r = std::make_shared<ArrayCvtKernel>(desc);
         r->create();
         return std::shared_ptr<const ArrayCvtKernel>(std::move(r));
     });
-    const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8;
-    (*k)(src, dst, n / vlen);
-    return n / vlen * vlen;
 }
 
-}  // namespace
-
-void round_f32_array(Isa isa, data_type dt, const float* src, void* dst, int64_t n) {
-    for (int64_t i = convert_vectors(isa, data_type::f32, dt, src, dst, n); i < n; ++i) store_elem(dst, i, dt, src[i]);
-}
-
-void widen_to_f32_array(Isa isa, data_type dt, const void* src, float* dst, int64_t n) {
-    for (int64_t i = convert_vectors(isa, dt, data_type::f32, src, dst, n); i < n; ++i) dst[i] = load_elem(src, i, dt);
+// Whole vectors in the kernel, the rest with numeric.hpp's conversions.
+void ArrayConverter::operator()(const void* src, void* dst, int64_t n) const {
+    (*kernel_)(src, dst, n / vlen_);
+    for (int64_t i = n / vlen_ * vlen_; i < n; ++i) store_elem(dst, i, to_, load_elem(src, i, from_));
 }
 
 }  // namespace convgrad::detail

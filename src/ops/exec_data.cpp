@@ -150,8 +150,8 @@ struct RowTap {
 class PaddedRows {
 public:
     void init(const DataPlan& plan, const Problem& p) {
-        isa_ = plan.isa;
         dt_ = plan.widen_rows ? p.dt : data_type::f32;
+        if (plan.widen_rows) widen_ = ArrayConverter(plan.isa, p.dt, data_type::f32);
         row_bytes_ = plan.scratch.row_bytes;
         pixel_bytes_ = row_bytes_ / (plan.pad_left + plan.geo.out[2] + plan.pad_right);
         left_bytes_ = plan.pad_left * pixel_bytes_;
@@ -175,7 +175,7 @@ public:
         if (dt_ == data_type::f32)
             std::memcpy(row, src, static_cast<size_t>(copy_elems_ * es));
         else
-            widen_to_f32_array(isa_, dt_, src, reinterpret_cast<float*>(row), copy_elems_);
+            widen_(src, row, copy_elems_);
         // Rows are fetched in order, and a row is short next to DRAM
         // latency: start the next one's lines on their way to L2 now.
         const char* next = src + copy_elems_ * es;
@@ -186,8 +186,8 @@ public:
     }
 
 private:
-    Isa isa_ = Isa::avx2;
     data_type dt_ = data_type::f32;  // f32: copy bytes as they are; else widen from dt_
+    ArrayConverter widen_;
     int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, copy_elems_ = 0;
     std::vector<int64_t> keys_, used_;
     int64_t clock_ = 0;
@@ -267,6 +267,7 @@ private:
     DataPlan plan_;
     int es_ = 4;                   // bytes of an activation element (diff_dst and diff_src)
     int64_t w_bytes_ = 0;          // the user's W
+    ArrayConverter widen_, round_;  // 16-bit plans: rows to f32, f32 sums to the output type
     NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements
     std::vector<std::vector<PhaseTap>> phases_;
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
@@ -282,6 +283,10 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
+    if (p.dt != data_type::f32) {
+        widen_ = ArrayConverter(plan_.isa, p.dt, data_type::f32);
+        round_ = ArrayConverter(plan_.isa, data_type::f32, p.dt);
+    }
     build_kernels();
 }
 
@@ -513,7 +518,7 @@ void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) 
         const char* src = dd + (plane * g.out[1] + oh) * dd_str_.h * es_;
         char* row = ctx.slab->get() + oh * row_bytes + plan_.pad_left * p_.oc() * row_es;
         if (plan_.widen_rows)
-            widen_to_f32_array(plan_.isa, p_.dt, src, reinterpret_cast<float*>(row), elems);
+            widen_(src, row, elems);
         else
             std::memcpy(row, src, static_cast<size_t>(elems * es_));
     }
@@ -672,8 +677,7 @@ void JitDataExecutor::run_col(const char* dd, const char* wp, char* dst, int thr
             float* target = rows.get() ? rows.floats() : reinterpret_cast<float*>(image);
             col_rows(dd, wp, target, n, ra, rb, colbuf.floats(), cvt.floats());
             if (rows.get())
-                round_f32_array(plan_.isa, p_.dt, rows.floats() + ra * row_elems, image + ra * row_elems * es_,
-                                (rb - ra) * row_elems);
+                round_(rows.floats() + ra * row_elems, image + ra * row_elems * es_, (rb - ra) * row_elems);
         }
     });
 }
