@@ -254,7 +254,10 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     }
     pl->padded_rows = pl->pad_left > 0 || pl->pad_right > 0 || pl->row_blocks;
     if (!pl->padded_rows) return;
-    if (pl->types.compute == DataCompute::widen) {
+    // Depthwise keeps 16-bit rows and widens on load instead: each value is
+    // loaded once per kh row there, and copying half the bytes measured
+    // 10-15 % faster for bf16 (equal for f16).
+    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise) {
         pl->widen_rows = true;
         pl->types.compute = DataCompute::f32;
         pl->types.in = data_type::f32;
