@@ -43,6 +43,7 @@ constexpr int64_t kWChunkBytes = 640 * 1024;
 constexpr int64_t kWResidentBytes = 512 * 1024;
 // A row group covers at least this many diff_src pixels per channel block.
 constexpr int64_t kGroupPixels = 56;
+constexpr double kRowBlockSlack = 1.1;
 // Outputs at least this big (well past L2, most of L3) with fewer flops per
 // output byte than this are written with streaming stores.
 constexpr int64_t kStreamingOutputBytes = 16 << 20;
@@ -360,11 +361,19 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     } else {
         pl->path = DataPath::direct;
         choose_types(p, isa, pl);
-        pl->row_blocks = row_blocks_fit(p, pl->geo);
         ok = choose_blocking(p, pl);
-        if (!ok && pl->row_blocks) {  // no register blocking holds a whole row
-            pl->row_blocks = false;
-            ok = choose_blocking(p, pl);
+        // Whole rows when a blocking holding one costs at most kRowBlockSlack
+        // more by the model, which does not see W served from L1 instead of
+        // L2 (measured: 256 ch at 14x14, bf16, 2 threads: m14 x n2 rows 883
+        // GFLOP/s vs m5 x n4 808); never when the row leaves too few
+        // accumulators (AVX2, 7 wide: m7 x n1).
+        if (row_blocks_fit(p, pl->geo)) {
+            DataPlan rows = *pl;
+            rows.row_blocks = true;
+            if (choose_blocking(p, &rows) && (!ok || rows.est_cycles <= pl->est_cycles * kRowBlockSlack)) {
+                *pl = rows;
+                ok = true;
+            }
         }
         const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
         if (p.icg < 2 * vlen && p.k_sp() > 1) {
