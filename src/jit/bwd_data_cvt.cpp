@@ -72,4 +72,12 @@ void ArrayConverter::operator()(const void* src, void* dst, int64_t n) const {
     for (int64_t i = n / vlen_ * vlen_; i < n; ++i) store_elem(dst, i, to_, load_elem(src, i, from_));
 }
 
+void round_f32_array(Isa isa, data_type dt, const float* src, void* dst, int64_t n) {
+    ArrayConverter(isa, data_type::f32, dt)(src, dst, n);
+}
+
+void widen_to_f32_array(Isa isa, data_type dt, const void* src, float* dst, int64_t n) {
+    ArrayConverter(isa, dt, data_type::f32)(src, dst, n);
+}
+
 }  // namespace convgrad::detail

@@ -13,6 +13,12 @@
 
 namespace convgrad::detail {
 
+// dst[i] := src[i] rounded to dt, i < n (isa: avx2 or an AVX-512 level).
+// Looks the kernel up on every call: hold an ArrayConverter for many calls.
+void round_f32_array(Isa isa, data_type dt, const float* src, void* dst, int64_t n);
+// dst[i] := src[i] (elements of dt) widened to f32, i < n.
+void widen_to_f32_array(Isa isa, data_type dt, const void* src, float* dst, int64_t n);
+
 class ArrayCvtKernel;
 
 // Converts arrays from one type to another (through f32; to bf16 / f16:
