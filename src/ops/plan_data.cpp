@@ -366,8 +366,9 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         // more by the model, which does not see W served from L1 instead of
         // L2 (measured: 256 ch at 14x14, bf16, 2 threads: m14 x n2 rows 883
         // GFLOP/s vs m5 x n4 808); never when the row leaves too few
-        // accumulators (AVX2, 7 wide: m7 x n1).
-        if (row_blocks_fit(p, pl->geo)) {
+        // accumulators (AVX2, 7 wide: m7 x n1) or a broadcast per FMA (AVX2,
+        // 14 wide: m14 x n1 ran 15 % below m6 x n2): AVX-512 only.
+        if (pl->isa >= Isa::avx512_core && row_blocks_fit(p, pl->geo)) {
             DataPlan rows = *pl;
             rows.row_blocks = true;
             if (choose_blocking(p, &rows) && (!ok || rows.est_cycles <= pl->est_cycles * kRowBlockSlack)) {
