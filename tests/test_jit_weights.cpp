@@ -90,6 +90,11 @@ TEST_CASE("weights: spatial sizes, strides, dilations, pads", "[jit][weights]") 
     c.pb = c.pe = {3, 3};
     check_exact(c);
     // 1x1 stride 2 and 1x1 stride 1 (merged rows, segments).
+    c = conv2d(6, 72, {9, 11}, {1, 1});  // strided 1x1 with pads: compressed staged rows
+    c.s = {2, 3};
+    c.pb = {1, 2};
+    c.pe = {0, 1};
+    check_exact(c);
     c = conv2d(12, 40, {9, 9}, {1, 1});
     c.s = {2, 2};
     check_exact(c);

@@ -122,6 +122,12 @@ TEST_CASE("weights bf16/f16: geometry", "[jit][weights][lowp]") {
     c.s = {2, 2};
     c.pb = c.pe = {3, 3};
     check_exact(c);
+    c = conv2d(6, 72, {9, 11}, {1, 1});  // strided 1x1 with pads: compressed staged rows
+    c.s = {2, 3};
+    c.pb = {1, 2};
+    c.pe = {0, 1};
+    c.mb = 3;
+    check_exact(c);
     c = conv2d(12, 40, {9, 9}, {1, 1});  // 1x1 stride 2
     c.s = {2, 2};
     check_exact(c);

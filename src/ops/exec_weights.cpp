@@ -228,7 +228,10 @@ private:
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to) const;
     void reduce_and_store(float* target, const float* partials, void* user, bool pooled) const;
-    int64_t src_step_bytes() const { return plan_.geo.stride[2] * p_.ic() * plan_.elem_bytes(); }
+    // Staged strided 1x1 rows keep only the pixels read: one per output pixel.
+    int64_t src_step_bytes() const {
+        return (plan_.compress_w ? 1 : plan_.geo.stride[2]) * p_.ic() * plan_.elem_bytes();
+    }
 
     Problem p_;
     WeightsPlan plan_;
@@ -329,7 +332,8 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadSt
         int64_t src_pix, dst_pix;
         if (st) {  // staged rows: [key index][width], [chunk row][segment]
             const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
-            src_pix = (key - st->src_keys.begin()) * std::max(g.segment, g.in[2]) + iw - src_row_first(r.seg);
+            src_pix = (key - st->src_keys.begin()) * std::max(g.segment, g.in[2]) +
+                      (plan_.compress_w ? a : iw - src_row_first(r.seg));
             dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
         } else {
             src_pix = ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw;
@@ -377,11 +381,18 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
     std::sort(st.src_keys.begin(), st.src_keys.end());
     st.src_keys.erase(std::unique(st.src_keys.begin(), st.src_keys.end()), st.src_keys.end());
     const int64_t row_pixels = std::max(g.segment, g.in[2]);
+    const auto valid = valid_ow(g, 0);  // compress_w: the output pixels whose src exists
     for (size_t i = 0; i < st.src_keys.size(); ++i) {
         const int64_t key = st.src_keys[i], seg = key % g.segs_per_row, row = key / g.segs_per_row;
         const int64_t n = row / (g.in[0] * g.in[1]), plane_row = row % (g.in[0] * g.in[1]);
-        stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg),
-                     st.src + static_cast<int64_t>(i) * row_pixels * ic * 4);
+        char* to = st.src + static_cast<int64_t>(i) * row_pixels * ic * 4;
+        if (!plan_.compress_w) {
+            stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg), to);
+            continue;
+        }
+        for (int64_t ow = valid[0]; ow < valid[1]; ++ow)  // iw = ow * stride - pad
+            stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + ow * g.stride[2] - g.pad[2], 1,
+                         to + ow * ic * 4);
     }
 }
 

@@ -94,7 +94,8 @@ double chunk_pixels(const WeightsPlan& plan, int v) {
         // long run of output rows adds (min(stride, kernel) rows per row).
         const WeightsGeometry& g = plan.geo;
         const double src_rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
-        const double px_bytes = 4.0 * g.g * (g.ocg + g.icg * src_rows * double(g.in[2]) / double(g.out[2]));
+        const double src_width = plan.compress_w ? 1.0 : double(g.in[2]) / double(g.out[2]);
+        const double px_bytes = 4.0 * g.g * (g.ocg + g.icg * src_rows * src_width);
         const double weights_bytes = 4.0 * double(plan.weights_elems);
         double budget = Cost::stage_budget;
         if (weights_bytes > Cost::l2_weights_bytes)
@@ -275,6 +276,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.geo = make_geometry(p, plan.pairs);
     plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
     plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan) : plan.blk.kind == WeightsKernelKind::gemm;
+    plan.compress_w = plan.staged && p.k[2] == 1 && p.stride[2] > 1;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
     plan.direct_weights = p.wei_str.o == 1;

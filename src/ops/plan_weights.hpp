@@ -88,6 +88,9 @@ struct WeightsPlan {
     int64_t weights_elems = 0;      // diff_weights elements (target and each partial)
 
     bool staged = false;  // chunks go through per-thread scratch (always for 16-bit types)
+    // Staged 1x1 with a W stride: src rows are staged with only the pixels
+    // read (one per output pixel), halving (s = 2) their staging and space.
+    bool compress_w = false;
     // The output is 16-bit: the kernels sum into f32 scratch, rounded at the end.
     bool rounded() const { return dt != data_type::f32; }
     // Bytes per channel and pixel of the activations the kernels read: 4
