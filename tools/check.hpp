@@ -14,13 +14,35 @@
 
 #include <convgrad/convgrad.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "op_case.hpp"
 
 namespace convgrad::cli {
+
+// 64-byte (cache line) aligned storage, as frameworks and oneDNN allocate
+// tensors: the benchmark then times the kernels' aligned paths (streaming
+// stores need 64-byte alignment) on equal terms with oneDNN.
+template <typename T>
+struct cache_aligned_allocator {
+    using value_type = T;
+    static constexpr std::size_t kAlign = 64;
+    cache_aligned_allocator() = default;
+    template <typename U>
+    cache_aligned_allocator(const cache_aligned_allocator<U>&) {}
+    T* allocate(std::size_t n) {
+        return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kAlign)));
+    }
+    void deallocate(T* p, std::size_t) { ::operator delete(p, std::align_val_t(kAlign)); }
+    template <typename U>
+    bool operator==(const cache_aligned_allocator<U>&) const { return true; }
+    template <typename U>
+    bool operator!=(const cache_aligned_allocator<U>&) const { return false; }
+};
 
 // A dense buffer of one data type; bf16 / f16 hold raw 16-bit patterns.
 class tensor_buffer {
@@ -37,7 +59,7 @@ public:
 private:
     data_type dt_;
     int64_t elems_;
-    std::vector<unsigned char> bytes_;
+    std::vector<unsigned char, cache_aligned_allocator<unsigned char>> bytes_;
 };
 
 // Uniform integers in [-range, range]; deterministic for a seed.
