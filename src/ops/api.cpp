@@ -158,10 +158,10 @@ double op::flops() const { return impl_->problem.flops(); }
 
 void op::execute(const void* input0, const void* input1, void* output) const {
     const Problem& p = impl_->problem;
-    const std::string name = op_name(p.kind);
-    if (!input0) throw error(name + ": input 0: expected a buffer, given a null pointer");
-    if (!input1) throw error(name + ": input 1: expected a buffer, given a null pointer");
-    if (!output) throw error(name + ": output: expected a buffer, given a null pointer");
+    const std::string_view name = op_name(p.kind);  // no allocation unless an error is thrown
+    if (!input0) throw error(std::string(name) + ": input 0: expected a buffer, given a null pointer");
+    if (!input1) throw error(std::string(name) + ": input 1: expected a buffer, given a null pointer");
+    if (!output) throw error(std::string(name) + ": output: expected a buffer, given a null pointer");
     const size_t es = detail::dtype_size(p.dt);
     auto overlaps = [&](const void* in, int64_t in_elems) {
         const auto a = reinterpret_cast<uintptr_t>(in), b = reinterpret_cast<uintptr_t>(output);
@@ -169,7 +169,7 @@ void op::execute(const void* input0, const void* input1, void* output) const {
                b < a + static_cast<size_t>(in_elems) * es;
     };
     if (overlaps(input0, p.input0_elems) || overlaps(input1, p.input1_elems))
-        throw error(name + ": output: expected a buffer disjoint from the inputs, given one that overlaps");
+        throw error(std::string(name) + ": output: expected a buffer disjoint from the inputs, given one that overlaps");
     const auto t0 = std::chrono::steady_clock::now();
     impl_->exec->run(input0, input1, output);
     if (verbose())

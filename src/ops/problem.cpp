@@ -260,6 +260,11 @@ Spatial read_spatial(const Checker& ck, const attributes& at, int nsp, AutoPad a
     return s;
 }
 
+// Effective kernel extent (K-1)*D + 1 on axis x, overflow-checked.
+int64_t extent(const Checker& ck, const WeiDims& w, const Spatial& s, int x) {
+    return ck.add(ck.mul(w.k[x] - 1, s.dil[x], "kernel extent"), 1, "kernel extent");
+}
+
 // auto_pad: total padding T split begin/end (odd unit at the end for
 // same_upper, at the beginning for same_lower).
 void apply_auto_pad(AutoPad ap, int64_t total, int64_t& pb, int64_t& pe) {
@@ -383,7 +388,7 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
                        "a shape from input 2 or the dst_shape attribute when auto_pad is " + at.auto_pad,
                        "neither");
             for (int x = 3 - nsp; x < 3; ++x) {
-                const int64_t e = ck.add(ck.mul(wei.k[x] - 1, s.dil[x], "kernel extent"), 1, "kernel extent");
+                const int64_t e = extent(ck, wei, s, x);
                 int64_t i = ck.add(ck.mul(s.stride[x], dst.sp[x] - 1, "diff_src size"), e, "diff_src size");
                 i = ck.add(i, s.op[x], "diff_src size");
                 i = ck.add(ck.add(i, -s.pb[x], "diff_src size"), -s.pe[x], "diff_src size");
@@ -400,7 +405,7 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
     for (int x = 3 - nsp; x < 3; ++x) {
         const int a = x - (3 - nsp);
         const std::string ax = std::string(sp_name(nsp, a)) + " (spatial axis " + std::to_string(a) + ")";
-        const int64_t e = ck.add(ck.mul(wei.k[x] - 1, s.dil[x], "kernel extent"), 1, "kernel extent");
+        const int64_t e = extent(ck, wei, s, x);
         const int64_t in = src.sp[x], out = dst.sp[x], st = s.stride[x];
         if (kind == op_kind::conv_transpose_bwd_weights) {
             apply_auto_pad(ap, e - st, s.pb[x], s.pe[x]);
