@@ -65,6 +65,25 @@ TEST_CASE("weights: channel block boundaries", "[jit][weights]") {
     check_exact(conv2d(33, 129, {2, 2}, {1, 1}));
 }
 
+TEST_CASE("weights: wide layers walk their tiles in input-channel blocks", "[jit][weights]") {
+    // Weights past L2 make chunks long (>= 384 pixels): src slices of 1.5 MB / 2.3 MB.
+    Case wide = conv2d(1000, 80, {24, 24}, {1, 1});
+    wide.mb = 2;
+    Case strided = conv2d(600, 50, {28, 28}, {3, 3});
+    strided.s = {2, 2};
+    strided.pb = strided.pe = {1, 1};
+    for (const Case& c : {wide, strided}) {
+        for (const std::string& isa : jit_isas(false)) {
+            INFO(label(c, isa));
+            CHECK(c.make(isa).describe().find(" ic_block<") != std::string::npos);
+        }
+        check_exact(c);
+    }
+    // Threads split the blocked tile order anywhere: still bitwise identical.
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(wide, false);
+    CHECK(runs.outputs.size() == jit_isas(false).size());
+}
+
 TEST_CASE("weights: spatial sizes, strides, dilations, pads", "[jit][weights]") {
     for (int64_t sp : {1, 2, 7}) {
         Case c = conv2d(5, 19, {sp, sp + 1}, {1, 1});

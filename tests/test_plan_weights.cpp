@@ -48,7 +48,7 @@ Case depthwise(int64_t ch, dims in, dims k) {
 
 std::vector<Case> property_cases() {
     std::vector<Case> r = {resnet(64, 64, 56, 3), resnet(256, 64, 56, 1), resnet(3, 64, 224, 7, 2),
-                           resnet(512, 512, 7, 3), resnet(17, 33, 9, 3)};
+                           resnet(512, 512, 7, 3), resnet(17, 33, 9, 3), resnet(1024, 2048, 14, 1, 2)};
     r.push_back(depthwise(32, {112, 112}, {3, 3}));
     r.push_back(depthwise(33, {20}, {11}));
     r.push_back(depthwise(40, {5, 6, 7}, {3, 3, 3}));
@@ -154,6 +154,9 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             CHECK(b.tail == channels % b.vlen);
             CHECK(p.k[1] % b.kh == 0);
             CHECK(b.tiles == p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : p.k[2] * p.g));
+            CHECK(b.m_block >= 1);
+            CHECK(b.m_block <= b.m_tiles);
+            if (dw) CHECK(b.m_block == b.m_tiles);
             if (dw) {
                 const int64_t tap_disp = p.dil[2] * p.ic() * 4, row_disp = p.dil[1] * p.in[2] * p.ic() * 4;
                 CHECK((b.kh - 1) * row_disp + (b.m - 1) * tap_disp + 64 * b.n <= INT32_MAX);

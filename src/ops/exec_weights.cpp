@@ -417,18 +417,23 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     k.run(a);
 }
 
-// Tile order (outermost first): g, oc tile, tap, ic tile, so a thread's
-// consecutive tiles share the chunk's diff_dst slice (kept in L1). Row
-// lists depend on the tap only and are built once per chunk.
+// Tile order (outermost first): g, ic block, oc tile, tap, ic tile, so a
+// thread's consecutive tiles share the chunk's diff_dst slice (kept in L1)
+// and an ic block's src slice stays in L2 across oc tiles; the last ic block
+// may be short. Row lists depend on the tap only and are built once per
+// chunk.
 void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* target, const char* src,
                                        const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const int64_t taps = g.k[0] * g.k[1] * g.k[2];
-    const int64_t it = tile % b.m_tiles;
-    const int64_t tap = (tile / b.m_tiles) % taps;
-    const int64_t ot = (tile / (b.m_tiles * taps)) % b.n_tiles;
-    const int64_t grp = tile / (b.m_tiles * taps * b.n_tiles);
+    const int64_t per_group = b.m_tiles * taps * b.n_tiles, per_block = b.m_block * taps * b.n_tiles;
+    const int64_t grp = tile / per_group, in_group = tile % per_group;
+    const int64_t blk = in_group / per_block, in_block = in_group % per_block;
+    const int64_t blk_tiles = std::min(b.m_block, b.m_tiles - blk * b.m_block);
+    const int64_t it = blk * b.m_block + in_block % blk_tiles;
+    const int64_t tap = (in_block / blk_tiles) % taps;
+    const int64_t ot = in_block / (blk_tiles * taps);
     const int64_t kw = tap % g.k[2], kh = (tap / g.k[2]) % g.k[1], kd = tap / (g.k[2] * g.k[1]);
     std::vector<WeightsRow>& rows = ts.tap_rows[static_cast<size_t>(tap)];
     if (!ts.tap_built[static_cast<size_t>(tap)]) {

@@ -55,6 +55,7 @@ struct WeightsBlocking {
     int n = 1;  // vectors of output channels (gemm) / channels (depthwise) per tile
     int64_t m_tiles = 1;  // per group (gemm) / per kernel row (depthwise)
     int64_t n_tiles = 1;  // per group (gemm) / over all channels (depthwise)
+    int64_t m_block = 1;  // gemm: ic tiles per cache block (== m_tiles: no blocking)
     int m_last = 1;       // rows of the last m tile
     int n_last = 1;       // vectors of the last n tile
     int tail = 0;         // live lanes of the last vector, 0 = all
@@ -123,6 +124,9 @@ struct WeightsCostModel {
     // flush_chunk_pixels kernel pixels keep it below ~10 %.
     static constexpr double stage_budget = 512 << 10;
     static constexpr double l2_weights_bytes = 256 << 10;
+    // gemm: the src of one chunk for one block of input channels, which
+    // every oc tile of a thread then reads, stays within this (L2) budget.
+    static constexpr double src_block_bytes = 512 << 10;
     static constexpr double flush_chunk_pixels = 384;
     static constexpr double stage_budget_max = 8 << 20;
     static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
