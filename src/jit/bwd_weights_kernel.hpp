@@ -57,7 +57,7 @@ struct WeightsKernelArgs {
     int64_t wei_row_stride = 0;  // bytes between tile rows: next ic (gemm), next kw tap (depthwise)
     int64_t wei_kh_stride = 0;   // depthwise with desc.kh > 1: bytes between kernel rows
     int64_t accumulate = 0;      // 0: store the tile, else add it to diff_weights
-    // kPrefetchLinesPerPixel consecutive lines per pixel (prefetcht1) from
+    // desc.prefetch_lines consecutive lines per pixel (prefetcht1) from
     // `prefetch`, advancing by prefetch_step:
     // the executor points it at data of the thread's next chunk, so DRAM
     // traffic overlaps the FMAs instead of stalling the next chunk's first
@@ -66,9 +66,6 @@ struct WeightsKernelArgs {
     int64_t prefetch_step = 0;
 };
 
-// Enough to pull the next chunk in while 1x1 layers (the least compute per
-// byte) run the current one; measured better than 1 line on ResNet-50 1x1.
-constexpr int kPrefetchLinesPerPixel = 2;
 
 enum class WeightsKernelKind : uint8_t { gemm, depthwise };
 
@@ -85,8 +82,10 @@ struct WeightsKernelDesc {
     uint8_t kh = 1;     // depthwise: kernel rows per tile (src rows row_disp apart)
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
+    uint8_t prefetch_lines = 1;  // lines of the next chunk prefetched per pixel
+    uint8_t unused[3] = {};      // zero: part of the key
 };
-static_assert(sizeof(WeightsKernelDesc) == 16, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 20, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);

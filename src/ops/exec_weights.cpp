@@ -113,15 +113,15 @@ std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
 }
 
 // A thread's walk over the next chunk's memory (its diff_dst rows, then
-// its src rows; per image of a bf16 pair), kPrefetchLinesPerPixel lines per
-// pixel the kernels process.
+// its src rows; per image of a bf16 pair), `lines` lines per pixel the
+// kernels process (the kernels' desc.prefetch_lines).
 struct Prefetch {
     struct Range {
         const char* begin;
         const char* end;
     };
     Range ranges[4] = {};
-    int count = 0, at = 0;
+    int count = 0, at = 0, lines = 1;
     const char* pos = nullptr;  // nullptr: nothing left to prefetch
 
     void add(const char* begin, const char* end) {
@@ -133,7 +133,7 @@ struct Prefetch {
     const char* take(int64_t pixels) {
         const char* start = pos;
         if (!pos) return nullptr;
-        pos += 64 * kPrefetchLinesPerPixel * pixels;
+        pos += 64 * lines * pixels;
         while (pos && pos >= ranges[at].end) {
             const int64_t over = pos - ranges[at].end;
             pos = ++at < count ? ranges[at].begin + over : nullptr;
@@ -403,7 +403,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     for (const WeightsRow& r : rows) pixels += r.pixels;
     const char* at = pf.take(pixels);
     a.prefetch = at ? at : c.diff_dst;
-    a.prefetch_step = at ? 64 * kPrefetchLinesPerPixel : 0;
+    a.prefetch_step = at ? 64 * plan_.prefetch_lines() : 0;
     a.src = reinterpret_cast<const float*>(c.src);
     a.diff_dst = reinterpret_cast<const float*>(c.diff_dst);
     a.diff_weights = c.diff_weights;
@@ -577,6 +577,7 @@ Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const char* src, cons
     const int64_t last_len = std::min(g.segment, g.out[2] - last_seg * g.segment);
     const int images = plan_.pairs ? 2 : 1;
     Prefetch pf;
+    pf.lines = plan_.prefetch_lines();
     for (int k = 0; k < images; ++k)
         if (image(q1 - 1, k) < p_.mb)
             pf.add(diff_dst + dst_pixel(q0, k) * p_.oc() * es, diff_dst + (dst_pixel(q1 - 1, k) + last_len) * p_.oc() * es);
