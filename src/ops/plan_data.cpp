@@ -92,23 +92,11 @@ bool w_block_in_l2(const Problem& p, const DataPlan& pl, const DataBlocking& b) 
     return taps * red * b.lanes() * pl.w_elem_bytes > kL1WBytes;
 }
 
+// Folds H into W (not D: the executor's rows are (n, id, ih)).
 DataGeometry make_geometry(const Problem& p) {
     DataGeometry g;
-    g.in = p.in;
-    g.out = p.out;
-    g.k = p.k;
-    g.stride = p.stride;
-    g.dil = p.dil;
-    g.pad = p.pad_begin;
-    const bool unit_hw = p.k[1] == 1 && p.k[2] == 1 && p.stride[1] == 1 && p.stride[2] == 1 &&
-                         p.pad_begin[1] == 0 && p.pad_begin[2] == 0 && p.out[1] == p.in[1] &&
-                         p.out[2] == p.in[2];
-    if (unit_hw && p.in[1] > 1) {
-        g.folded_hw = true;
-        g.in[2] = p.in[1] * p.in[2];
-        g.out[2] = g.in[2];
-        g.in[1] = g.out[1] = 1;
-    }
+    static_cast<SpatialView&>(g) = fold_plain_axes(p, 1);
+    g.folded_hw = g.merged > 0 && p.in[1] > 1;
     return g;
 }
 

@@ -36,8 +36,7 @@ const char* data_path_name(DataPath p);
 // The spatial view the executor walks: D, H, W of diff_src (in) and
 // diff_dst (out). A 1x1, stride-1, unpadded problem folds H into W so the
 // whole plane is one long row of pixels.
-struct DataGeometry {
-    std::array<int64_t, 3> in{}, out{}, k{}, stride{}, dil{}, pad{};
+struct DataGeometry : SpatialView {
     bool folded_hw = false;
     int64_t k_sp() const { return k[0] * k[1] * k[2]; }
 };

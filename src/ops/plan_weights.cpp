@@ -44,22 +44,7 @@ WeightsGeometry make_geometry(const Problem& p, bool pairs) {
     g.g = p.g;
     g.icg = p.icg;
     g.ocg = p.ocg;
-    g.in = p.in;
-    g.out = p.out;
-    g.k = p.k;
-    g.stride = p.stride;
-    g.dil = p.dil;
-    g.pad = p.pad_begin;
-    auto plain = [&](int a) {
-        return g.k[a] == 1 && g.stride[a] == 1 && g.pad[a] == 0 && g.in[a] == g.out[a];
-    };
-    for (int a = 1; a >= 0; --a) {
-        if (!plain(a) || !plain(2) || (a == 0 && g.out[1] != 1)) break;
-        g.out[2] *= g.out[a];
-        g.in[2] *= g.in[a];
-        g.out[a] = g.in[a] = 1;
-        g.merged = true;
-    }
+    static_cast<SpatialView&>(g) = fold_plain_axes(p, 2);
     g.segment = g.out[2];  // merged rows are cut to the chunk size later
     return g;
 }

@@ -36,11 +36,9 @@ namespace convgrad::detail {
 // The Problem's geometry as the executor walks it: dense NXC activations,
 // and for 1x1 / stride-1 / unpadded layers the spatial axes merged into W
 // (one long row per image, split into segments).
-struct WeightsGeometry {
+struct WeightsGeometry : SpatialView {  // merged: axes folded into W
     int64_t mb = 0;  // images, or image pairs with bf16 pairs
     int64_t g = 1, icg = 0, ocg = 0;
-    std::array<int64_t, 3> in{}, out{}, k{}, stride{}, dil{}, pad{};
-    bool merged = false;      // spatial axes merged into W
     int64_t segment = 0;      // output pixels per row (last one of an image may be shorter)
     int64_t segs_per_row = 1;
     int64_t rows() const { return mb * out[0] * out[1] * segs_per_row; }

@@ -454,4 +454,23 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
     return p;
 }
 
+SpatialView fold_plain_axes(const Problem& p, int max_axes) {
+    SpatialView v;
+    v.in = p.in;
+    v.out = p.out;
+    v.k = p.k;
+    v.stride = p.stride;
+    v.dil = p.dil;
+    v.pad = p.pad_begin;
+    auto plain = [&](int a) { return v.k[a] == 1 && v.stride[a] == 1 && v.pad[a] == 0 && v.in[a] == v.out[a]; };
+    for (int a = 1; a >= 0 && v.merged < max_axes; --a) {
+        if (!plain(a) || !plain(2) || (a == 0 && v.out[1] != 1)) break;
+        v.out[2] *= v.out[a];
+        v.in[2] *= v.in[a];
+        v.out[a] = v.in[a] = 1;
+        ++v.merged;
+    }
+    return v;
+}
+
 }  // namespace convgrad::detail

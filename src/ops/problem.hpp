@@ -83,4 +83,14 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& attrs,
 
 size_t dtype_size(data_type dt);
 
+// The spatial axes as the planners walk them, plain axes folded into W: an
+// axis with no tap, stride or padding and in == out merges into W when W is
+// plain too (H first, then D once H has merged), at most `max_axes` of them.
+// A 1x1 stride-1 unpadded layer's plane (or volume) becomes one long row.
+struct SpatialView {
+    std::array<int64_t, 3> in{}, out{}, k{}, stride{}, dil{}, pad{};
+    int merged = 0;  // axes folded into W
+};
+SpatialView fold_plain_axes(const Problem& p, int max_axes);
+
 }  // namespace convgrad::detail
