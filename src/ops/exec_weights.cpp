@@ -113,21 +113,31 @@ std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
 }
 
 // A thread's walk over the next chunk's memory (its diff_dst rows, then
-// its src rows; per image of a bf16 pair), `lines` lines per pixel the
-// kernels process (the kernels' desc.prefetch_lines).
+// the src rows it reads; per image of a bf16 pair), `lines` lines per pixel
+// the kernels process (the kernels' desc.prefetch_lines).
 struct Prefetch {
     struct Range {
         const char* begin;
         const char* end;
     };
-    Range ranges[4] = {};
-    int count = 0, at = 0, lines = 1;
+    std::vector<Range> ranges;  // reused from chunk to chunk
+    size_t at = 0;
+    int lines = 1;
     const char* pos = nullptr;  // nullptr: nothing left to prefetch
 
+    void clear() {
+        ranges.clear();
+        at = 0;
+        pos = nullptr;
+    }
     void add(const char* begin, const char* end) {
         if (begin >= end) return;
-        ranges[count++] = {begin, end};
-        if (count == 1) pos = begin;
+        if (!ranges.empty() && ranges.back().end == begin) {  // adjacent rows: one range
+            ranges.back().end = end;
+            return;
+        }
+        ranges.push_back({begin, end});
+        if (ranges.size() == 1) pos = begin;
     }
     // Where the next call starts, and advance past its `pixels` lines.
     const char* take(int64_t pixels) {
@@ -136,7 +146,7 @@ struct Prefetch {
         pos += 64 * lines * pixels;
         while (pos && pos >= ranges[at].end) {
             const int64_t over = pos - ranges[at].end;
-            pos = ++at < count ? ranges[at].begin + over : nullptr;
+            pos = ++at < ranges.size() ? ranges[at].begin + over : nullptr;
         }
         return start;
     }
@@ -212,7 +222,7 @@ private:
                      ThreadState& ts, Prefetch& pf) const;
     void call(const WeightsKernel& k, const TileCall& c, const std::vector<WeightsRow>& rows,
               bool accumulate, Prefetch& pf) const;
-    Prefetch prefetch_chunk(int64_t chunk, const char* src, const char* diff_dst) const;
+    void prefetch_chunk(Prefetch& pf, int64_t chunk, const char* src, const char* diff_dst) const;
     // The chunk's rows decoded once, then the kernel rows of one tap
     // restricted to output pixels [ow_lo, ow_hi).
     void decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const;
@@ -524,6 +534,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         ts.staged.diff_dst = scratch(kStageDst, red.chunk_rows * g.segment * p_.oc() * 4, true, ts.staged.dst_fresh);
         ts.view = &ts.staged;
     }
+    Prefetch pf;  // the next chunk's memory, while this one runs
     const char* tile_src = ts.view ? ts.staged.src : src;
     const char* tile_dst = ts.view ? ts.staged.diff_dst : diff_dst;
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
@@ -537,7 +548,8 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
                             reinterpret_cast<const uint16_t*>(diff_dst));
             // The next chunk's user memory (which the stager reads next).
             const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
-            Prefetch pf = has_next ? prefetch_chunk(c + 1, src, diff_dst) : Prefetch{};
+            pf.clear();
+            if (has_next) prefetch_chunk(pf, c + 1, src, diff_dst);
             ts.tap_built.assign(ts.tap_rows.size(), false);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)
@@ -552,7 +564,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
 // The user memory of chunk `chunk`, per image (two for a bf16 pair): its
 // diff_dst pixels are contiguous (rows in order), its src rows span from the
 // first row's top tap to the last row's bottom tap.
-Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const char* src, const char* diff_dst) const {
+void JitWeightsExecutor::prefetch_chunk(Prefetch& pf, int64_t chunk, const char* src, const char* diff_dst) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t q0 = chunk * plan_.red.chunk_rows, q1 = std::min(plan_.red.rows, q0 + plan_.red.chunk_rows);
     const int64_t es = static_cast<int64_t>(dtype_size(p_.dt)), plane = g.out[0] * g.out[1];
@@ -576,20 +588,32 @@ Prefetch JitWeightsExecutor::prefetch_chunk(int64_t chunk, const char* src, cons
     const int64_t last_seg = (q1 - 1) % g.segs_per_row;
     const int64_t last_len = std::min(g.segment, g.out[2] - last_seg * g.segment);
     const int images = plan_.pairs ? 2 : 1;
-    Prefetch pf;
     pf.lines = plan_.prefetch_lines();
     for (int k = 0; k < images; ++k)
         if (image(q1 - 1, k) < p_.mb)
             pf.add(diff_dst + dst_pixel(q0, k) * p_.oc() * es, diff_dst + (dst_pixel(q1 - 1, k) + last_len) * p_.oc() * es);
     for (int k = 0; k < images; ++k) {
         if (image(q1 - 1, k) >= p_.mb) continue;
-        if (g.merged)  // rows are pixel ranges
+        const int64_t row_bytes = g.in[2] * p_.ic() * es;
+        if (g.merged) {  // rows are pixel ranges
             pf.add(src + dst_pixel(q0, k) * p_.ic() * es, src + (dst_pixel(q1 - 1, k) + last_len) * p_.ic() * es);
-        else
-            pf.add(src + src_row(q0, k, false) * g.in[2] * p_.ic() * es,
-                   src + (src_row(q1 - 1, k, true) + 1) * g.in[2] * p_.ic() * es);
+        } else if (g.k[0] > 1) {  // every input row from the first tap's to the last's
+            pf.add(src + src_row(q0, k, false) * row_bytes, src + (src_row(q1 - 1, k, true) + 1) * row_bytes);
+        } else {  // only the input rows the taps read: strided layers skip the others
+            int64_t last = -1;
+            for (int64_t q = q0; q < q1; ++q) {
+                const int64_t r = q / g.segs_per_row, oh = r % g.out[1], od = (r / g.out[1]) % g.out[0];
+                const int64_t id = od * g.stride[0] - g.pad[0], plane_row = (image(q, k) * g.in[0] + id) * g.in[1];
+                if (id < 0 || id >= g.in[0]) continue;
+                for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                    const int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+                    if (ih < 0 || ih >= g.in[1] || plane_row + ih <= last) continue;
+                    last = plane_row + ih;
+                    pf.add(src + last * row_bytes, src + (last + 1) * row_bytes);
+                }
+            }
+        }
     }
-    return pf;
 }
 
 // Phases 3 to 5: fixed-order sum of the partials, the permutation, the
