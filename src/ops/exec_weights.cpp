@@ -562,8 +562,10 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
 }
 
 // The user memory of chunk `chunk`, per image (two for a bf16 pair): its
-// diff_dst pixels are contiguous (rows in order), its src rows span from the
-// first row's top tap to the last row's bottom tap.
+// diff_dst pixels are contiguous (rows in order); its src is a pixel range
+// (merged rows), the input rows the taps read (1D / 2D: a stride skips
+// rows), or every input row from the first row's top tap to the last row's
+// bottom tap (3D).
 void JitWeightsExecutor::prefetch_chunk(Prefetch& pf, int64_t chunk, const char* src, const char* diff_dst) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t q0 = chunk * plan_.red.chunk_rows, q1 = std::min(plan_.red.rows, q0 + plan_.red.chunk_rows);
