@@ -10,10 +10,14 @@ Needs only Debian packages: python3 (standard library) and gnuplot
 
 With repetitions (--benchmark_repetitions=N) the median aggregate is used.
 One PNG per data type when the run has several (bench_f32.png, ...).
+Below the table, a summary per op and data type: geometric means of the
+ratios to oneDNN and % of peak (minimum, median, maximum over the layers).
 """
 import argparse
 import json
+import math
 import os
+import statistics
 import shutil
 import subprocess
 import sys
@@ -79,7 +83,30 @@ def markdown(rows, context):
     peaks = context.get("convgrad.peaks", "?")
     out.append("")
     out.append("Threads: %s. Peak: %s. Ratios > 1: convgrad is faster." % (threads, peaks))
+    out.append("")
+    out.extend(summary(rows))
     return "\n".join(out) + "\n"
+
+
+def geomean(values):
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def summary(rows):
+    """Per (op, dt): layers, geomean ratios to oneDNN (layers where both ran), % of peak."""
+    out = ["| op | dt | layers | geomean convgrad ÷ oneDNN | geomean convgrad ÷ oneDNN plain"
+           " | % peak min / median / max |", "|---|---|---:|---:|---:|---|"]
+    groups = {}
+    for (op, dt, _), impls in rows.items():
+        groups.setdefault((op, dt), []).append(impls)
+    for (op, dt), layers in groups.items():
+        jit = [l for l in layers if gflops(l.get("jit"))]
+        ratio = lambda other: geomean([gflops(l["jit"]) / gflops(l[other]) for l in jit if gflops(l.get(other))])
+        pct = [l["jit"]["peak_pct"] for l in jit if "peak_pct" in l["jit"]]
+        spread = "%s / %s / %s" % (fmt(min(pct)), fmt(statistics.median(pct)), fmt(max(pct))) if pct else "–"
+        out.append("| %s | %s | %d | %s | %s | %s |" % (op, dt, len(jit), fmt(ratio("onednn"), 2),
+                                                      fmt(ratio("onednn_plain"), 2), spread))
+    return out
 
 
 def plot(rows, png, dt):
