@@ -208,6 +208,19 @@ TEST_CASE("cli perf: the peak table", "[cli][perf]") {
     const peak_table t = peak_table::parse(R"({"f32": {"1": 100, "8": 700}, "bf16": {"1": 200}})", "p");
     CHECK(t.gflops(data_type::f32, 8) == 700);
     CHECK(t.gflops(data_type::bf16, 3) == 600);
+    // The AVX2 kernels: their own row (every dtype is an f32 ymm FMA there),
+    // or the f32 row when a file has none.
+    CHECK(defaults.gflops(data_type::f32, 2, true) == 231.0);
+    CHECK(defaults.gflops(data_type::bf16, 1, true) == 117.2);
+    CHECK(t.gflops(data_type::bf16, 8, true) == 700);
+    const peak_table a = peak_table::parse(R"({"f32": {"1": 100}, "bf16": {"1": 200}, "avx2": {"1": 50}})", "p");
+    CHECK(a.gflops(data_type::f16, 2, true) == 100);
+    CHECK(a.gflops(data_type::f32, 2, false) == 200);
+    CHECK_THROWS_WITH(peak_table::parse(R"({"f32": {"1": 1}, "bf16": {"1": 1}, "avx2": {"1": -1}})", "p"),
+                      Catch::Contains("avx2.1"));
+    CHECK(peak_table::is_avx2_impl("jit:avx2"));
+    CHECK(peak_table::is_avx2_impl("jit_1x1:avx2"));
+    CHECK_FALSE(peak_table::is_avx2_impl("jit:avx512_core"));
     CHECK_THROWS_WITH(peak_table::parse(R"({"f32": {"1": 100}})", "p.json"), Catch::Contains("p.json"));
     CHECK_THROWS_WITH(peak_table::parse(R"({"f32": {"x": 1}, "bf16": {"1": 1}})", "p"),
                       Catch::Contains("f32.x"));

@@ -14,7 +14,8 @@ namespace convgrad::cli {
 peak_table::peak_table()
     // ../shared/peers/RESULTS.md: vfmadd231ps zmm and vdpbf16ps zmm, best
     // accumulator count, median of 3 runs.
-    : table_{{"f32", {{1, 238.6}, {2, 469.4}}}, {"bf16", {{1, 471.0}, {2, 948.2}}}},
+    // vfmadd231ps ymm, 12 accumulators, for the AVX2 path.
+    : table_{{"f32", {{1, 238.6}, {2, 469.4}}}, {"bf16", {{1, 471.0}, {2, 948.2}}}, {"avx2", {{1, 117.2}, {2, 231.0}}}},
       source_("measured 2-core Zen 5 peaks (../shared/peers/RESULTS.md)") {}
 
 peak_table peak_table::load(const std::string& path) {
@@ -35,7 +36,10 @@ peak_table peak_table::parse(const std::string& json_text, const std::string& so
     }
     peak_table t;
     t.source_ = source;
-    for (const char* dt : {"f32", "bf16"}) {
+    t.table_.erase("avx2");  // optional: falls back to "f32"
+    for (const char* dt : {"f32", "bf16", "avx2"}) {
+        const bool optional = std::string(dt) == "avx2";
+        if (optional && j.is_object() && !j.contains(dt)) continue;
         if (!j.is_object() || !j.contains(dt) || !j.at(dt).is_object())
             throw std::invalid_argument(source + ": expected an object \"" + std::string(dt) +
                                         "\": {\"1\": GFLOPS, ...}");
@@ -57,8 +61,9 @@ peak_table peak_table::parse(const std::string& json_text, const std::string& so
     return t;
 }
 
-double peak_table::gflops(data_type dt, int threads) const {
-    const std::map<int, double>& row = table_.at(dt == data_type::bf16 ? "bf16" : "f32");
+double peak_table::gflops(data_type dt, int threads, bool avx2_path) const {
+    const char* key = avx2_path && table_.count("avx2") ? "avx2" : dt == data_type::bf16 && !avx2_path ? "bf16" : "f32";
+    const std::map<int, double>& row = table_.at(key);
     const auto it = row.find(threads);
     return it != row.end() ? it->second : row.at(1) * threads;
 }

@@ -8,20 +8,26 @@
 
 namespace convgrad::cli {
 
-// Peak GFLOP/s per data type and thread count. The defaults are the
-// figures measured on the project's machine (2-core Zen 5, see
-// ../shared/peers/RESULTS.md); convgrad-peak measures another machine.
+// Peak GFLOP/s per data type and thread count, and of the AVX2 path. The
+// defaults are the figures measured on the project's machine (2-core Zen 5,
+// see ../shared/peers/RESULTS.md); convgrad-peak measures another machine.
 class peak_table {
 public:
     peak_table();  // the measured defaults
     // Reads the JSON written by convgrad-peak:
-    //   {"f32": {"1": 238.6, "2": 469.4}, "bf16": {"1": 471.0, "2": 948.2}}
+    //   {"f32": {"1": 238.6, "2": 469.4}, "bf16": {"1": 471.0, "2": 948.2},
+    //    "avx2": {"1": 117.2, "2": 231.0}}
+    // "avx2" (ymm FMA) is optional; without it the AVX2 path uses "f32".
     // Throws std::invalid_argument naming the file and the problem.
     static peak_table load(const std::string& path);
     static peak_table parse(const std::string& json_text, const std::string& source);
     // f16 has no native FMA without avx512_fp16: its peak is the f32 one.
-    // Thread counts not measured scale the 1-thread figure.
-    double gflops(data_type dt, int threads) const;
+    // avx2_path: the implementation ran on the AVX2 kernels (every dtype is
+    // an f32 ymm FMA there). Thread counts not measured scale the 1-thread figure.
+    double gflops(data_type dt, int threads, bool avx2_path = false) const;
+    // An implementation label naming AVX2 kernels: convgrad's "jit:avx2",
+    // oneDNN's "jit:avx2" / "jit_1x1:avx2".
+    static bool is_avx2_impl(const std::string& impl) { return impl.find(":avx2") != std::string::npos; }
     std::string source() const { return source_; }
 
 private:
