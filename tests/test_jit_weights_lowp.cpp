@@ -107,6 +107,23 @@ TEST_CASE("weights bf16/f16: channel block boundaries, odd minibatch", "[jit][we
     check_exact(c);
 }
 
+TEST_CASE("weights bf16/f16: wide layers in input-channel blocks, with groups", "[jit][weights][lowp]") {
+    Case wide = conv2d(1000, 80, {24, 24}, {1, 1});
+    wide.mb = 3;
+    Case grouped = conv2d(2400, 600, {14, 14}, {1, 1});
+    grouped.g = 2;
+    grouped.mb = 2;
+    for (const Case& c : {wide, grouped}) {
+        Case b = c;
+        b.dt = data_type::bf16;
+        for (const std::string& isa : jit_isas(true)) {
+            INFO(label(b, isa));
+            CHECK(b.make(isa).describe().find(" ic_block<") != std::string::npos);
+        }
+        check_exact(c);
+    }
+}
+
 TEST_CASE("weights bf16/f16: geometry", "[jit][weights][lowp]") {
     Case c = conv2d(6, 20, {11, 13}, {3, 3});
     c.s = {2, 3};
