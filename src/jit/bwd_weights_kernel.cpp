@@ -131,13 +131,14 @@ void WeightsSkeleton::row_loop() {
     L(done);
 }
 
-// rbx (> 0) pixels from r11/rax, stepping by r9/r10; desc.prefetch_lines
+// rbx (> 0) pixels from r11/rax, stepping by r9/r10; weights_prefetch_lines
 // prefetches per pixel at r13, then r13 += r14. Clobbers rbx, r11, rax, r13.
 void WeightsSkeleton::pixel_loop() {
     Xbyak::Label pixel;
     align(16);
     L(pixel);
-    for (int line = 0; line < desc_.prefetch_lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
+    const int lines = weights_prefetch_lines(static_cast<WeightsKernelKind>(desc_.kind));
+    for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
     add(reg_prefetch_, reg_prefetch_step_);
     pixel_body();
     add(reg_src_, reg_src_step_);

@@ -114,7 +114,7 @@ std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
 
 // A thread's walk over the next chunk's memory (its diff_dst rows, then
 // the src rows it reads; per image of a bf16 pair), `lines` lines per pixel
-// the kernels process (the kernels' desc.prefetch_lines).
+// the kernels process (weights_prefetch_lines of their kind).
 struct Prefetch {
     struct Range {
         const char* begin;

@@ -269,7 +269,6 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.tap_disp = (blk.kind == WeightsKernelKind::depthwise && m > 1) ? static_cast<int32_t>(tap_disp) : 0;
     d.kh = static_cast<uint8_t>(kh);
     d.row_disp = kh > 1 ? static_cast<int32_t>(row_disp) : 0;
-    d.prefetch_lines = static_cast<uint8_t>(prefetch_lines());
     return d;
 }
 

@@ -96,11 +96,8 @@ struct WeightsPlan {
     // (f32, staged f32 or bf16 pairs), or 2 (depthwise on 16-bit in place).
     int elem_bytes() const { return staged || dt == data_type::f32 ? 4 : 2; }
 
-    // Lines of the next chunk the kernels prefetch per pixel: enough to pull
-    // it in while the current one runs, without crowding DRAM with requests
-    // early in the chunk. ResNet-50 1x1 at 2 threads, 1 line vs 2: bf16
-    // +0..14 %, f32 -2..+12 %, 3x3 even; depthwise (memory bound) keeps 2.
-    int prefetch_lines() const { return blk.kind == WeightsKernelKind::depthwise ? 2 : 1; }
+    // Lines of the next chunk the kernels prefetch per pixel.
+    int prefetch_lines() const { return weights_prefetch_lines(blk.kind); }
     // The kernel desc for a tile of `m` rows (x `kh` kernel rows) and `n`
     // vectors, `tail` lanes.
     WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp, int kh = 1, int64_t row_disp = 0) const;
