@@ -223,9 +223,24 @@ private:
     void call(const WeightsKernel& k, const TileCall& c, const std::vector<WeightsRow>& rows,
               bool accumulate, Prefetch& pf) const;
     void prefetch_chunk(Prefetch& pf, int64_t chunk, const char* src, const char* diff_dst) const;
-    // The chunk's rows decoded once, then the kernel rows of one tap
-    // restricted to output pixels [ow_lo, ow_hi).
+    // Output row q of the reduction, decoded; the chunk's rows decoded once,
+    // then the kernel rows of one tap restricted to output pixels [ow_lo, ow_hi).
+    RowPos row_at(int64_t q) const;
     void decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const;
+    // f(id, ih) for every input row the taps of output row r read inside
+    // src, in (kd, kh) order.
+    template <typename F>
+    void for_each_src_row(const RowPos& r, F&& f) const {
+        const WeightsGeometry& g = plan_.geo;
+        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+            const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+            if (id < 0 || id >= g.in[0]) continue;
+            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+                if (ih >= 0 && ih < g.in[1]) f(id, ih);
+            }
+        }
+    }
     void build_rows(std::vector<WeightsRow>& out, const ThreadState& ts, int64_t kd, int64_t kh, int64_t kw,
                     int64_t ow_lo, int64_t ow_hi, RowSet set = RowSet::any, int64_t block_kh0 = 0,
                     int64_t block_khs = 1) const;
@@ -286,20 +301,21 @@ const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n) const {
     return *kernels_[rows == plan_.blk.m ? kFull : kLast][last_n || plan_.blk.n_tiles == 1];
 }
 
-void JitWeightsExecutor::decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
+RowPos JitWeightsExecutor::row_at(int64_t q) const {
     const WeightsGeometry& g = plan_.geo;
+    RowPos r;
+    r.seg = q % g.segs_per_row;
+    q /= g.segs_per_row;
+    r.oh = q % g.out[1];
+    q /= g.out[1];
+    r.od = q % g.out[0];
+    r.n = q / g.out[0];
+    return r;
+}
+
+void JitWeightsExecutor::decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
     out.clear();
-    for (int64_t q = q0; q < q1; ++q) {
-        RowPos r;
-        int64_t rest = q;
-        r.seg = rest % g.segs_per_row;
-        rest /= g.segs_per_row;
-        r.oh = rest % g.out[1];
-        rest /= g.out[1];
-        r.od = rest % g.out[0];
-        r.n = rest / g.out[0];
-        out.push_back(r);
-    }
+    for (int64_t q = q0; q < q1; ++q) out.push_back(row_at(q));
 }
 
 // A staged src row is one (image (pair), id, ih, segment): merged rows are
@@ -380,13 +396,7 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
         const int64_t first = r.seg * g.segment, count = std::min(g.segment, g.out[2] - first);
         stage_pixels(diff_dst, oc, out_pixels, r.n, ((r.od * g.out[1]) + r.oh) * g.out[2] + first, count,
                      st.diff_dst + static_cast<int64_t>(j) * g.segment * oc * 4);
-        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-            const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
-            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-                const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
-                if (id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1]) st.src_keys.push_back(src_key(r, id, ih));
-            }
-        }
+        for_each_src_row(r, [&](int64_t id, int64_t ih) { st.src_keys.push_back(src_key(r, id, ih)); });
     }
     std::sort(st.src_keys.begin(), st.src_keys.end());
     st.src_keys.erase(std::unique(st.src_keys.begin(), st.src_keys.end()), st.src_keys.end());
@@ -602,18 +612,14 @@ void JitWeightsExecutor::prefetch_chunk(Prefetch& pf, int64_t chunk, const char*
         } else if (g.k[0] > 1) {  // every input row from the first tap's to the last's
             pf.add(src + src_row(q0, k, false) * row_bytes, src + (src_row(q1 - 1, k, true) + 1) * row_bytes);
         } else {  // only the input rows the taps read: strided layers skip the others
-            int64_t last = -1;
-            for (int64_t q = q0; q < q1; ++q) {
-                const int64_t r = q / g.segs_per_row, oh = r % g.out[1], od = (r / g.out[1]) % g.out[0];
-                const int64_t id = od * g.stride[0] - g.pad[0], plane_row = (image(q, k) * g.in[0] + id) * g.in[1];
-                if (id < 0 || id >= g.in[0]) continue;
-                for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-                    const int64_t ih = oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
-                    if (ih < 0 || ih >= g.in[1] || plane_row + ih <= last) continue;
-                    last = plane_row + ih;
-                    pf.add(src + last * row_bytes, src + (last + 1) * row_bytes);
-                }
-            }
+            int64_t last = -1;  // rows only grow here (one kd): skip the ones already added
+            for (int64_t q = q0; q < q1; ++q)
+                for_each_src_row(row_at(q), [&](int64_t id, int64_t ih) {
+                    const int64_t row = (image(q, k) * g.in[0] + id) * g.in[1] + ih;
+                    if (row <= last) return;
+                    last = row;
+                    pf.add(src + row * row_bytes, src + (row + 1) * row_bytes);
+                });
         }
     }
 }
