@@ -74,18 +74,24 @@ double tile_cycles(double fmas, double loads, double instrs, double latency) {
 // Depthwise has no channel reduction to keep in L1; each call runs over a
 // whole chunk of every channel instead, so chunks are L2-sized to amortise
 // the per-call and per-edge work.
+// Staged src pixels per output pixel: the src rows a long run of output
+// rows adds (min(stride, kernel) per row and axis) times their width ratio
+// (one pixel per output pixel when strided 1x1 rows are compressed).
+double src_pixels_per_output_pixel(const WeightsPlan& plan) {
+    const WeightsGeometry& g = plan.geo;
+    const double src_rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
+    return src_rows * (plan.compress_w ? 1.0 : double(g.in[2]) / double(g.out[2]));
+}
+
 double chunk_pixels(const WeightsPlan& plan, int v) {
     if (plan.blk.kind == WeightsKernelKind::depthwise) {
         const double px_bytes = 4.0 * plan.geo.g * (1 + plan.geo.stride[2]);
         return std::max(16.0, Cost::dw_l2_budget / px_bytes);
     }
     if (plan.staged) {
-        // Staged bytes per output pixel: its diff_dst, and the src rows a
-        // long run of output rows adds (min(stride, kernel) rows per row).
+        // Staged bytes per output pixel: its diff_dst and its share of src.
         const WeightsGeometry& g = plan.geo;
-        const double src_rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
-        const double src_width = plan.compress_w ? 1.0 : double(g.in[2]) / double(g.out[2]);
-        const double px_bytes = 4.0 * g.g * (g.ocg + g.icg * src_rows * src_width);
+        const double px_bytes = 4.0 * g.g * (g.ocg + g.icg * src_pixels_per_output_pixel(plan));
         const double weights_bytes = 4.0 * double(plan.weights_elems);
         double budget = Cost::stage_budget;
         if (weights_bytes > Cost::l2_weights_bytes)
@@ -219,10 +225,8 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     WeightsBlocking& b = plan.blk;
     b.m_block = b.m_tiles;
     if (b.kind == WeightsKernelKind::gemm) {
-        // Distinct src pixels a chunk reads per channel (as chunk_pixels counts them).
-        const int64_t rows_read = std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]);
-        const int64_t width = plan.compress_w ? g.segment : src_row / p.ic();
-        const double tile_src_bytes = double(r.chunk_rows) * rows_read * width * plan.elem_bytes() * b.m;
+        const double tile_src_bytes = double(r.chunk_rows * g.segment) * src_pixels_per_output_pixel(plan) *
+                                      plan.elem_bytes() * b.m;
         b.m_block = std::clamp<int64_t>(static_cast<int64_t>(Cost::src_block_bytes / tile_src_bytes), 1, b.m_tiles);
     }
 }
