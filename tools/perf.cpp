@@ -62,7 +62,8 @@ peak_table peak_table::parse(const std::string& json_text, const std::string& so
 }
 
 double peak_table::gflops(data_type dt, int threads, bool avx2_path) const {
-    const char* key = avx2_path && table_.count("avx2") ? "avx2" : dt == data_type::bf16 && !avx2_path ? "bf16" : "f32";
+    const char* key = dt == data_type::bf16 ? "bf16" : "f32";
+    if (avx2_path) key = table_.count("avx2") ? "avx2" : "f32";  // every dtype is an f32 ymm FMA there
     const std::map<int, double>& row = table_.at(key);
     const auto it = row.find(threads);
     return it != row.end() ? it->second : row.at(1) * threads;
