@@ -216,6 +216,17 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     c.nxc = false;
     c.wfmt = "OIX";
     check_exact(c);
+    // A kernel only in D (3x1x1, a (2+1)D temporal layer): H and W carry no
+    // tap, and the col path must still write every (n, id, ih) row.
+    DCase t;
+    t.ic = 8;
+    t.oc = 16;
+    t.in = {5, 3, 4};
+    t.k = {3, 1, 1};
+    t.pb = {1, 0, 0};
+    t.pe = {0, 0, 0};
+    check_exact(t, kAllIsas);
+    CHECK(t.make("avx512_core").describe().find(" col ") != std::string::npos);
 }
 
 TEST_CASE("data: data and weight formats", "[jit][data]") {

@@ -92,10 +92,10 @@ bool w_block_in_l2(const Problem& p, const DataPlan& pl, const DataBlocking& b) 
     return taps * red * b.lanes() * pl.w_elem_bytes > kL1WBytes;
 }
 
-// Folds H into W (not D: the executor's rows are (n, id, ih)).
-DataGeometry make_geometry(const Problem& p) {
+// Folds H into W (not D: the executor's rows are (n, id, ih)); max_folds 0: no folding.
+DataGeometry make_geometry(const Problem& p, int max_folds = 1) {
     DataGeometry g;
-    static_cast<SpatialView&>(g) = fold_plain_axes(p, 1);
+    static_cast<SpatialView&>(g) = fold_plain_axes(p, max_folds);
     g.folded_hw = g.merged > 0 && p.in[1] > 1;
     return g;
 }
@@ -374,6 +374,9 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
             DataPlan col = *pl;
             col.path = DataPath::col;
             col.row_blocks = false;
+            // The col executor walks the Problem's own (n, id, ih) rows: a
+            // folded H (3D, kernel only in D) would leave rows unwritten.
+            col.geo = make_geometry(p, 0);
             choose_types(p, isa, &col);
             if (choose_blocking(p, &col) && (!ok || col.est_cycles < pl->est_cycles)) {
                 *pl = col;
