@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "test_util.hpp"
+#include "weights_case.hpp"
 
 using convgrad::attributes;
 using convgrad::data_type;
@@ -49,16 +50,7 @@ dims data_dims(const std::string& fmt, int64_t mb, int64_t c, const dims& sp) {
     return r;
 }
 
-// Weights dims: `o` and `i` in the order the format names them, X = kernel.
-dims weight_dims(const std::string& fmt, int64_t o, int64_t i, const dims& k) {
-    dims r;
-    for (char ax : fmt) {
-        if (ax == 'O') r.push_back(o);
-        if (ax == 'I') r.push_back(i);
-        if (ax == 'X') r.insert(r.end(), k.begin(), k.end());
-    }
-    return r;
-}
+using wtest::weight_dims;
 
 std::string str(const dims& v) {
     std::ostringstream os;

@@ -18,6 +18,18 @@ namespace wtest {
 using convgrad::dims;
 using convgrad::op_kind;
 
+// Weights dims of format `fmt`: `o` and `i` where it names O and I, the
+// kernel where it names X.
+inline dims weight_dims(const std::string& fmt, int64_t o, int64_t i, const dims& k) {
+    dims r;
+    for (char ax : fmt) {
+        if (ax == 'O') r.push_back(o);
+        if (ax == 'I') r.push_back(i);
+        if (ax == 'X') r.insert(r.end(), k.begin(), k.end());
+    }
+    return r;
+}
+
 struct Case {
     int64_t mb = 2, g = 1, ic = 4, oc = 4;  // convolution view
     dims in{5, 5}, k{3, 3}, s{}, d{}, pb{}, pe{};  // one entry per spatial dim; empty = 1 / 0
@@ -42,14 +54,7 @@ struct Case {
     // Weights dims in wfmt. Conv: O = oc, I = ic/g. ConvTranspose: its
     // I = our oc (groups fold there), its O = our ic (per group).
     dims weights() const {
-        const int64_t o = transpose ? ic / g : oc, i = transpose ? oc : ic / g;
-        dims r;
-        for (char ax : wfmt) {
-            if (ax == 'O') r.push_back(o);
-            if (ax == 'I') r.push_back(i);
-            if (ax == 'X') r.insert(r.end(), k.begin(), k.end());
-        }
-        return r;
+        return weight_dims(wfmt, transpose ? ic / g : oc, transpose ? oc : ic / g, k);
     }
     convgrad::attributes attrs() const {
         convgrad::attributes a;
