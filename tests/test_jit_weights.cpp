@@ -84,6 +84,34 @@ TEST_CASE("weights: wide layers walk their tiles in input-channel blocks", "[jit
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }
 
+TEST_CASE("weights: staged 1x1 layers stage their chunks tile-major", "[jit][weights]") {
+    // One src pixel per output pixel: merged rows, W and H strides, groups,
+    // channel tails (oc % 16, ic % m), ConvTranspose; padded 1x1 stays on
+    // the row-staged path.
+    Case merged = conv2d(70, 200, {9, 11}, {1, 1});
+    Case strided = conv2d(48, 131, {11, 10}, {1, 1});
+    strided.s = {2, 3};
+    Case grouped = conv2d(2 * 40, 2 * 90, {6, 7}, {1, 1});
+    grouped.g = 2;
+    Case transposed = conv2d(100, 80, {5, 6}, {1, 1});
+    transposed.transpose = true;
+    transposed.s = {2, 2};
+    transposed.wfmt = "IOX";
+    Case padded = conv2d(48, 131, {5, 6}, {1, 1});
+    padded.pb = padded.pe = {1, 0};
+    for (Case c : {merged, strided, grouped, transposed, padded}) {
+        c.mb = 3;
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            CHECK((d.find(" tile-major") != std::string::npos) == c.pb.empty());
+        }
+        check_exact(c);
+    }
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(strided, false);
+    CHECK(runs.outputs.size() == jit_isas(false).size());
+}
+
 TEST_CASE("weights: spatial sizes, strides, dilations, pads", "[jit][weights]") {
     for (int64_t sp : {1, 2, 7}) {
         Case c = conv2d(5, 19, {sp, sp + 1}, {1, 1});

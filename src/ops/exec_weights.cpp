@@ -8,7 +8,9 @@
 //     target, slice r > 0 into partial r. Staged plans (16-bit gemm, and
 //     f32 where measured faster) first copy each chunk into per-thread
 //     scratch: bf16 image pairs, widened f32 or an f32 copy (see
-//     plan_weights.hpp); depthwise reads 16-bit tensors in place.
+//     plan_weights.hpp), as rows in pixel order, or for unpadded 1x1
+//     layers tile-major (each tile's channels contiguous over the chunk);
+//     depthwise reads 16-bit tensors in place.
 //  3. slices > 1: target += partial 1 + partial 2 + ... in slice order.
 //  4. Non OC-contiguous user layout: the target was an XIO scratch; permute.
 //  5. 16-bit types: the target was f32 scratch; round once to the user type.
@@ -253,10 +255,24 @@ private:
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to) const;
     void reduce_and_store(float* target, const float* partials, void* user, bool pooled) const;
-    // Staged strided 1x1 rows keep only the pixels read: one per output pixel.
+    // Staged strided 1x1 rows keep only the pixels read: one per output
+    // pixel. Tile-major chunks: one tile's channels per pixel.
     int64_t src_step_bytes() const {
+        if (plan_.tile_major) return plan_.blk.m * 4;
         return (plan_.compress_w ? 1 : plan_.geo.stride[2]) * p_.ic() * plan_.elem_bytes();
     }
+    int64_t dst_step_bytes() const {
+        return plan_.tile_major ? plan_.blk.n * plan_.blk.vlen * 4 : p_.oc() * plan_.elem_bytes();
+    }
+    // Tile-major staging: floats of all ic tiles' / oc tiles' slices.
+    int64_t tile_major_src_floats() const {
+        return plan_.chunk_pixels() * plan_.geo.g * plan_.blk.m_tiles * plan_.blk.m;
+    }
+    int64_t tile_major_dst_floats() const {
+        return plan_.chunk_pixels() * plan_.geo.g * plan_.blk.n_tiles * plan_.blk.n * plan_.blk.vlen;
+    }
+    void stage_tile_major(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
+                          const uint16_t* diff_dst, float* row_buf) const;
 
     Problem p_;
     WeightsPlan plan_;
@@ -356,6 +372,11 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadSt
         if (a >= b) continue;
         const int64_t iw = a * g.stride[2] - g.pad[2] + kw * g.dil[2];
         int64_t src_pix, dst_pix;
+        if (plan_.tile_major) {  // offsets are pixel index x tile step (see src_step_bytes)
+            const int64_t pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
+            out.push_back({pix * src_step_bytes(), pix * dst_step_bytes(), b - a});
+            continue;
+        }
         if (st) {  // staged rows: [key index][width], [chunk row][segment]
             const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
             src_pix = (key - st->src_keys.begin()) * std::max(g.segment, g.in[2]) +
@@ -416,6 +437,64 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
     }
 }
 
+// Tile-major chunk: output pixel j of the chunk (rows in order, `segment`
+// slots each) goes to slot j of every tile's slice: ic tile t of group grp
+// holds channels [grp*ICg + t*m, +m) of its src pixel (one per output
+// pixel: 1x1, no padding), oc tile t its diff_dst channels [grp*OCg +
+// t*n*vlen, +n*vlen). Lanes past a group's channels are never used (the
+// kernels mask the oc tail and broadcast only m_last rows): not written.
+void JitWeightsExecutor::stage_tile_major(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
+                                          const uint16_t* diff_dst, float* row_buf) const {
+    const WeightsGeometry& g = plan_.geo;
+    const WeightsBlocking& b = plan_.blk;
+    const int64_t ic = p_.ic(), oc = p_.oc(), px = plan_.chunk_pixels();
+    const int64_t out_pixels = g.out[0] * g.out[1] * g.out[2], in_pixels = g.in[0] * g.in[1] * g.in[2];
+    const int64_t dst_w = b.n * b.vlen;
+    // Splits `count` pixels of `channels` (rows from `from`, `channels` floats
+    // apart) into the tiles of width `w` (tiles_per_group per group of `cg`
+    // channels), from slot `slot` on.
+    auto scatter = [&](const float* from, int64_t count, int64_t channels, int64_t cg, int64_t tiles_per_group,
+                       int64_t w, float* to, int64_t slot) {
+        for (int64_t grp = 0; grp < g.g; ++grp)
+            for (int64_t t = 0; t < tiles_per_group; ++t) {
+                const int64_t c0 = grp * cg + t * w, len = std::min(w, cg - t * w);
+                float* tile = to + ((grp * tiles_per_group + t) * px + slot) * w;
+                for (int64_t q = 0; q < count; ++q)
+                    std::memcpy(tile + q * w, from + q * channels + c0, static_cast<size_t>(len) * 4);
+            }
+    };
+    // `count` pixels from `pixel` of image (pair) n: the user's f32, or
+    // widened / paired into row_buf.
+    auto pixels = [&](const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n, int64_t pixel,
+                      int64_t count) -> const float* {
+        if (stager_) {
+            stage_pixels(tensor, channels, image_pixels, n, pixel, count, reinterpret_cast<char*>(row_buf));
+            return row_buf;
+        }
+        return reinterpret_cast<const float*>(tensor) + (n * image_pixels + pixel) * channels;
+    };
+    float* sdst = reinterpret_cast<float*>(st.diff_dst);
+    float* ssrc = reinterpret_cast<float*>(st.src);
+    for (size_t j = 0; j < chunk.size(); ++j) {
+        const RowPos& r = chunk[j];
+        const int64_t first = r.seg * g.segment, count = std::min(g.segment, g.out[2] - first);
+        const int64_t slot = static_cast<int64_t>(j) * g.segment;
+        const int64_t out_pixel = (r.od * g.out[1] + r.oh) * g.out[2] + first;
+        scatter(pixels(diff_dst, oc, out_pixels, r.n, out_pixel, count), count, oc, g.ocg, b.n_tiles, dst_w, sdst,
+                slot);
+        // The src pixels: (od*sd, oh*sh, ow*sw), one per output pixel.
+        const int64_t row = (r.od * g.stride[0] * g.in[1] + r.oh * g.stride[1]) * g.in[2];
+        if (g.stride[2] == 1) {
+            scatter(pixels(src, ic, in_pixels, r.n, row + first, count), count, ic, g.icg, b.m_tiles, b.m, ssrc,
+                    slot);
+            continue;
+        }
+        for (int64_t q = 0; q < count; ++q)
+            scatter(pixels(src, ic, in_pixels, r.n, row + (first + q) * g.stride[2], 1), 1, ic, g.icg, b.m_tiles,
+                    b.m, ssrc, slot + q);
+    }
+}
+
 void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               const std::vector<WeightsRow>& rows, bool accumulate, Prefetch& pf) const {
     WeightsKernelArgs a;
@@ -430,7 +509,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     a.rows = rows.data();
     a.nrows = static_cast<int64_t>(rows.size());
     a.src_step = src_step_bytes();
-    a.dst_step = p_.oc() * plan_.elem_bytes();
+    a.dst_step = dst_step_bytes();
     a.wei_row_stride = c.wei_row_stride * 4;
     a.wei_kh_stride = c.wei_kh_stride * 4;
     a.accumulate = accumulate ? 1 : 0;
@@ -463,7 +542,12 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
         ts.tap_built[static_cast<size_t>(tap)] = true;
     }
     const int64_t ic0 = it * b.m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
-    const TileCall c{src + (grp * g.icg + ic0) * 4, diff_dst + oc0 * 4,
+    const int64_t px = plan_.chunk_pixels();
+    const char* tile_src = plan_.tile_major ? src + (grp * b.m_tiles + it) * px * src_step_bytes()
+                                            : src + (grp * g.icg + ic0) * 4;
+    const char* tile_dst = plan_.tile_major ? diff_dst + (grp * b.n_tiles + ot) * px * dst_step_bytes()
+                                            : diff_dst + oc0 * 4;
+    const TileCall c{tile_src, tile_dst,
                      target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] +
                              kh * wei_str_.k[1] + kw * wei_str_.k[2],
                      wei_str_.i};
@@ -534,14 +618,20 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     const auto tiles = balance(plan_.blk.tiles, grid.tile_threads, tid % grid.tile_threads);
     const auto slices = balance(red.slices, grid.slice_threads, tid / grid.tile_threads);
     ThreadState ts;
+    std::vector<float> row_buf;
     ts.rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
     if (plan_.staged) {
         const int64_t row_pixels = std::max(g.segment, g.in[2]);
         // compute_thread never nests on a thread: the stage slots are free.
-        ts.staged.src = scratch(kStageSrc, red.chunk_rows * g.k[0] * g.k[1] * row_pixels * p_.ic() * 4, true,
-                                ts.staged.src_fresh);
-        ts.staged.diff_dst = scratch(kStageDst, red.chunk_rows * g.segment * p_.oc() * 4, true, ts.staged.dst_fresh);
+        const int64_t src_bytes = plan_.tile_major ? tile_major_src_floats() * 4
+                                                   : red.chunk_rows * g.k[0] * g.k[1] * row_pixels * p_.ic() * 4;
+        const int64_t dst_bytes = plan_.tile_major ? tile_major_dst_floats() * 4 : red.chunk_rows * g.segment * p_.oc() * 4;
+        ts.staged.src = scratch(kStageSrc, src_bytes, true, ts.staged.src_fresh);
+        ts.staged.diff_dst = scratch(kStageDst, dst_bytes, true, ts.staged.dst_fresh);
+        // Tile-major 16-bit: a chunk row is widened (or paired) here first.
+        if (plan_.tile_major && stager_)
+            row_buf.resize(static_cast<size_t>(g.segment * std::max(p_.ic(), p_.oc()) + 16));
         ts.view = &ts.staged;
     }
     Prefetch pf;  // the next chunk's memory, while this one runs
@@ -553,7 +643,10 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
             decode_rows(ts.chunk, q0, q1);
-            if (ts.view)
+            if (ts.view && plan_.tile_major)
+                stage_tile_major(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
+                                 reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data());
+            else if (ts.view)
                 stage_chunk(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
                             reinterpret_cast<const uint16_t*>(diff_dst));
             // The next chunk's user memory (which the stager reads next).

@@ -286,6 +286,8 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
     plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan) : plan.blk.kind == WeightsKernelKind::gemm;
     plan.compress_w = plan.staged && p.k[2] == 1 && p.stride[2] > 1;
+    plan.tile_major = plan.staged && plan.blk.kind == WeightsKernelKind::gemm && p.k_sp() == 1 &&
+                      p.pad_begin == std::array<int64_t, 3>{} && p.pad_end == std::array<int64_t, 3>{};
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
     plan.direct_weights = p.wei_str.o == 1;
@@ -309,7 +311,7 @@ std::string WeightsPlan::to_string() const {
        << " rows=" << red.rows << "x" << geo.segment << "px" << (geo.merged ? " merged" : "")
        << " chunk=" << red.chunk_rows << " rows (" << red.chunks << " chunks, " << (red.chunk_bytes >> 10)
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
-       << (transpose_inputs ? " ncx->nxc" : "") << (direct_weights ? " direct" : " permute")
+       << (tile_major ? " tile-major" : "") << (transpose_inputs ? " ncx->nxc" : "") << (direct_weights ? " direct" : " permute")
        << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";
     os << "  parallel slice<" << red.slices << " (" << grid.slice_threads << " thr)";
     os << " x tile<" << blk.tiles << " (" << grid.tile_threads << " thr):\n";

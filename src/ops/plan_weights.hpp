@@ -90,6 +90,14 @@ struct WeightsPlan {
     // Staged 1x1 with a W stride: src rows are staged with only the pixels
     // read (one per output pixel), halving (s = 2) their staging and space.
     bool compress_w = false;
+    // Staged unpadded 1x1 (one src pixel per output pixel): each chunk is
+    // staged tile-major, every ic tile's src as [pixel][m] and every oc
+    // tile's diff_dst as [pixel][n vectors], so a kernel call streams two
+    // contiguous slices instead of two strided ones (pixel strides of
+    // IC*4 / OC*4 bytes put a tile's lines into a few L1 sets).
+    bool tile_major = false;
+    // Chunk pixels (tile_major): rows x segment, the staged slices' length.
+    int64_t chunk_pixels() const { return red.chunk_rows * geo.segment; }
     // The output is 16-bit: the kernels sum into f32 scratch, rounded at the end.
     bool rounded() const { return dt != data_type::f32; }
     // Bytes per channel and pixel of the activations the kernels read: 4
