@@ -144,6 +144,7 @@ struct WeightsCostModel {
     static constexpr int64_t staged_slices = 2;  // the machine's core count; never the run's thread count
     static constexpr double staged_partial_ratio = 8;  // data bytes per weight byte above which they pay
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
+    static constexpr int64_t tile_major_stride_bytes = 4096;  // staged pixel stride from which 1x1 goes tile-major
 };
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads);
