@@ -290,7 +290,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // set per line of a tile): the per-tile scatter costs about as much as
     // the FMAs of a narrow layer (ResNet-50 64->256 at 56x56: -10 %), while
     // wide ones gain (1024->2048 s2 at 7x7: +67 %, 256->1024: +42 %).
-    plan.tile_major = plan.staged && plan.blk.kind == WeightsKernelKind::gemm && p.k_sp() == 1 &&
+    plan.tile_major = plan.staged && p.k_sp() == 1 &&  // staged: gemm only
                       p.pad_begin == std::array<int64_t, 3>{} && p.pad_end == std::array<int64_t, 3>{} &&
                       std::max(p.ic(), p.oc()) * 4 >= Cost::tile_major_stride_bytes;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
@@ -316,7 +316,8 @@ std::string WeightsPlan::to_string() const {
        << " rows=" << red.rows << "x" << geo.segment << "px" << (geo.merged ? " merged" : "")
        << " chunk=" << red.chunk_rows << " rows (" << red.chunks << " chunks, " << (red.chunk_bytes >> 10)
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
-       << (tile_major ? " tile-major" : "") << (transpose_inputs ? " ncx->nxc" : "") << (direct_weights ? " direct" : " permute")
+       << (tile_major ? " tile-major" : "") << (transpose_inputs ? " ncx->nxc" : "")
+       << (direct_weights ? " direct" : " permute")
        << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";
     os << "  parallel slice<" << red.slices << " (" << grid.slice_threads << " thr)";
     os << " x tile<" << blk.tiles << " (" << grid.tile_threads << " thr):\n";

@@ -90,8 +90,8 @@ struct WeightsPlan {
     // Staged 1x1 with a W stride: src rows are staged with only the pixels
     // read (one per output pixel), halving (s = 2) their staging and space.
     bool compress_w = false;
-    // Staged unpadded 1x1 (one src pixel per output pixel): each chunk is
-    // staged tile-major, every ic tile's src as [pixel][m] and every oc
+    // Staged unpadded 1x1 (one src pixel per output pixel) with a pixel
+    // stride of tile_major_stride_bytes or more: each chunk is staged tile-major, every ic tile's src as [pixel][m] and every oc
     // tile's diff_dst as [pixel][n vectors], so a kernel call streams two
     // contiguous slices instead of two strided ones (pixel strides of
     // IC*4 / OC*4 bytes put a tile's lines into a few L1 sets).
