@@ -61,7 +61,6 @@ bool stage_f32(const Problem& p, const WeightsPlan& plan) {
     if (plan.blk.kind == WeightsKernelKind::depthwise) return false;
     if (plan.isa == Isa::avx2) return true;
     if (p.ic() < 16) return false;
-    if (plan.isa == Isa::avx2) return true;
     return p.k_sp() > 1 || p.oc() > 64;
 }
 
