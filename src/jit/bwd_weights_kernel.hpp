@@ -64,9 +64,26 @@ struct WeightsKernelArgs {
     // tile. Prefetches never fault; step 0 repeats one line.
     const char* prefetch = nullptr;
     int64_t prefetch_step = 0;
+    // desc.stage (gemm): where the pixels this call reads from the user's
+    // tensors are copied to, pixel after pixel (m floats / n vectors each,
+    // in slots of *_stage_step bytes): the tile's slice of a tile-major
+    // chunk, which later calls read.
+    float* src_stage = nullptr;
+    float* dst_stage = nullptr;
+    int64_t src_stage_step = 0;
+    int64_t dst_stage_step = 0;
 };
 
 enum class WeightsKernelKind : uint8_t { gemm, depthwise };
+
+// WeightsKernelDesc::stage bits (gemm, f32, AVX-512): the call reads this
+// operand from the user's tensor and copies it to args.src_stage /
+// args.dst_stage as it goes. A copied src pixel is m floats; a copied
+// diff_dst pixel is n whole vectors (a tail vector's dead lanes as zeros);
+// either store may write up to one vector past its pixel's m floats / n
+// vectors, so a slot is at least that wide or the next slot is written
+// later, and a slice needs one vector of slack after its last slot.
+enum WeightsStage : uint8_t { kCopySrc = 1, kCopyDst = 2 };
 
 // Lines of the next chunk a kernel prefetches per pixel: enough to pull it
 // in while the current one runs, without crowding DRAM with requests early
@@ -85,14 +102,17 @@ struct WeightsKernelDesc {
     uint8_t dot = 0;    // 1: bf16 pairs with vdpbf16ps (see the header comment), 0: f32 FMA
     uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise); 0 = f32
     uint8_t kh = 1;     // depthwise: kernel rows per tile (src rows row_disp apart)
+    uint8_t stage = 0;  // gemm: WeightsStage bits
+    uint8_t reserved[3] = {};
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
 };
-static_assert(sizeof(WeightsKernelDesc) == 16, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 20, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);
-// "wgemm_avx512_core_m6n4t0" / "wdw_avx2_k3n2t0_d384" / "wgemm_avx512_core_bf16_m13n2t0_dot"
+// "wgemm_avx512_core_m6n4t0" / "wdw_avx2_k3n2t0_d384" / "wgemm_avx512_core_bf16_m13n2t0_dot" /
+// "wgemm_avx512_core_m6n4t0_s3"
 std::string weights_kernel_name(const WeightsKernelDesc& d);
 
 class WeightsKernel : public JitKernel {

@@ -10,6 +10,8 @@
 //   rbx  pixels left      r12  scratch (tail mask set-up, flush pointer)
 //   (flush: rcx row stride, r8 kernel-row block pointer)
 //   r13  prefetch ptr     r14  prefetch step
+//   desc.stage: r15 src stage ptr, r12 diff_dst stage ptr (during the
+//   loops), k2 the mask of a copied src pixel's last vector
 //   vregs [0, rows*n): accumulators, acc(row, v) = rows-major;
 //   vregs [rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
 #pragma once
@@ -64,6 +66,9 @@ protected:
     const Xbyak::Reg64 reg_row_ = rcx, reg_nrows_ = r8, reg_src_step_ = r9, reg_dst_step_ = r10;
     const Xbyak::Reg64 reg_src_ = r11, reg_dst_ = rax, reg_npix_ = rbx, reg_scratch_ = r12;
     const Xbyak::Reg64 reg_prefetch_ = r13, reg_prefetch_step_ = r14;
+    const Xbyak::Reg64 reg_src_stage_ = r15, reg_dst_stage_ = r12;
+    bool stage_src() const { return (desc_.stage & kCopySrc) != 0; }
+    bool stage_dst() const { return (desc_.stage & kCopyDst) != 0; }
 
 private:
     void load_args();

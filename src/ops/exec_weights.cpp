@@ -9,8 +9,9 @@
 //     f32 where measured faster) first copy each chunk into per-thread
 //     scratch: bf16 image pairs, widened f32 or an f32 copy (see
 //     plan_weights.hpp), as rows in pixel order, or for unpadded 1x1
-//     layers tile-major (each tile's channels contiguous over the chunk);
-//     depthwise reads 16-bit tensors in place.
+//     layers tile-major (each tile's channels contiguous over the chunk;
+//     f32 on AVX-512 has no copy pass: the first call on each tile copies
+//     its slice as it computes); depthwise reads 16-bit tensors in place.
 //  3. slices > 1: target += partial 1 + partial 2 + ... in slice order.
 //  4. Non OC-contiguous user layout: the target was an XIO scratch; permute.
 //  5. 16-bit types: the target was f32 scratch; round once to the user type.
@@ -22,10 +23,12 @@
 #include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "jit/bwd_data_cvt.hpp"
@@ -116,41 +119,63 @@ std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
 
 // A thread's walk over the next chunk's memory (its diff_dst rows, then
 // the src rows it reads; per image of a bf16 pair), `lines` lines per pixel
-// the kernels process (weights_prefetch_lines of their kind).
+// the kernels process (weights_prefetch_lines of their kind): a list of
+// walks, each `count` steps of `step` bytes (a contiguous range steps by
+// its lines; stage_in_kernel walks a pixel stride, one line a pixel). A
+// call takes the steps of its pixels from the current walk; the first
+// `skip` calls take nothing.
 struct Prefetch {
-    struct Range {
-        const char* begin;
-        const char* end;
+    struct Walk {
+        const char* pos;
+        int64_t step, count;
     };
-    std::vector<Range> ranges;  // reused from chunk to chunk
+    std::vector<Walk> walks;  // reused from chunk to chunk
     size_t at = 0;
     int lines = 1;
-    const char* pos = nullptr;  // nullptr: nothing left to prefetch
+    int64_t skip = 0;
 
     void clear() {
-        ranges.clear();
+        walks.clear();
         at = 0;
-        pos = nullptr;
+        skip = 0;
     }
+    // Contiguous memory [begin, end), `lines` lines a step.
     void add(const char* begin, const char* end) {
         if (begin >= end) return;
-        if (!ranges.empty() && ranges.back().end == begin) {  // adjacent rows: one range
-            ranges.back().end = end;
-            return;
-        }
-        ranges.push_back({begin, end});
-        if (ranges.size() == 1) pos = begin;
+        const int64_t step = 64 * lines;
+        add_strided(begin, step, (end - begin + step - 1) / step);
     }
-    // Where the next call starts, and advance past its `pixels` lines.
-    const char* take(int64_t pixels) {
-        const char* start = pos;
-        if (!pos) return nullptr;
-        pos += 64 * lines * pixels;
-        while (pos && pos >= ranges[at].end) {
-            const int64_t over = pos - ranges[at].end;
-            pos = ++at < ranges.size() ? ranges[at].begin + over : nullptr;
+    // `count` steps of `step` bytes from begin; merged into the last walk
+    // when it continues it (adjacent rows: one walk).
+    void add_strided(const char* begin, int64_t step, int64_t count) {
+        if (!walks.empty()) {
+            Walk& w = walks.back();
+            if (w.step == step && w.pos + w.count * step == begin) {
+                w.count += count;
+                return;
+            }
         }
-        return start;
+        walks.push_back({begin, step, count});
+    }
+    // Calls of `pixels` that take every walk.
+    int64_t calls_needed(int64_t pixels) const {
+        int64_t n = 0;
+        for (const Walk& w : walks) n += (w.count + pixels - 1) / pixels;
+        return n;
+    }
+    // The start and step of the next call's `pixels` steps, or nullptr.
+    std::pair<const char*, int64_t> take(int64_t pixels) {
+        if (skip > 0) {
+            --skip;
+            return {nullptr, 0};
+        }
+        while (at < walks.size() && walks[at].count <= 0) ++at;
+        if (at == walks.size()) return {nullptr, 0};
+        Walk& w = walks[at];
+        const std::pair<const char*, int64_t> r{w.pos, w.step};
+        w.pos += pixels * w.step;
+        w.count -= pixels;
+        return r;
     }
 };
 
@@ -165,8 +190,11 @@ struct TileCall {
     const char* src;
     const char* diff_dst;
     float* diff_weights;
-    int64_t wei_row_stride;     // elements
-    int64_t wei_kh_stride = 0;  // elements (depthwise tiles of several kernel rows)
+    int64_t src_step, dst_step;  // bytes between a row's pixels
+    int64_t wei_row_stride;      // elements
+    int64_t wei_kh_stride = 0;   // elements (depthwise tiles of several kernel rows)
+    char* src_stage = nullptr;   // the kernel's WeightsStage copies, if any
+    char* dst_stage = nullptr;
 };
 
 // Which rows of a chunk a call takes: every row whose tap reads inside src,
@@ -187,7 +215,15 @@ struct StagedChunk {
 struct ThreadState {
     std::vector<RowPos> chunk;
     std::vector<std::vector<WeightsRow>> tap_rows;  // gemm: one list per tap
-    std::vector<bool> tap_built;
+    std::vector<uint8_t> tap_built;
+    // Tile-major chunks: the row list by which operands come from the user's
+    // tensors (WeightsStage bits), and (stage_in_kernel) which ic / oc tile
+    // slices this thread has filled in this chunk.
+    std::vector<WeightsRow> tm_rows[4];
+    uint8_t tm_built[4] = {};
+    std::vector<uint8_t> src_filled, dst_filled;
+    std::vector<RowPos> next_chunk;  // stage_in_kernel prefetch: the next chunk's rows
+    std::vector<WeightsRow> next_rows;
     std::vector<WeightsRow> rows;  // depthwise
     StagedChunk staged;
     const StagedChunk* view = nullptr;  // staged chunk, or nullptr: user tensors
@@ -215,7 +251,7 @@ public:
 
 private:
     void load_kernels();
-    const WeightsKernel& kernel(int rows, bool last_n) const;
+    const WeightsKernel& kernel(int rows, bool last_n, int stage = 0) const;
     void compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src, const char* diff_dst,
                         float* target, float* partials) const;
     void run_gemm_tile(int64_t tile, bool accumulate, float* target, const char* src, const char* diff_dst,
@@ -225,6 +261,13 @@ private:
     void call(const WeightsKernel& k, const TileCall& c, const std::vector<WeightsRow>& rows,
               bool accumulate, Prefetch& pf) const;
     void prefetch_chunk(Prefetch& pf, int64_t chunk, const char* src, const char* diff_dst) const;
+    void prefetch_first_call(Prefetch& pf, ThreadState& ts, int64_t chunk, int64_t first_tile, int64_t calls,
+                             int64_t call_pixels, const char* src, const char* diff_dst) const;
+    // A gemm tile index, decoded (see run_gemm_tile for the order).
+    struct GemmTile {
+        int64_t grp, it, ot, tap, kd, kh, kw;
+    };
+    GemmTile gemm_tile(int64_t tile) const;
     // Output row q of the reduction, decoded; the chunk's rows decoded once,
     // then the kernel rows of one tap restricted to output pixels [ow_lo, ow_hi).
     RowPos row_at(int64_t q) const;
@@ -243,9 +286,14 @@ private:
             }
         }
     }
-    void build_rows(std::vector<WeightsRow>& out, const ThreadState& ts, int64_t kd, int64_t kh, int64_t kw,
+    // The rows of `chunk` for tap (kd, kh, kw), as offsets into the staged
+    // chunk `st`, or into the user's tensors when st is null. Tile-major
+    // chunks: offsets into the tile slices, except for the operands `user`
+    // (WeightsStage bits) names, which are read from the user's tensors.
+    void build_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, const StagedChunk* st,
+                    int64_t kd, int64_t kh, int64_t kw,
                     int64_t ow_lo, int64_t ow_hi, RowSet set = RowSet::any, int64_t block_kh0 = 0,
-                    int64_t block_khs = 1) const;
+                    int64_t block_khs = 1, int user = 0) const;
     // Staging (16-bit types).
     int64_t src_key(const RowPos& r, int64_t id, int64_t ih) const;
     int64_t src_row_first(int64_t seg) const;
@@ -264,13 +312,12 @@ private:
     int64_t dst_step_bytes() const {
         return plan_.tile_major ? plan_.blk.n * plan_.blk.vlen * 4 : p_.oc() * plan_.elem_bytes();
     }
-    // Tile-major staging: floats of all ic tiles' / oc tiles' slices.
-    int64_t tile_major_src_floats() const {
-        return plan_.chunk_pixels() * plan_.geo.g * plan_.blk.m_tiles * plan_.blk.m;
-    }
-    int64_t tile_major_dst_floats() const {
-        return plan_.chunk_pixels() * plan_.geo.g * plan_.blk.n_tiles * plan_.blk.n * plan_.blk.vlen;
-    }
+    // The same in the user's tensors (NXC, or the NXC scratch).
+    int64_t user_src_step() const { return plan_.geo.stride[2] * p_.ic() * plan_.elem_bytes(); }
+    int64_t user_dst_step() const { return p_.oc() * plan_.elem_bytes(); }
+    // Tile-major slices: each ic tile's src, each oc tile's diff_dst.
+    int64_t src_slice_bytes() const { return plan_.tile_slice_bytes(plan_.blk.m); }
+    int64_t dst_slice_bytes() const { return plan_.tile_slice_bytes(plan_.blk.n * plan_.blk.vlen); }
     void stage_tile_major(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
                           const uint16_t* diff_dst, float* row_buf) const;
 
@@ -281,7 +328,8 @@ private:
     // kernel rows), 2 = one tap, 3 / 4 = full / last m tile of one kernel
     // row (depthwise edges); n kind 0 = full tile, 1 = last (tail) tile.
     enum RowsKind { kFull, kLast, kOneTap, kRowFull, kRowLast, kRowsKinds };
-    std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2];
+    // [..][..][WeightsStage bits]: stage_in_kernel gemm only, else 0.
+    std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][4];
     std::shared_ptr<const StageKernel> stager_;
 };
 
@@ -298,11 +346,13 @@ void JitWeightsExecutor::load_kernels() {
             const int n = last ? b.n_last : b.n;
             const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
             if (!last && b.n_tiles == 1) continue;  // the only n tile is the last
-            bool hit = false;
-            kernels_[r][last] = get_weights_kernel(plan_.desc(row_kinds[r], n, tail, tap_disp, kh, row_disp), &hit);
-            if (verbose())
-                std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", kernels_[r][last]->name().c_str(),
-                             hit ? "hit" : "miss");
+            for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage) {
+                bool hit = false;
+                auto& k = kernels_[r][last][stage];
+                k = get_weights_kernel(plan_.desc(row_kinds[r], n, tail, tap_disp, kh, row_disp, stage), &hit);
+                if (verbose())
+                    std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
+            }
         }
     }
     if (plan_.rounded() && plan_.staged) {
@@ -313,8 +363,8 @@ void JitWeightsExecutor::load_kernels() {
     }
 }
 
-const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n) const {
-    return *kernels_[rows == plan_.blk.m ? kFull : kLast][last_n || plan_.blk.n_tiles == 1];
+const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n, int stage) const {
+    return *kernels_[rows == plan_.blk.m ? kFull : kLast][last_n || plan_.blk.n_tiles == 1][stage];
 }
 
 RowPos JitWeightsExecutor::row_at(int64_t q) const {
@@ -351,14 +401,14 @@ int64_t JitWeightsExecutor::src_row_width(int64_t seg) const {
     return g.merged ? std::min(g.segment, g.in[2] - seg * g.segment) : g.in[2];
 }
 
-void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadState& ts, int64_t kd, int64_t kh,
-                                    int64_t kw, int64_t ow_lo, int64_t ow_hi, RowSet set, int64_t block_kh0,
-                                    int64_t block_khs) const {
+void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk,
+                                    const StagedChunk* st, int64_t kd, int64_t kh, int64_t kw, int64_t ow_lo,
+                                    int64_t ow_hi, RowSet set, int64_t block_kh0, int64_t block_khs, int user) const {
     const WeightsGeometry& g = plan_.geo;
-    const int64_t ic = p_.ic(), oc = p_.oc();
-    const StagedChunk* st = ts.view;
-    for (size_t j = 0; j < ts.chunk.size(); ++j) {
-        const RowPos& r = ts.chunk[j];
+    const int64_t ic = p_.ic(), oc = p_.oc(), es = plan_.elem_bytes();
+    int64_t slot = 0;  // tile-major: the chunk's pixels in row order
+    for (size_t j = 0; j < chunk.size(); ++j) {
+        const RowPos& r = chunk[j];
         const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
         const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
@@ -371,22 +421,23 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const ThreadSt
         const int64_t b = std::min(ow_hi, (r.seg + 1) * g.segment);
         if (a >= b) continue;
         const int64_t iw = a * g.stride[2] - g.pad[2] + kw * g.dil[2];
-        int64_t src_pix, dst_pix;
-        if (plan_.tile_major) {  // offsets are pixel index x tile step (see src_step_bytes)
-            const int64_t pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
-            out.push_back({pix * src_step_bytes(), pix * dst_step_bytes(), b - a});
+        const int64_t user_src = (((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * ic * es;
+        const int64_t user_dst = (((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a) * oc * es;
+        if (plan_.tile_major) {  // slices: slot x tile step (see src_step_bytes)
+            out.push_back({user & kCopySrc ? user_src : slot * src_step_bytes(),
+                           user & kCopyDst ? user_dst : slot * dst_step_bytes(), b - a});
+            slot += b - a;
             continue;
         }
-        if (st) {  // staged rows: [key index][width], [chunk row][segment]
-            const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
-            src_pix = (key - st->src_keys.begin()) * std::max(g.segment, g.in[2]) +
-                      (plan_.compress_w ? a : iw - src_row_first(r.seg));
-            dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
-        } else {
-            src_pix = ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw;
-            dst_pix = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a;
+        if (!st) {
+            out.push_back({user_src, user_dst, b - a});
+            continue;
         }
-        const int64_t es = plan_.elem_bytes();
+        // Staged rows: [key index][width], [chunk row][segment].
+        const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
+        const int64_t src_pix = (key - st->src_keys.begin()) * std::max(g.segment, g.in[2]) +
+                                (plan_.compress_w ? a : iw - src_row_first(r.seg));
+        const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
         out.push_back({src_pix * ic * es, dst_pix * oc * es, b - a});
     }
 }
@@ -447,7 +498,7 @@ void JitWeightsExecutor::stage_tile_major(StagedChunk& st, const std::vector<Row
                                           const uint16_t* diff_dst, float* row_buf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    const int64_t ic = p_.ic(), oc = p_.oc(), px = plan_.chunk_pixels();
+    const int64_t ic = p_.ic(), oc = p_.oc();
     const int64_t out_pixels = g.out[0] * g.out[1] * g.out[2], in_pixels = g.in[0] * g.in[1] * g.in[2];
     const int64_t dst_w = b.n * b.vlen;
     // Splits `count` pixels of `channels` (rows from `from`, `channels` floats
@@ -455,10 +506,11 @@ void JitWeightsExecutor::stage_tile_major(StagedChunk& st, const std::vector<Row
     // channels), from slot `slot` on.
     auto scatter = [&](const float* from, int64_t count, int64_t channels, int64_t cg, int64_t tiles_per_group,
                        int64_t w, float* to, int64_t slot) {
+        const int64_t slice = plan_.tile_slice_bytes(w) / 4;
         for (int64_t grp = 0; grp < g.g; ++grp)
             for (int64_t t = 0; t < tiles_per_group; ++t) {
                 const int64_t c0 = grp * cg + t * w, len = std::min(w, cg - t * w);
-                float* tile = to + ((grp * tiles_per_group + t) * px + slot) * w;
+                float* tile = to + (grp * tiles_per_group + t) * slice + slot * w;
                 for (int64_t q = 0; q < count; ++q)
                     std::memcpy(tile + q * w, from + q * channels + c0, static_cast<size_t>(len) * 4);
             }
@@ -475,23 +527,22 @@ void JitWeightsExecutor::stage_tile_major(StagedChunk& st, const std::vector<Row
     };
     float* sdst = reinterpret_cast<float*>(st.diff_dst);
     float* ssrc = reinterpret_cast<float*>(st.src);
-    for (size_t j = 0; j < chunk.size(); ++j) {
-        const RowPos& r = chunk[j];
+    int64_t slot = 0;  // the chunk's pixels in row order (as build_rows numbers them)
+    for (const RowPos& r : chunk) {
         const int64_t first = r.seg * g.segment, count = std::min(g.segment, g.out[2] - first);
-        const int64_t slot = static_cast<int64_t>(j) * g.segment;
         const int64_t out_pixel = (r.od * g.out[1] + r.oh) * g.out[2] + first;
         scatter(pixels(diff_dst, oc, out_pixels, r.n, out_pixel, count), count, oc, g.ocg, b.n_tiles, dst_w, sdst,
                 slot);
         // The src pixels: (od*sd, oh*sh, ow*sw), one per output pixel.
         const int64_t row = (r.od * g.stride[0] * g.in[1] + r.oh * g.stride[1]) * g.in[2];
-        if (g.stride[2] == 1) {
+        if (g.stride[2] == 1)
             scatter(pixels(src, ic, in_pixels, r.n, row + first, count), count, ic, g.icg, b.m_tiles, b.m, ssrc,
                     slot);
-            continue;
-        }
-        for (int64_t q = 0; q < count; ++q)
-            scatter(pixels(src, ic, in_pixels, r.n, row + (first + q) * g.stride[2], 1), 1, ic, g.icg, b.m_tiles,
-                    b.m, ssrc, slot + q);
+        else
+            for (int64_t q = 0; q < count; ++q)
+                scatter(pixels(src, ic, in_pixels, r.n, row + (first + q) * g.stride[2], 1), 1, ic, g.icg,
+                        b.m_tiles, b.m, ssrc, slot + q);
+        slot += count;
     }
 }
 
@@ -500,29 +551,31 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     WeightsKernelArgs a;
     int64_t pixels = 0;
     for (const WeightsRow& r : rows) pixels += r.pixels;
-    const char* at = pf.take(pixels);
+    const auto [at, step] = pf.take(pixels);
     a.prefetch = at ? at : c.diff_dst;
-    a.prefetch_step = at ? 64 * plan_.prefetch_lines() : 0;
+    a.prefetch_step = at ? step : 0;
     a.src = reinterpret_cast<const float*>(c.src);
     a.diff_dst = reinterpret_cast<const float*>(c.diff_dst);
     a.diff_weights = c.diff_weights;
     a.rows = rows.data();
     a.nrows = static_cast<int64_t>(rows.size());
-    a.src_step = src_step_bytes();
-    a.dst_step = dst_step_bytes();
+    a.src_step = c.src_step;
+    a.dst_step = c.dst_step;
     a.wei_row_stride = c.wei_row_stride * 4;
     a.wei_kh_stride = c.wei_kh_stride * 4;
     a.accumulate = accumulate ? 1 : 0;
+    a.src_stage = reinterpret_cast<float*>(c.src_stage);
+    a.dst_stage = reinterpret_cast<float*>(c.dst_stage);
+    a.src_stage_step = src_step_bytes();  // a tile-major slice's slot
+    a.dst_stage_step = dst_step_bytes();
     k.run(a);
 }
 
 // Tile order (outermost first): g, ic block, oc tile, tap, ic tile, so a
 // thread's consecutive tiles share the chunk's diff_dst slice (kept in L1)
 // and an ic block's src slice stays in L2 across oc tiles; the last ic block
-// may be short. Row lists depend on the tap only and are built once per
-// chunk.
-void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* target, const char* src,
-                                       const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
+// may be short.
+JitWeightsExecutor::GemmTile JitWeightsExecutor::gemm_tile(int64_t tile) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const int64_t taps = g.k[0] * g.k[1] * g.k[2];
@@ -530,29 +583,61 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     const int64_t grp = tile / per_group, in_group = tile % per_group;
     const int64_t blk = in_group / per_block, in_block = in_group % per_block;
     const int64_t blk_tiles = std::min(b.m_block, b.m_tiles - blk * b.m_block);
-    const int64_t it = blk * b.m_block + in_block % blk_tiles;
     const int64_t tap = (in_block / blk_tiles) % taps;
-    const int64_t ot = in_block / (blk_tiles * taps);
-    const int64_t kw = tap % g.k[2], kh = (tap / g.k[2]) % g.k[1], kd = tap / (g.k[2] * g.k[1]);
-    std::vector<WeightsRow>& rows = ts.tap_rows[static_cast<size_t>(tap)];
-    if (!ts.tap_built[static_cast<size_t>(tap)]) {
+    return {grp, blk * b.m_block + in_block % blk_tiles, in_block / (blk_tiles * taps), tap,
+            tap / (g.k[2] * g.k[1]), (tap / g.k[2]) % g.k[1], tap % g.k[2]};
+}
+
+// Row lists depend on the tap only (tile-major: on the operands read from
+// the user's tensors) and are built once per chunk. src / diff_dst are the
+// user's tensors (NXC); staged chunks are in ts.view. stage_in_kernel: the
+// thread's first call on an ic (oc) tile of the chunk reads the user's src
+// (diff_dst) and fills the tile's slice.
+void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* target, const char* src,
+                                       const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
+    const WeightsGeometry& g = plan_.geo;
+    const WeightsBlocking& b = plan_.blk;
+    const auto [grp, it, ot, tap, kd, kh, kw] = gemm_tile(tile);
+    const int64_t ic0 = it * b.m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
+    const int64_t src_tile = grp * b.m_tiles + it, dst_tile = grp * b.n_tiles + ot;
+    int stage = 0;
+    if (plan_.stage_in_kernel) {
+        if (!ts.src_filled[src_tile]) stage |= kCopySrc;
+        if (!ts.dst_filled[dst_tile]) stage |= kCopyDst;
+        ts.src_filled[src_tile] = ts.dst_filled[dst_tile] = 1;
+    }
+    // Rows: per tap, or for tile-major chunks (one tap) per user-read set.
+    std::vector<WeightsRow>& rows = plan_.tile_major ? ts.tm_rows[stage] : ts.tap_rows[static_cast<size_t>(tap)];
+    uint8_t& built = plan_.tile_major ? ts.tm_built[stage] : ts.tap_built[static_cast<size_t>(tap)];
+    if (!built) {
         rows.clear();
         const auto ow = valid_ow(g, kw);
-        build_rows(rows, ts, kd, kh, kw, ow[0], ow[1]);
-        ts.tap_built[static_cast<size_t>(tap)] = true;
+        build_rows(rows, ts.chunk, ts.view, kd, kh, kw, ow[0], ow[1], RowSet::any, 0, 1, stage);
+        built = 1;
     }
-    const int64_t ic0 = it * b.m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
-    const int64_t px = plan_.chunk_pixels();
-    const char* tile_src = plan_.tile_major ? src + (grp * b.m_tiles + it) * px * src_step_bytes()
-                                            : src + (grp * g.icg + ic0) * 4;
-    const char* tile_dst = plan_.tile_major ? diff_dst + (grp * b.n_tiles + ot) * px * dst_step_bytes()
-                                            : diff_dst + oc0 * 4;
-    const TileCall c{tile_src, tile_dst,
-                     target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] +
-                             kh * wei_str_.k[1] + kw * wei_str_.k[2],
-                     wei_str_.i};
+    TileCall c{};
+    c.diff_weights = target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] + kh * wei_str_.k[1] +
+                     kw * wei_str_.k[2];
+    c.wei_row_stride = wei_str_.i;
+    const char* user_src = src + (grp * g.icg + ic0) * 4;
+    const char* user_dst = diff_dst + oc0 * 4;
+    if (!plan_.tile_major) {
+        c.src = ts.view ? ts.view->src + (grp * g.icg + ic0) * 4 : user_src;
+        c.diff_dst = ts.view ? ts.view->diff_dst + oc0 * 4 : user_dst;
+        c.src_step = src_step_bytes();
+        c.dst_step = dst_step_bytes();
+    } else {
+        char* src_slice = ts.staged.src + src_tile * src_slice_bytes();
+        char* dst_slice = ts.staged.diff_dst + dst_tile * dst_slice_bytes();
+        c.src = stage & kCopySrc ? user_src : src_slice;
+        c.diff_dst = stage & kCopyDst ? user_dst : dst_slice;
+        c.src_step = stage & kCopySrc ? user_src_step() : src_step_bytes();
+        c.dst_step = stage & kCopyDst ? user_dst_step() : dst_step_bytes();
+        c.src_stage = stage & kCopySrc ? src_slice : nullptr;
+        c.dst_stage = stage & kCopyDst ? dst_slice : nullptr;
+    }
     const int m = it == b.m_tiles - 1 ? b.m_last : b.m;
-    call(kernel(m, ot == b.n_tiles - 1), c, rows, accumulate, pf);
+    call(kernel(m, ot == b.n_tiles - 1, stage), c, rows, accumulate, pf);
 }
 
 // Tile order: kd, kernel-row block, kw tile, channel tile. A tile covers
@@ -583,30 +668,35 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     }
     const int64_t es = plan_.elem_bytes();
     auto at_tap = [&](int64_t kh, int64_t kw) {
-        return TileCall{src + c0 * es, diff_dst + c0 * es,
+        return TileCall{src + c0 * es,
+                        diff_dst + c0 * es,
                         target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh * wei_str_.k[1] + kw * wei_str_.k[2],
-                        wei_str_.k[2], wei_str_.k[1]};
+                        src_step_bytes(),
+                        dst_step_bytes(),
+                        wei_str_.k[2],
+                        wei_str_.k[1]};
     };
     std::vector<WeightsRow>& rows = ts.rows;
     rows.clear();
-    if (lo < hi) build_rows(rows, ts, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
-    call(*kernels_[last_tap_tile ? kLast : kFull][last_n], at_tap(kh0, kw0), rows, accumulate, pf);
+    if (lo < hi) build_rows(rows, ts.chunk, ts.view, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
+    call(*kernels_[last_tap_tile ? kLast : kFull][last_n][0], at_tap(kh0, kw0), rows, accumulate, pf);
     for (int64_t kh = kh0; kh < kh0 + b.kh; ++kh) {
         if (b.kh > 1 && lo < hi) {
             rows.clear();
-            build_rows(rows, ts, kd, kh, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
-            if (!rows.empty()) call(*kernels_[last_tap_tile ? kRowLast : kRowFull][last_n], at_tap(kh, kw0), rows, true, pf);
+            build_rows(rows, ts.chunk, ts.view, kd, kh, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
+            if (!rows.empty())
+                call(*kernels_[last_tap_tile ? kRowLast : kRowFull][last_n][0], at_tap(kh, kw0), rows, true, pf);
         }
         for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
             const auto r = valid_ow(g, kw);
             rows.clear();
             if (lo < hi) {
-                build_rows(rows, ts, kd, kh, kw, r[0], std::min(r[1], lo));
-                build_rows(rows, ts, kd, kh, kw, std::max(r[0], hi), r[1]);
+                build_rows(rows, ts.chunk, ts.view, kd, kh, kw, r[0], std::min(r[1], lo));
+                build_rows(rows, ts.chunk, ts.view, kd, kh, kw, std::max(r[0], hi), r[1]);
             } else {
-                build_rows(rows, ts, kd, kh, kw, r[0], r[1]);
+                build_rows(rows, ts.chunk, ts.view, kd, kh, kw, r[0], r[1]);
             }
-            if (!rows.empty()) call(*kernels_[kOneTap][last_n], at_tap(kh, kw), rows, true, pf);
+            if (!rows.empty()) call(*kernels_[kOneTap][last_n][0], at_tap(kh, kw), rows, true, pf);
         }
     }
 }
@@ -624,26 +714,31 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     if (plan_.staged) {
         const int64_t row_pixels = std::max(g.segment, g.in[2]);
         // compute_thread never nests on a thread: the stage slots are free.
-        const int64_t src_bytes = plan_.tile_major ? tile_major_src_floats() * 4
+        const WeightsBlocking& b = plan_.blk;
+        const int64_t src_bytes = plan_.tile_major ? g.g * b.m_tiles * src_slice_bytes()
                                                    : red.chunk_rows * g.k[0] * g.k[1] * row_pixels * p_.ic() * 4;
-        const int64_t dst_bytes = plan_.tile_major ? tile_major_dst_floats() * 4 : red.chunk_rows * g.segment * p_.oc() * 4;
+        const int64_t dst_bytes = plan_.tile_major ? g.g * b.n_tiles * dst_slice_bytes()
+                                                   : red.chunk_rows * g.segment * p_.oc() * 4;
         ts.staged.src = scratch(kStageSrc, src_bytes, true, ts.staged.src_fresh);
         ts.staged.diff_dst = scratch(kStageDst, dst_bytes, true, ts.staged.dst_fresh);
         // Tile-major 16-bit: a chunk row is widened (or paired) here first.
         if (plan_.tile_major && stager_)
             row_buf.resize(static_cast<size_t>(g.segment * std::max(p_.ic(), p_.oc()) + 16));
         ts.view = &ts.staged;
+        ts.src_filled.resize(static_cast<size_t>(g.g * b.m_tiles));
+        ts.dst_filled.resize(static_cast<size_t>(g.g * b.n_tiles));
     }
     Prefetch pf;  // the next chunk's memory, while this one runs
-    const char* tile_src = ts.view ? ts.staged.src : src;
-    const char* tile_dst = ts.view ? ts.staged.diff_dst : diff_dst;
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
         float* out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
         const auto chunks = balance(red.chunks, red.slices, s);
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
             decode_rows(ts.chunk, q0, q1);
-            if (ts.view && plan_.tile_major)
+            if (plan_.stage_in_kernel) {  // the kernels fill the slices
+                std::fill(ts.src_filled.begin(), ts.src_filled.end(), 0);
+                std::fill(ts.dst_filled.begin(), ts.dst_filled.end(), 0);
+            } else if (ts.view && plan_.tile_major)
                 stage_tile_major(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
                                  reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data());
             else if (ts.view)
@@ -652,13 +747,18 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             // The next chunk's user memory (which the stager reads next).
             const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
             pf.clear();
-            if (has_next) prefetch_chunk(pf, c + 1, src, diff_dst);
-            ts.tap_built.assign(ts.tap_rows.size(), false);
+            if (has_next && plan_.stage_in_kernel)
+                prefetch_first_call(pf, ts, c + 1, tiles[0], tiles[1] - tiles[0],
+                                    (q1 - q0) * g.segment, src, diff_dst);
+            else if (has_next)
+                prefetch_chunk(pf, c + 1, src, diff_dst);
+            ts.tap_built.assign(ts.tap_rows.size(), 0);
+            std::fill(std::begin(ts.tm_built), std::end(ts.tm_built), 0);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)
-                    run_dw_tile(t, c != chunks[0], out, tile_src, tile_dst, ts, pf);
+                    run_dw_tile(t, c != chunks[0], out, src, diff_dst, ts, pf);
                 else
-                    run_gemm_tile(t, c != chunks[0], out, tile_src, tile_dst, ts, pf);
+                    run_gemm_tile(t, c != chunks[0], out, src, diff_dst, ts, pf);
             }
         }
     }
@@ -715,6 +815,35 @@ void JitWeightsExecutor::prefetch_chunk(Prefetch& pf, int64_t chunk, const char*
                 });
         }
     }
+}
+
+// stage_in_kernel: what the thread's first call on chunk `chunk` reads from
+// the user's tensors, per pixel: the first two lines of its ic tile (later
+// copying calls prefetch their own src, see the gemm kernel) and its oc
+// tile's n vectors, as strided walks of one line a pixel. Handed out over
+// the last of the `calls` calls (of `call_pixels` pixels) the thread runs
+// on the current chunk, so it is still in L2 when the next one starts.
+void JitWeightsExecutor::prefetch_first_call(Prefetch& pf, ThreadState& ts, int64_t chunk, int64_t first_tile,
+                                             int64_t calls, int64_t call_pixels, const char* src,
+                                             const char* diff_dst) const {
+    const WeightsGeometry& g = plan_.geo;
+    const WeightsBlocking& b = plan_.blk;
+    const int64_t q0 = chunk * plan_.red.chunk_rows, q1 = std::min(plan_.red.rows, q0 + plan_.red.chunk_rows);
+    decode_rows(ts.next_chunk, q0, q1);
+    ts.next_rows.clear();
+    const auto ow = valid_ow(g, 0);
+    build_rows(ts.next_rows, ts.next_chunk, nullptr, 0, 0, 0, ow[0], ow[1], RowSet::any, 0, 1, kCopySrc | kCopyDst);
+    const GemmTile t = gemm_tile(first_tile);
+    const char* tile_src = src + (t.grp * g.icg + t.it * b.m) * 4;
+    const char* tile_dst = diff_dst + (t.grp * g.ocg + t.ot * b.n * b.vlen) * 4;
+    pf.lines = 1;
+    for (int line = 0; line < 2; ++line)
+        for (const WeightsRow& r : ts.next_rows)
+            pf.add_strided(tile_src + r.src_offset + 64 * line, user_src_step(), r.pixels);
+    for (int v = 0; v < b.n; ++v)
+        for (const WeightsRow& r : ts.next_rows)
+            pf.add_strided(tile_dst + r.dst_offset + v * b.vlen * 4, user_dst_step(), r.pixels);
+    pf.skip = std::max<int64_t>(0, calls - pf.calls_needed(call_pixels) - 1);
 }
 
 // Phases 3 to 5: fixed-order sum of the partials, the permutation, the

@@ -258,8 +258,8 @@ WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads) 
     return best;
 }
 
-WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp, int kh,
-                                    int64_t row_disp) const {
+WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp, int kh, int64_t row_disp,
+                                    int stage) const {
     WeightsKernelDesc d{};  // every byte is a field (static_assert on its size): no padding to clear
     d.isa = static_cast<uint8_t>(isa);
     d.kind = static_cast<uint8_t>(blk.kind);
@@ -272,6 +272,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.tap_disp = (blk.kind == WeightsKernelKind::depthwise && m > 1) ? static_cast<int32_t>(tap_disp) : 0;
     d.kh = static_cast<uint8_t>(kh);
     d.row_disp = kh > 1 ? static_cast<int32_t>(row_disp) : 0;
+    d.stage = static_cast<uint8_t>(stage);
     return d;
 }
 
@@ -285,13 +286,19 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
     plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan) : plan.blk.kind == WeightsKernelKind::gemm;
     plan.compress_w = plan.staged && p.k[2] == 1 && p.stride[2] > 1;
-    // Tile-major only where a row-major pixel stride reaches 4 KiB (one L1
-    // set per line of a tile): the per-tile scatter costs about as much as
-    // the FMAs of a narrow layer (ResNet-50 64->256 at 56x56: -10 %), while
-    // wide ones gain (1024->2048 s2 at 7x7: +67 %, 256->1024: +42 %).
+    // Staged unpadded 1x1 chunks go tile-major. f32 on AVX-512 copies them
+    // inside the kernels (stage_in_kernel), which pays on every such layer
+    // (ResNet-50 1x1 layers, 2 threads, against row staging: +3..+10 % on
+    // the narrow ones, up to +34 % on the wide ones). The other types and
+    // ISAs scatter each chunk first, which costs about as much as the FMAs
+    // of a narrow layer (ResNet-50 64->256 at 56x56: -10 %), so there only
+    // where a row-major pixel stride reaches 4 KiB (one L1 set per line of
+    // a tile), where it gains (1024->2048 s2 at 7x7: +67 %, 256->1024: +42 %).
+    const bool in_kernel = p.dt == data_type::f32 && plan.isa >= Isa::avx512_core;
     plan.tile_major = plan.staged && p.k_sp() == 1 &&  // staged: gemm only
                       p.pad_begin == std::array<int64_t, 3>{} && p.pad_end == std::array<int64_t, 3>{} &&
-                      std::max(p.ic(), p.oc()) * 4 >= Cost::tile_major_stride_bytes;
+                      (in_kernel || std::max(p.ic(), p.oc()) * 4 >= Cost::tile_major_stride_bytes);
+    plan.stage_in_kernel = plan.tile_major && in_kernel;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
     plan.direct_weights = p.wei_str.o == 1;
@@ -315,7 +322,8 @@ std::string WeightsPlan::to_string() const {
        << " rows=" << red.rows << "x" << geo.segment << "px" << (geo.merged ? " merged" : "")
        << " chunk=" << red.chunk_rows << " rows (" << red.chunks << " chunks, " << (red.chunk_bytes >> 10)
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
-       << (tile_major ? " tile-major" : "") << (transpose_inputs ? " ncx->nxc" : "")
+       << (stage_in_kernel ? " tile-major(in-kernel)" : tile_major ? " tile-major" : "")
+       << (transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
        << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";
     os << "  parallel slice<" << red.slices << " (" << grid.slice_threads << " thr)";

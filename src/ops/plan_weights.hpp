@@ -96,8 +96,18 @@ struct WeightsPlan {
     // contiguous slices instead of two strided ones (pixel strides of
     // IC*4 / OC*4 bytes put a tile's lines into a few L1 sets).
     bool tile_major = false;
+    // Tile-major f32 on AVX-512: no staging pass. A thread's first call on
+    // each ic tile (oc tile) of a chunk reads the user's src (diff_dst) and
+    // copies it into the tile's slice as it goes (WeightsStage), so the copy
+    // overlaps the FMAs and the chunk is read from memory once; later calls
+    // read the slices.
+    bool stage_in_kernel = false;
     // Chunk pixels (tile_major): rows x segment, the staged slices' length.
     int64_t chunk_pixels() const { return red.chunk_rows * geo.segment; }
+    // Bytes of one tile's slice of a tile-major chunk, `w` floats a pixel:
+    // the chunk's pixels, one vector of slack (a staging store may write a
+    // vector whole past the last pixel), 64-byte aligned.
+    int64_t tile_slice_bytes(int64_t w) const { return (chunk_pixels() * w * 4 + 64 + 63) / 64 * 64; }
     // The output is 16-bit: the kernels sum into f32 scratch, rounded at the end.
     bool rounded() const { return dt != data_type::f32; }
     // Bytes per channel and pixel of the activations the kernels read: 4
@@ -108,7 +118,8 @@ struct WeightsPlan {
     int prefetch_lines() const { return weights_prefetch_lines(blk.kind); }
     // The kernel desc for a tile of `m` rows (x `kh` kernel rows) and `n`
     // vectors, `tail` lanes.
-    WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp, int kh = 1, int64_t row_disp = 0) const;
+    WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp, int kh = 1, int64_t row_disp = 0,
+                           int stage = 0) const;
     // One line, then the loop nest.
     std::string to_string() const;
 };
