@@ -137,6 +137,7 @@ private:
     void entry_loop();
     void oc_loop();
     void oc_step(int u);
+    void prefetch_next_block();
     void odd_oc_step();
     void widen_entry();
     void widen_tail(const Xbyak::Label& done);
