@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "jit/bwd_data_kernel.hpp"
 #include "ops/plan_data.hpp"
@@ -138,6 +139,27 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(one.group_rows == pl.group_rows);
         }
     }
+}
+
+TEST_CASE("data plan: a block's broadcast rows fit the L1 sets", "[jit][data][plan]") {
+    // diff_dst pixels 1, 2, 4 and 8 KiB apart (256..2048 oc in f32): the m
+    // rows a block broadcasts from must not put more lines into one of the
+    // 64 L1 sets than 8 ways hold (AVX2 once picked m14 here: 4x slower).
+    for (int64_t oc : {256, 512, 1024, 2048})
+        for (int64_t s : {1, 2})
+            for (Isa isa : {Isa::avx2, Isa::avx512_core}) {
+                const int64_t oh = 14, ih = oh * s;
+                const DataPlan pl = plan_of(square(1, 512, oc, ih, 1, s, 0, oh), isa, 2);
+                INFO("oc " << oc << " stride " << s << " " << isa_name(isa) << "\n" << pl.to_string());
+                std::vector<int> lines(64, 0);
+                int64_t last = -1;
+                for (int j = 0; j < pl.blk.m; ++j) {
+                    const int64_t line = j * oc * 4 / 64;
+                    if (line != last) ++lines[static_cast<size_t>(line % 64)];
+                    last = line;
+                }
+                for (int n : lines) CHECK(n <= 8);
+            }
 }
 
 TEST_CASE("data plan: bf16 and f16 compute forms and ISA names", "[jit][data][plan]") {
