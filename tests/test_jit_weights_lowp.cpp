@@ -125,6 +125,8 @@ TEST_CASE("weights bf16/f16: wide layers in input-channel blocks, with groups", 
 }
 
 TEST_CASE("weights bf16/f16: tile-major 1x1 chunks, odd minibatch and strides", "[jit][weights][lowp]") {
+    // Wide layers (a pixel stride of 4 KiB or more). An odd minibatch leaves
+    // bf16 pairs a lone last image, whose chunks the copy pass stages.
     Case merged = conv2d(33, 1030, {3, 5}, {1, 1});
     merged.mb = 3;  // bf16 pairs: the last image with zeros
     Case strided = conv2d(1025, 17, {7, 9}, {1, 1});
@@ -132,17 +134,33 @@ TEST_CASE("weights bf16/f16: tile-major 1x1 chunks, odd minibatch and strides", 
     strided.mb = 1;
     Case grouped = conv2d(3 * 10, 3 * 344, {3, 4}, {1, 1});
     grouped.g = 3;
-    for (const Case& c : {merged, strided, grouped}) {
+    // Several chunks: pairs copied inside the kernels, then the lone image's
+    // chunks through the pass.
+    Case chunks = conv2d(40, 1030, {20, 24}, {1, 1});
+    chunks.mb = 3;
+    for (const Case& c : {merged, strided, grouped, chunks}) {
         for (data_type dt : {data_type::bf16, data_type::f16}) {
             Case t = c;
             t.dt = dt;
             for (const std::string& isa : jit_isas(true)) {
                 INFO(label(t, isa));
-                CHECK(t.make(isa).describe().find(" tile-major") != std::string::npos);
+                const std::string d = t.make(isa).describe();
+                CHECK(d.find(" tile-major") != std::string::npos);
+                // AVX-512 widens (or pairs) the chunk inside the kernels.
+                CHECK((d.find(" tile-major(in-kernel)") != std::string::npos) == (isa != "avx2"));
             }
         }
         check_exact(c);
     }
+    Case t = chunks;
+    t.dt = data_type::bf16;
+    for (const std::string& isa : jit_isas(true)) {
+        const std::string d = t.make(isa).describe();
+        INFO(d);
+        CHECK(d.find(" (1 chunks,") == std::string::npos);  // several chunks
+    }
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(t, true);
+    CHECK(runs.outputs.size() == jit_isas(true).size());
 }
 
 TEST_CASE("weights bf16/f16: geometry", "[jit][weights][lowp]") {

@@ -17,8 +17,12 @@ namespace {
 bool avx512(const WeightsKernelDesc& d) { return static_cast<Isa>(d.isa) >= Isa::avx512_core; }
 
 // gemm: n diff_dst vectors + one broadcast register, except AVX-512 with a
-// single vector, which broadcasts inside the FMA.
-int gemm_temps(const WeightsKernelDesc& d) { return d.n + ((avx512(d) && d.n == 1) ? 0 : 1); }
+// single vector, which broadcasts inside the FMA; copies that pair bf16
+// images need a second register there.
+int gemm_temps(const WeightsKernelDesc& d) {
+    const bool embedded = avx512(d) && d.n == 1;
+    return d.n + (embedded ? 0 : 1) + (embedded && d.stage && d.dot ? 1 : 0);
+}
 // depthwise: n diff_dst vectors + one src register (AVX2 loads through it).
 int dw_temps(const WeightsKernelDesc& d) { return d.n + 1; }
 
@@ -90,9 +94,9 @@ void WeightsSkeleton::mac_bcast(const Xmm& acc, const Xmm& a, const Xbyak::Addre
 }
 
 void WeightsSkeleton::generate() {
-    if (desc_.stage && (!vec_.avx512() || dot() || in_dt() != data_type::f32 ||
-                        desc_.kind != static_cast<uint8_t>(WeightsKernelKind::gemm)))
-        throw error("JIT kernel " + name() + ": stage copies need an f32 gemm kernel on AVX-512");
+    if (desc_.stage && (!vec_.avx512() || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::gemm) ||
+                        (dot() && in_dt() != data_type::bf16)))
+        throw error("JIT kernel " + name() + ": stage copies need a gemm kernel on AVX-512 (pairs: of bf16)");
     preamble(desc_.stage ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
     if (stage_src() && desc_.m % vec_.vlen()) {
@@ -107,11 +111,13 @@ void WeightsSkeleton::generate() {
     postamble();
 }
 
-// Reads: rdi. Writes: rsi, rdx, rcx, r8, r9, r10, r13, r14.
+// Reads: rdi. Writes: rcx, r8, r9, r10, r13, r14 (and the stage registers).
 void WeightsSkeleton::load_args() {
     auto field = [&](size_t off) { return qword[reg_args_ + off]; };
-    mov(reg_src_base_, field(offsetof(WeightsKernelArgs, src)));
-    mov(reg_dst_base_, field(offsetof(WeightsKernelArgs, diff_dst)));
+    if (stage_pairs()) {
+        mov(reg_src_pair_, field(offsetof(WeightsKernelArgs, src_pair)));
+        mov(reg_dst_pair_, field(offsetof(WeightsKernelArgs, dst_pair)));
+    }
     mov(reg_row_, field(offsetof(WeightsKernelArgs, rows)));
     mov(reg_nrows_, field(offsetof(WeightsKernelArgs, nrows)));
     mov(reg_src_step_, field(offsetof(WeightsKernelArgs, src_step)));
@@ -129,9 +135,9 @@ void WeightsSkeleton::row_loop() {
     test(reg_nrows_, reg_nrows_);
     jz(done);
     L(row);
-    mov(reg_src_, reg_src_base_);
+    mov(reg_src_, qword[reg_args_ + offsetof(WeightsKernelArgs, src)]);
     add(reg_src_, qword[reg_row_ + offsetof(WeightsRow, src_offset)]);
-    mov(reg_dst_, reg_dst_base_);
+    mov(reg_dst_, qword[reg_args_ + offsetof(WeightsKernelArgs, diff_dst)]);
     add(reg_dst_, qword[reg_row_ + offsetof(WeightsRow, dst_offset)]);
     mov(reg_npix_, qword[reg_row_ + offsetof(WeightsRow, pixels)]);
     pixel_loop();
@@ -216,30 +222,46 @@ private:
     // n diff_dst vectors into temp(1..n); per input channel i one broadcast
     // of src[i] (temp(0), or inside the FMA on AVX-512 when n == 1) and n
     // multiply-adds. src channels are contiguous: channel i is at byte 4 * i.
-    // desc.stage copies the pixel's m src floats (through temp(0), before
-    // it holds anything) and its diff_dst vectors to the stage pointers, and
-    // prefetches (to L2) what the thread's next copying calls read of the
-    // same pixel: src 128 bytes further along its row (a few ic tiles on),
-    // diff_dst the next oc tile's n vectors. Tiles that copy come in runs
-    // (every ic tile of a block for its first oc tile; an oc tile's first
-    // call per block), so this pulls in their data calls ahead of use.
-    // (ResNet-50 1024->256 at 14x14: a copying call took 2.2x a plain one
-    // without the src prefetch, 1.1x with it.)
+    //
+    // desc.stage: this call reads an operand from the user's tensors (type
+    // in_dt) and copies it, as the kernel's 32-bit elements, to its stage
+    // pointer: the pixel's m src channels (through temp(0) before it holds
+    // anything; from 16-bit, the broadcasts then read the copy) and its
+    // diff_dst vectors. bf16 pairs build each element from the pixel in two
+    // images, the partner rsi / rdx bytes further. It also prefetches (to
+    // L2) what the thread's next copying calls read of the same pixel: src
+    // 128 bytes further along its row (a few ic tiles on), diff_dst the next
+    // oc tile's vectors. Tiles that copy come in runs (every ic tile of a
+    // block for its first oc tile; an oc tile's first call per block), so
+    // this pulls their data in calls ahead of use. (ResNet-50 1024->256 at
+    // 14x14, f32: a copying call took 2.2x a plain one without the src
+    // prefetch, 1.1x with it.)
     void pixel_body() override {
         const bool embedded = vec_.avx512() && vecs() == 1;
         const int first_dd = embedded ? 0 : 1;
         if (stage_src()) {
-            prefetcht1(ptr[reg_src_ + kSrcLookahead]);
+            prefetch_user(reg_src_, kSrcLookahead, 1, reg_src_pair_);
             copy_src();
         }
-        if (stage_dst())
-            for (int v = 0; v < vecs(); ++v) prefetcht1(ptr[reg_dst_ + (vecs() + v) * vec_.vbytes()]);
+        // diff_dst: the user's (in_dt) when this call copies it, else a slice.
+        const int dd_vbytes = stage_dst() ? in_vbytes() : vec_.vbytes();
+        if (stage_dst()) prefetch_user(reg_dst_, vecs() * dd_vbytes, (vecs() * dd_vbytes + 63) / 64, reg_dst_pair_);
         for (int v = 0; v < vecs(); ++v) {
-            load_vec(temp(first_dd + v), ptr[reg_dst_ + v * vec_.vbytes()], v);
-            if (stage_dst()) vec_.store(ptr[reg_dst_stage_ + v * vec_.vbytes()], temp(first_dd + v));
+            const Xbyak::Xmm d = temp(first_dd + v);
+            const Xbyak::Address a = ptr[reg_dst_ + v * dd_vbytes];
+            if (stage_dst() && stage_pairs())
+                load_pair(d, a, ptr[reg_dst_ + reg_dst_pair_ + v * dd_vbytes],
+                          is_tail(v) ? Xbyak::util::k1 : Xbyak::Opmask(), embedded ? temp(1) : temp(0));
+            else if (stage_dst())
+                load_vec(d, a, v);
+            else
+                load_slice_vec(d, a, v);
+            if (stage_dst()) vec_.store(ptr[reg_dst_stage_ + v * vec_.vbytes()], d);
         }
+        // 16-bit src is broadcast from its copy (32-bit elements).
+        const bool from_copy = stage_src() && in_dt() != data_type::f32;
         for (int i = 0; i < rows(); ++i) {
-            const Xbyak::Address s = ptr[reg_src_ + 4 * i];
+            const Xbyak::Address s = from_copy ? ptr[reg_src_stage_ + 4 * i] : ptr[reg_src_ + 4 * i];
             if (embedded) {
                 mac_bcast(acc(i, 0), temp(0), s, temp(0));
                 continue;
@@ -251,19 +273,67 @@ private:
 
     static constexpr int kSrcLookahead = 128;
 
-    // m floats from [r11] to [r15]: whole zmm, then the rest under k2 as a
-    // ymm when it fits one (the store writes the vector whole).
-    void copy_src() {
-        const int full = desc_.m / 16, rest = desc_.m % 16;
-        const Xbyak::Zmm t(temp(0).getIdx());
-        for (int c = 0; c < full; ++c) {
-            vmovups(t, ptr[reg_src_ + 64 * c]);
-            vmovups(ptr[reg_src_stage_ + 64 * c], t);
+    // Vector v of a staged slice or the f32 user tensor: 32-bit elements.
+    void load_slice_vec(const Xbyak::Xmm& r, const Xbyak::Address& a, int v) {
+        if (is_tail(v))
+            vec_.load_tail(r, a);
+        else
+            vec_.load(r, a);
+    }
+
+    // `lines` lines from `at` + disp (and at the partner image).
+    void prefetch_user(const Xbyak::Reg64& at, int disp, int lines, const Xbyak::Reg64& pair) {
+        for (int l = 0; l < lines; ++l) {
+            prefetcht1(ptr[at + disp + 64 * l]);
+            if (stage_pairs()) prefetcht1(ptr[at + pair + disp + 64 * l]);
         }
-        if (!rest) return;
-        const Xbyak::Xmm r = rest <= 8 ? Xbyak::Xmm(Xbyak::Ymm(t.getIdx())) : Xbyak::Xmm(t);
-        vmovups(r | Xbyak::util::k2 | Xbyak::util::T_z, ptr[reg_src_ + 64 * full]);
-        vmovups(ptr[reg_src_stage_ + 64 * full], r);
+    }
+
+    // v := 32-bit pairs of the 16 bf16 at a (low halves) and b (high halves),
+    // lanes outside `mask` (if any) zero; clobbers u.
+    void load_pair(const Xbyak::Xmm& v, const Xbyak::Address& a, const Xbyak::Address& b, const Xbyak::Opmask& mask,
+                   const Xbyak::Xmm& u) {
+        const Xbyak::Zmm z(v.getIdx()), w(u.getIdx());
+        if (mask.getIdx() != 0) {
+            vpmovzxwd(z | mask | Xbyak::util::T_z, a);
+            vpmovzxwd(w | mask | Xbyak::util::T_z, b);
+        } else {
+            vpmovzxwd(z, a);
+            vpmovzxwd(w, b);
+        }
+        vpslld(w, w, 16);
+        vpord(z, z, w);
+    }
+
+    // The pixel's m src channels from [r11] to [r15] as 32-bit elements:
+    // whole vectors of 16, then the rest under k2 (the store writes the
+    // vector whole, a ymm when the rest fits one).
+    void copy_src() {
+        const int full = desc_.m / 16, rest = desc_.m % 16, es = VecCvt::elem_bytes(in_dt());
+        const Xbyak::Zmm t(temp(0).getIdx());
+        for (int c = 0; c <= full; ++c) {
+            const int lanes = c < full ? 16 : rest;
+            if (lanes == 0) break;
+            const Xbyak::Opmask mask = lanes < 16 ? Xbyak::util::k2 : Xbyak::Opmask();
+            const Xbyak::Address a = ptr[reg_src_ + 16 * es * c];
+            if (stage_pairs()) {
+                load_pair(t, a, ptr[reg_src_ + reg_src_pair_ + 16 * es * c], mask, temp(1));
+            } else if (in_dt() == data_type::f32) {
+                if (mask.getIdx() != 0)
+                    vmovups(t | mask | Xbyak::util::T_z, a);
+                else
+                    vmovups(t, a);
+            } else {
+                const Xbyak::Ymm h(t.getIdx());
+                if (mask.getIdx() != 0)
+                    vmovdqu16(h | mask | Xbyak::util::T_z, a);
+                else
+                    vmovdqu16(h, a);
+                cvt_.widen(t, in_dt());
+            }
+            const Xbyak::Xmm stored = lanes <= 8 ? Xbyak::Xmm(Xbyak::Ymm(t.getIdx())) : Xbyak::Xmm(t);
+            vmovups(ptr[reg_src_stage_ + 64 * c], stored);
+        }
     }
 };
 

@@ -72,14 +72,19 @@ struct WeightsKernelArgs {
     float* dst_stage = nullptr;
     int64_t src_stage_step = 0;
     int64_t dst_stage_step = 0;
+    // bf16 pairs, copying calls: bytes from an image's src / diff_dst to the
+    // same place in its partner image.
+    int64_t src_pair = 0;
+    int64_t dst_pair = 0;
 };
 
 enum class WeightsKernelKind : uint8_t { gemm, depthwise };
 
-// WeightsKernelDesc::stage bits (gemm, f32, AVX-512): the call reads this
-// operand from the user's tensor and copies it to args.src_stage /
-// args.dst_stage as it goes. A copied src pixel is m floats; a copied
-// diff_dst pixel is n whole vectors (a tail vector's dead lanes as zeros);
+// WeightsKernelDesc::stage bits (gemm, AVX-512): the call reads this
+// operand from the user's tensor (desc.in_dt; bf16 pairs: the pixel in two
+// images) and copies it to args.src_stage / args.dst_stage as it goes, in
+// the kernel's 32-bit element format. A copied src pixel is m elements; a
+// copied diff_dst pixel is n whole vectors (a tail vector's dead lanes 0);
 // either store may write up to one vector past its pixel's m floats / n
 // vectors, so a slot is at least that wide or the next slot is written
 // later, and a slice needs one vector of slack after its last slot.
@@ -100,7 +105,7 @@ struct WeightsKernelDesc {
     uint8_t n = 0;     // vectors of output channels (gemm) / channels (depthwise)
     uint8_t tail = 0;  // live lanes of the last vector, 0 = all
     uint8_t dot = 0;    // 1: bf16 pairs with vdpbf16ps (see the header comment), 0: f32 FMA
-    uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise); 0 = f32
+    uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise; gemm: its stage copies); 0 = f32
     uint8_t kh = 1;     // depthwise: kernel rows per tile (src rows row_disp apart)
     uint8_t stage = 0;  // gemm: WeightsStage bits
     uint8_t reserved[3] = {};

@@ -4,14 +4,15 @@
 // needs; AVX-512 vs AVX2 goes through VecIsa.
 //
 // Register map (fixed for every weight-gradient kernel):
-//   rdi  args             rsi  src base          rdx  diff_dst base
+//   rdi  args             rsi  src pair delta    rdx  diff_dst pair delta
 //   rcx  row cursor       r8   rows left         r9   src step (bytes)
 //   r10  diff_dst step    r11  src pixel ptr     rax  diff_dst pixel ptr
 //   rbx  pixels left      r12  scratch (tail mask set-up, flush pointer)
 //   (flush: rcx row stride, r8 kernel-row block pointer)
 //   r13  prefetch ptr     r14  prefetch step
 //   desc.stage: r15 src stage ptr, r12 diff_dst stage ptr (during the
-//   loops), k2 the mask of a copied src pixel's last vector
+//   loops), k2 the mask of a copied src pixel's last vector; bf16 pairs:
+//   rsi / rdx the bytes from an image's src / diff_dst to its partner's
 //   vregs [0, rows*n): accumulators, acc(row, v) = rows-major;
 //   vregs [rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
 #pragma once
@@ -62,13 +63,15 @@ protected:
     WeightsKernelDesc desc_;
     VecIsa vec_;
     VecCvt cvt_;
-    const Xbyak::Reg64 reg_args_ = rdi, reg_src_base_ = rsi, reg_dst_base_ = rdx;
+    const Xbyak::Reg64 reg_args_ = rdi, reg_src_pair_ = rsi, reg_dst_pair_ = rdx;
     const Xbyak::Reg64 reg_row_ = rcx, reg_nrows_ = r8, reg_src_step_ = r9, reg_dst_step_ = r10;
     const Xbyak::Reg64 reg_src_ = r11, reg_dst_ = rax, reg_npix_ = rbx, reg_scratch_ = r12;
     const Xbyak::Reg64 reg_prefetch_ = r13, reg_prefetch_step_ = r14;
     const Xbyak::Reg64 reg_src_stage_ = r15, reg_dst_stage_ = r12;
     bool stage_src() const { return (desc_.stage & kCopySrc) != 0; }
     bool stage_dst() const { return (desc_.stage & kCopyDst) != 0; }
+    // Copies build bf16 pairs from two images (dot kernels read pairs).
+    bool stage_pairs() const { return desc_.stage && dot(); }
 
 private:
     void load_args();

@@ -313,8 +313,17 @@ private:
         return plan_.tile_major ? plan_.blk.n * plan_.blk.vlen * 4 : p_.oc() * plan_.elem_bytes();
     }
     // The same in the user's tensors (NXC, or the NXC scratch).
-    int64_t user_src_step() const { return plan_.geo.stride[2] * p_.ic() * plan_.elem_bytes(); }
-    int64_t user_dst_step() const { return p_.oc() * plan_.elem_bytes(); }
+    int64_t user_elem_bytes() const { return static_cast<int64_t>(dtype_size(p_.dt)); }
+    int64_t user_src_step() const { return plan_.geo.stride[2] * p_.ic() * user_elem_bytes(); }
+    int64_t user_dst_step() const { return p_.oc() * user_elem_bytes(); }
+    // bf16 pairs: bytes from an image to its partner (the next image).
+    int64_t src_pair_bytes() const { return p_.in_sp() * p_.ic() * user_elem_bytes(); }
+    int64_t dst_pair_bytes() const { return p_.out_sp() * p_.oc() * user_elem_bytes(); }
+    // bf16 pairs of an odd minibatch: the chunk holds the last image, whose
+    // partner is zeros (staged by the copy pass, not by the kernels).
+    bool has_lone_image(const std::vector<RowPos>& chunk) const {
+        return plan_.pairs && p_.mb % 2 == 1 && !chunk.empty() && chunk.back().n == plan_.geo.mb - 1;
+    }
     // Tile-major slices: each ic tile's src, each oc tile's diff_dst.
     int64_t src_slice_bytes() const { return plan_.tile_slice_bytes(plan_.blk.m); }
     int64_t dst_slice_bytes() const { return plan_.tile_slice_bytes(plan_.blk.n * plan_.blk.vlen); }
@@ -405,7 +414,7 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
                                     const StagedChunk* st, int64_t kd, int64_t kh, int64_t kw, int64_t ow_lo,
                                     int64_t ow_hi, RowSet set, int64_t block_kh0, int64_t block_khs, int user) const {
     const WeightsGeometry& g = plan_.geo;
-    const int64_t ic = p_.ic(), oc = p_.oc(), es = plan_.elem_bytes();
+    const int64_t ic = p_.ic(), oc = p_.oc(), es = plan_.elem_bytes(), user_es = user_elem_bytes();
     int64_t slot = 0;  // tile-major: the chunk's pixels in row order
     for (size_t j = 0; j < chunk.size(); ++j) {
         const RowPos& r = chunk[j];
@@ -421,8 +430,9 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         const int64_t b = std::min(ow_hi, (r.seg + 1) * g.segment);
         if (a >= b) continue;
         const int64_t iw = a * g.stride[2] - g.pad[2] + kw * g.dil[2];
-        const int64_t user_src = (((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * ic * es;
-        const int64_t user_dst = (((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a) * oc * es;
+        const int64_t image = plan_.pairs ? 2 * r.n : r.n;  // a pair's first image
+        const int64_t user_src = (((image * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * ic * user_es;
+        const int64_t user_dst = (((image * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a) * oc * user_es;
         if (plan_.tile_major) {  // slices: slot x tile step (see src_step_bytes)
             out.push_back({user & kCopySrc ? user_src : slot * src_step_bytes(),
                            user & kCopyDst ? user_dst : slot * dst_step_bytes(), b - a});
@@ -568,6 +578,8 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     a.dst_stage = reinterpret_cast<float*>(c.dst_stage);
     a.src_stage_step = src_step_bytes();  // a tile-major slice's slot
     a.dst_stage_step = dst_step_bytes();
+    a.src_pair = src_pair_bytes();
+    a.dst_pair = dst_pair_bytes();
     k.run(a);
 }
 
@@ -619,8 +631,8 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     c.diff_weights = target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] + kh * wei_str_.k[1] +
                      kw * wei_str_.k[2];
     c.wei_row_stride = wei_str_.i;
-    const char* user_src = src + (grp * g.icg + ic0) * 4;
-    const char* user_dst = diff_dst + oc0 * 4;
+    const char* user_src = src + (grp * g.icg + ic0) * user_elem_bytes();
+    const char* user_dst = diff_dst + oc0 * user_elem_bytes();
     if (!plan_.tile_major) {
         c.src = ts.view ? ts.view->src + (grp * g.icg + ic0) * 4 : user_src;
         c.diff_dst = ts.view ? ts.view->diff_dst + oc0 * 4 : user_dst;
@@ -735,13 +747,17 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
             decode_rows(ts.chunk, q0, q1);
-            if (plan_.stage_in_kernel) {  // the kernels fill the slices
-                std::fill(ts.src_filled.begin(), ts.src_filled.end(), 0);
-                std::fill(ts.dst_filled.begin(), ts.dst_filled.end(), 0);
-            } else if (ts.view && plan_.tile_major)
+            // stage_in_kernel: the kernels fill the slices, unless a copy
+            // pass stages the chunk (a lone bf16 image pairs with zeros).
+            const bool copy_pass = ts.view && (!plan_.stage_in_kernel || has_lone_image(ts.chunk));
+            if (plan_.stage_in_kernel) {
+                std::fill(ts.src_filled.begin(), ts.src_filled.end(), copy_pass ? 1 : 0);
+                std::fill(ts.dst_filled.begin(), ts.dst_filled.end(), copy_pass ? 1 : 0);
+            }
+            if (copy_pass && plan_.tile_major)
                 stage_tile_major(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
                                  reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data());
-            else if (ts.view)
+            else if (copy_pass)
                 stage_chunk(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
                             reinterpret_cast<const uint16_t*>(diff_dst));
             // The next chunk's user memory (which the stager reads next).
@@ -834,15 +850,21 @@ void JitWeightsExecutor::prefetch_first_call(Prefetch& pf, ThreadState& ts, int6
     const auto ow = valid_ow(g, 0);
     build_rows(ts.next_rows, ts.next_chunk, nullptr, 0, 0, 0, ow[0], ow[1], RowSet::any, 0, 1, kCopySrc | kCopyDst);
     const GemmTile t = gemm_tile(first_tile);
-    const char* tile_src = src + (t.grp * g.icg + t.it * b.m) * 4;
-    const char* tile_dst = diff_dst + (t.grp * g.ocg + t.ot * b.n * b.vlen) * 4;
+    const int64_t es = user_elem_bytes();
+    const char* tile_src = src + (t.grp * g.icg + t.it * b.m) * es;
+    const char* tile_dst = diff_dst + (t.grp * g.ocg + t.ot * b.n * b.vlen) * es;
+    const int64_t dst_lines = (b.n * b.vlen * es + 63) / 64;
     pf.lines = 1;
-    for (int line = 0; line < 2; ++line)
-        for (const WeightsRow& r : ts.next_rows)
-            pf.add_strided(tile_src + r.src_offset + 64 * line, user_src_step(), r.pixels);
-    for (int v = 0; v < b.n; ++v)
-        for (const WeightsRow& r : ts.next_rows)
-            pf.add_strided(tile_dst + r.dst_offset + v * b.vlen * 4, user_dst_step(), r.pixels);
+    for (int image = 0; image < (plan_.pairs ? 2 : 1); ++image) {  // a bf16 pair's second image
+        for (int line = 0; line < 2; ++line)
+            for (const WeightsRow& r : ts.next_rows)
+                pf.add_strided(tile_src + image * src_pair_bytes() + r.src_offset + 64 * line, user_src_step(),
+                               r.pixels);
+        for (int64_t line = 0; line < dst_lines; ++line)
+            for (const WeightsRow& r : ts.next_rows)
+                pf.add_strided(tile_dst + image * dst_pair_bytes() + r.dst_offset + 64 * line, user_dst_step(),
+                               r.pixels);
+    }
     pf.skip = std::max<int64_t>(0, calls - pf.calls_needed(call_pixels) - 1);
 }
 

@@ -120,7 +120,7 @@ double over_tiles(int64_t total, int size, F&& cost) {
 }
 
 bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
-    WeightsKernelDesc d = plan.desc(m, n, tail, 0, kh, 0);
+    const WeightsKernelDesc d = plan.desc(m, n, tail, 0, kh, 0, plan.stage_in_kernel ? kCopySrc | kCopyDst : 0);
     return weights_kernel_vregs(d) <= (plan.isa >= Isa::avx512_core ? 32 : 16);
 }
 
@@ -267,7 +267,9 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.n = static_cast<uint8_t>(n);
     d.tail = static_cast<uint8_t>(tail_lanes);
     d.dot = pairs ? 1 : 0;
-    d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 ? data_type::f32 : dt);
+    // The kernels read 32-bit elements (f32, staged, pairs), or widen 16-bit
+    // ones as they load them (depthwise in place; gemm stage copies).
+    d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 && !stage ? data_type::f32 : dt);
     // A single-tap depthwise tile never uses the displacement: share it.
     d.tap_disp = (blk.kind == WeightsKernelKind::depthwise && m > 1) ? static_cast<int32_t>(tap_disp) : 0;
     d.kh = static_cast<uint8_t>(kh);
@@ -286,18 +288,22 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
     plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan) : plan.blk.kind == WeightsKernelKind::gemm;
     plan.compress_w = plan.staged && p.k[2] == 1 && p.stride[2] > 1;
-    // Staged unpadded 1x1 chunks go tile-major. f32 on AVX-512 copies them
-    // inside the kernels (stage_in_kernel), which pays on every such layer
-    // (ResNet-50 1x1 layers, 2 threads, against row staging: +3..+10 % on
-    // the narrow ones, up to +34 % on the wide ones). The other types and
-    // ISAs scatter each chunk first, which costs about as much as the FMAs
-    // of a narrow layer (ResNet-50 64->256 at 56x56: -10 %), so there only
-    // where a row-major pixel stride reaches 4 KiB (one L1 set per line of
-    // a tile), where it gains (1024->2048 s2 at 7x7: +67 %, 256->1024: +42 %).
-    const bool in_kernel = p.dt == data_type::f32 && plan.isa >= Isa::avx512_core;
+    // Staged unpadded 1x1 chunks go tile-major. AVX-512 copies them inside
+    // the kernels (stage_in_kernel; 16-bit types widened or paired as they
+    // are copied). f32 gains on every such layer (ResNet-50 1x1 layers, 2
+    // threads, against row staging: +3..+10 % on the narrow ones, up to +34 %
+    // on the wide ones). A separate pass that scatters each chunk costs
+    // about as much as the FMAs of a narrow layer (ResNet-50 64->256 at
+    // 56x56: -10 %), and 16-bit copies inside the kernels cost narrow layers
+    // too (bf16 pairs: 64->64 -12 %, 512->128 -9 %), so those go tile-major
+    // only where a row-major pixel stride reaches 4 KiB (one L1 set per line
+    // of a tile), where it gains (pass: 1024->2048 s2 at 7x7 +67 %, 256->1024
+    // +42 %; bf16 pairs in the kernels over the pass: +5..+13 %).
+    const bool wide = std::max(p.ic(), p.oc()) * 4 >= Cost::tile_major_stride_bytes;
+    const bool in_kernel = plan.isa >= Isa::avx512_core && (p.dt == data_type::f32 || wide);
     plan.tile_major = plan.staged && p.k_sp() == 1 &&  // staged: gemm only
                       p.pad_begin == std::array<int64_t, 3>{} && p.pad_end == std::array<int64_t, 3>{} &&
-                      (in_kernel || std::max(p.ic(), p.oc()) * 4 >= Cost::tile_major_stride_bytes);
+                      (in_kernel || wide);
     plan.stage_in_kernel = plan.tile_major && in_kernel;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
