@@ -117,6 +117,81 @@ TEST_CASE("weights: staged 1x1 layers stage their chunks tile-major", "[jit][wei
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }
 
+TEST_CASE("weights: few input channels fold their kw taps into the tile rows", "[jit][weights]") {
+    // Tile rows (kw, ic): the W edges (output pixels with some tap in the
+    // padding) read zero-padded copies. Pads of 0, 1, KW-1 and past the
+    // kernel, left or right only; strides 1..4 and kernel = stride; outputs
+    // 1..3 pixels wide (every pixel an edge, both edges in one pixel); 1D
+    // and 3D; every weights layout, NCX, ConvTranspose.
+    std::vector<Case> cases;
+    struct W {
+        int64_t ic, iw, kw, s, pl, pr;
+    };
+    for (const W& w : std::vector<W>{{3, 23, 7, 2, 3, 3},
+                                     {1, 9, 3, 1, 1, 1},
+                                     {2, 10, 5, 1, 0, 4},
+                                     {5, 12, 4, 4, 0, 0},
+                                     {15, 7, 3, 2, 2, 0},
+                                     {3, 4, 7, 1, 6, 2},
+                                     {3, 3, 7, 3, 4, 4},
+                                     {4, 2, 16, 1, 8, 7},
+                                     {3, 32, 16, 16, 0, 0}}) {
+        Case c = conv2d(w.ic, 33, {5, w.iw}, {3, w.kw});
+        c.s = {2, w.s};
+        c.pb = {1, w.pl};
+        c.pe = {0, w.pr};
+        cases.push_back(c);
+    }
+    Case c1 = conv2d(3, 20, {17}, {4});
+    c1.s = {2};
+    c1.pb = {2};
+    c1.pe = {1};
+    cases.push_back(c1);
+    Case c3 = conv2d(3, 16, {4, 5, 6}, {3, 3, 3});
+    c3.pb = c3.pe = {1, 1, 1};
+    cases.push_back(c3);
+    for (const char* f : {"OIX", "XIO"}) {
+        Case c = conv2d(3, 24, {9, 10}, {3, 5});
+        c.s = {1, 2};
+        c.pb = c.pe = {1, 2};
+        c.wfmt = f;
+        c.nxc = f[0] != 'O';
+        cases.push_back(c);
+    }
+    for (const char* f : {"IOX", "XOI", "XIO"}) {  // ConvTranspose: src and diff_dst swapped
+        Case t = conv2d(3, 16, {6, 7}, {4, 4});
+        t.transpose = true;
+        t.s = {2, 2};
+        t.pb = t.pe = {1, 1};
+        t.wfmt = f;
+        t.nxc = f[0] != 'I';
+        cases.push_back(t);
+    }
+    for (Case c : cases) {
+        c.mb = 2;
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            CHECK(d.find(" fold-kw") != std::string::npos);
+        }
+        check_exact(c);
+    }
+    // Not folded: W dilation (taps not adjacent), groups, 16+ channels.
+    Case dil = conv2d(3, 16, {9, 9}, {3, 3});
+    dil.d = {1, 2};
+    Case grp = conv2d(6, 16, {9, 9}, {3, 3});
+    grp.g = 2;
+    for (const Case& c : {dil, grp, conv2d(16, 16, {9, 9}, {3, 3})}) {
+        for (const std::string& isa : jit_isas(false)) {
+            INFO(label(c, isa));
+            CHECK(c.make(isa).describe().find(" fold-kw") == std::string::npos);
+        }
+        check_exact(c);
+    }
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(cases.front(), false);
+    CHECK(runs.outputs.size() == jit_isas(false).size());
+}
+
 TEST_CASE("weights: spatial sizes, strides, dilations, pads", "[jit][weights]") {
     for (int64_t sp : {1, 2, 7}) {
         Case c = conv2d(5, 19, {sp, sp + 1}, {1, 1});

@@ -109,12 +109,22 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "  sum slices in order");
     const Problem first = problem(resnet(3, 64, 224, 7, 2));
     CHECK(plan_weights(first, Isa::avx2, 2).to_string() ==
-          "gemm staged m3n3x8 tiles=147 (ic 1x3 last 3, oc 3x3v last 2v tail 0) rows=3584x112px chunk=15 rows "
-          "(239 chunks, 695 KiB) slices=8 grid=1x2 direct est=643cyc/px\n"
-          "  parallel slice<8 (2 thr) x tile<147 (1 thr):\n"
-          "    for chunk in slice (15 rows):\n"
-          "      for g<1 oc_tile<3 kd<1 kh<7 kw<7 ic_tile<1:\n"
-          "        for row, px: acc[3 ic][3v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
+          "gemm m6n2x8 tiles=112 (kw.ic 4x6 last 3, oc 4x2v last 2v tail 0) rows=3584x112px chunk=2 rows "
+          "(1792 chunks, 92 KiB) slices=8 grid=1x2 fold-kw direct est=649cyc/px\n"
+          "  parallel slice<8 (2 thr) x tile<112 (1 thr):\n"
+          "    for chunk in slice (2 rows):\n"
+          "      for g<1 oc_tile<4 kd<1 kh<7 kw.ic_tile<4:\n"
+          "        for row, px: acc[6 kw.ic][2v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
+          " * diff_dst[px][oc]\n"
+          "  sum slices in order");
+    CHECK(plan_weights(first, Isa::avx512_core, 2).to_string() ==
+          "gemm m11n2x16 tiles=28 (kw.ic 2x11 last 10, oc 2x2v last 2v tail 0) rows=3584x112px chunk=2 rows "
+          "(1792 chunks, 92 KiB) slices=8 grid=1x2 fold-kw direct est=309cyc/px\n"
+          "  parallel slice<8 (2 thr) x tile<28 (1 thr):\n"
+          "    for chunk in slice (2 rows):\n"
+          "      for g<1 oc_tile<2 kd<1 kh<7 kw.ic_tile<2:\n"
+          "        for row, px: acc[11 kw.ic][2v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
+          " * diff_dst[px][oc]\n"
           "  sum slices in order");
     Case dwc = depthwise(32, {112, 112}, {3, 3});
     dwc.mb = 32;
@@ -149,11 +159,22 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                         CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh)) <= budget);
             // Exact cover: rows of the tile (ic or kw taps) and its vectors.
             const int64_t channels = dw ? p.g : p.ocg;
-            check_axis(dw ? p.k[2] : p.icg, b.m_tiles, b.m, b.m_last, 1);
+            // kw folded into the rows: f32 in place, one group, no W dilation, few channels.
+            CHECK((base.fold_kw == 1 || base.fold_kw == p.k[2]));
+            if (base.fold_kw > 1) {
+                CHECK(!dw);
+                CHECK(!base.staged);
+                CHECK(dt == convgrad::data_type::f32);
+                CHECK(p.g == 1);
+                CHECK(p.dil[2] == 1);
+                CHECK(p.icg < 16);
+            }
+            check_axis(dw ? p.k[2] : p.icg * base.fold_kw, b.m_tiles, b.m, b.m_last, 1);
             check_axis(channels, b.n_tiles, b.n, b.n_last, b.vlen);
             CHECK(b.tail == channels % b.vlen);
             CHECK(p.k[1] % b.kh == 0);
-            CHECK(b.tiles == p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : p.k[2] * p.g));
+            CHECK(b.tiles ==
+                  p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : p.k[2] / base.fold_kw * p.g));
             CHECK(b.m_block >= 1);
             CHECK(b.m_block <= b.m_tiles);
             if (dw) CHECK(b.m_block == b.m_tiles);

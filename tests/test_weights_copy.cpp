@@ -205,7 +205,8 @@ TEST_CASE("weights kernel: copying calls fill tile-major slices", "[jit][weights
                 bool slots_ok = true;
                 for (const WeightsRow& r : s.user_rows)
                     for (int64_t p = 0; p < r.pixels; ++p, ++slot) {
-                        for (int i = 0; i < s.m; ++i) slots_ok &= slot_bits(src_slice, slot * s.m + i) == s.src_el(r, p, i);
+                        for (int i = 0; i < s.m; ++i)
+                            slots_ok &= slot_bits(src_slice, slot * s.m + i) == s.src_el(r, p, i);
                         for (int v = 0; v < s.n; ++v)
                             for (int l = 0; l < 16; ++l)
                                 slots_ok &= slot_bits(dst_slice, (slot * s.n + v) * 16 + l) == s.dst_el(r, p, v, l);

@@ -225,6 +225,7 @@ struct ThreadState {
     std::vector<RowPos> next_chunk;  // stage_in_kernel prefetch: the next chunk's rows
     std::vector<WeightsRow> next_rows;
     std::vector<WeightsRow> rows;  // depthwise
+    std::vector<float> edges;      // fold_kw: zero-padded src runs of the W edges, a slot per (row, kd, kh)
     StagedChunk staged;
     const StagedChunk* view = nullptr;  // staged chunk, or nullptr: user tensors
 };
@@ -294,6 +295,18 @@ private:
                     int64_t kd, int64_t kh, int64_t kw,
                     int64_t ow_lo, int64_t ow_hi, RowSet set = RowSet::any, int64_t block_kh0 = 0,
                     int64_t block_khs = 1, int user = 0) const;
+    // fold_kw: the rows of tap (kd, kh) over the chunk. Output pixels where
+    // every kw tap reads inside src read the user's src; the W edges read
+    // zero-padded copies of their src runs in ts.edges (pixel stride as in
+    // src), written here.
+    void build_folded_rows(std::vector<WeightsRow>& out, ThreadState& ts, const char* src, int64_t kd,
+                           int64_t kh) const;
+    // fold_kw: output pixels [0, left) and [right, OW) are W edges; an
+    // edge slot holds both runs' src pixels (left_w + right_w of them).
+    struct FoldEdges {
+        int64_t left, right, left_w, right_w;
+    };
+    FoldEdges fold_edges() const;
     // Staging (16-bit types).
     int64_t src_key(const RowPos& r, int64_t id, int64_t ih) const;
     int64_t src_row_first(int64_t seg) const;
@@ -452,6 +465,58 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
     }
 }
 
+JitWeightsExecutor::FoldEdges JitWeightsExecutor::fold_edges() const {
+    const WeightsGeometry& g = plan_.geo;
+    const int64_t left = std::min(valid_ow(g, 0)[0], g.out[2]);
+    const int64_t right = std::max(left, valid_ow(g, g.k[2] - 1)[1]);
+    // A run of q output pixels reads (q - 1) * stride + KW src pixels.
+    auto width = [&](int64_t q) { return q > 0 ? (q - 1) * g.stride[2] + g.k[2] : 0; };
+    return {left, right, width(left), width(g.out[2] - right)};
+}
+
+void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadState& ts, const char* src,
+                                           int64_t kd, int64_t kh) const {
+    const WeightsGeometry& g = plan_.geo;
+    const int64_t ic = p_.ic(), oc = p_.oc(), s = g.stride[2];
+    const FoldEdges e = fold_edges();
+    const int64_t slot_floats = (e.left_w + e.right_w) * ic;
+    const float* fsrc = reinterpret_cast<const float*>(src);
+    // Bytes from the user's src to `to`, as a row's src_offset.
+    auto offset_of = [&](const float* to) {
+        return static_cast<int64_t>(reinterpret_cast<intptr_t>(to) - reinterpret_cast<intptr_t>(src));
+    };
+    // src pixels [iw0, iw0 + width) of an input row, zeros outside it.
+    auto pad_copy = [&](const float* row, int64_t iw0, int64_t width, float* to) {
+        for (int64_t q = 0; q < width; ++q) {
+            const int64_t iw = iw0 + q;
+            if (iw >= 0 && iw < g.in[2])
+                std::memcpy(to + q * ic, row + iw * ic, static_cast<size_t>(ic) * 4);
+            else
+                std::fill(to + q * ic, to + (q + 1) * ic, 0.0f);
+        }
+    };
+    for (size_t j = 0; j < ts.chunk.size(); ++j) {
+        const RowPos& r = ts.chunk[j];
+        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+        const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
+        const float* row = fsrc + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * ic;
+        const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * oc * 4;
+        float* slot = ts.edges.data() + ((static_cast<int64_t>(j) * g.k[0] + kd) * g.k[1] + kh) * slot_floats;
+        if (e.left > 0) {
+            pad_copy(row, -g.pad[2], e.left_w, slot);
+            out.push_back({offset_of(slot), dst, e.left});
+        }
+        if (e.right > e.left)
+            out.push_back({offset_of(row + (e.left * s - g.pad[2]) * ic), dst + e.left * oc * 4, e.right - e.left});
+        if (g.out[2] > e.right) {
+            float* to = slot + e.left_w * ic;
+            pad_copy(row, e.right * s - g.pad[2], e.right_w, to);
+            out.push_back({offset_of(to), dst + e.right * oc * 4, g.out[2] - e.right});
+        }
+    }
+}
+
 // `count` pixels from pixel `pixel` of image (pair) n into `to`: one
 // contiguous run of channels * count elements per image.
 void JitWeightsExecutor::stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
@@ -590,14 +655,15 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
 JitWeightsExecutor::GemmTile JitWeightsExecutor::gemm_tile(int64_t tile) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    const int64_t taps = g.k[0] * g.k[1] * g.k[2];
+    const int64_t kws = g.k[2] / plan_.fold_kw;  // kw taps outside the tile rows
+    const int64_t taps = g.k[0] * g.k[1] * kws;
     const int64_t per_group = b.m_tiles * taps * b.n_tiles, per_block = b.m_block * taps * b.n_tiles;
     const int64_t grp = tile / per_group, in_group = tile % per_group;
     const int64_t blk = in_group / per_block, in_block = in_group % per_block;
     const int64_t blk_tiles = std::min(b.m_block, b.m_tiles - blk * b.m_block);
     const int64_t tap = (in_block / blk_tiles) % taps;
     return {grp, blk * b.m_block + in_block % blk_tiles, in_block / (blk_tiles * taps), tap,
-            tap / (g.k[2] * g.k[1]), (tap / g.k[2]) % g.k[1], tap % g.k[2]};
+            tap / (kws * g.k[1]), (tap / kws) % g.k[1], tap % kws};
 }
 
 // Row lists depend on the tap only (tile-major: on the operands read from
@@ -624,7 +690,10 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     if (!built) {
         rows.clear();
         const auto ow = valid_ow(g, kw);
-        build_rows(rows, ts.chunk, ts.view, kd, kh, kw, ow[0], ow[1], RowSet::any, 0, 1, stage);
+        if (plan_.fold_kw > 1)
+            build_folded_rows(rows, ts, src, kd, kh);
+        else
+            build_rows(rows, ts.chunk, ts.view, kd, kh, kw, ow[0], ow[1], RowSet::any, 0, 1, stage);
         built = 1;
     }
     TileCall c{};
@@ -723,6 +792,10 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     std::vector<float> row_buf;
     ts.rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
+    if (plan_.fold_kw > 1) {  // one edge slot per (chunk row, kd, kh), and a vector of slack
+        const FoldEdges e = fold_edges();
+        ts.edges.resize(static_cast<size_t>(red.chunk_rows * g.k[0] * g.k[1] * (e.left_w + e.right_w) * p_.ic() + 16));
+    }
     if (plan_.staged) {
         const int64_t row_pixels = std::max(g.segment, g.in[2]);
         // compute_thread never nests on a thread: the stage slots are free.

@@ -49,6 +49,23 @@ WeightsGeometry make_geometry(const Problem& p, bool pairs) {
     return g;
 }
 
+// kw taps folded into the tile rows (see WeightsPlan::fold_kw) where the
+// input channels alone give short tiles: f32 read in place (the staged
+// paths copy rows without W padding), one group (a group's channels are not
+// contiguous across taps), no W dilation, and a (kw, ic)-contiguous target
+// (XIO, or the XIO scratch of other weight layouts). ResNet-50 conv1 (ic 3,
+// 7x7 s2) then runs m11n2 tiles over 21 rows instead of m3n4 over 3
+// (AVX-512, 2 threads: +27 %; 3x3 s2, 4x4 s4, 16x16 s16 stems and a 1-channel
+// 3x3 layer: +48..+76 %).
+bool foldable(const Problem& p) {
+    return p.dt == data_type::f32 && p.g == 1 && p.k[2] > 1 && p.dil[2] == 1 && p.icg < 16;
+}
+
+bool fold_kw(const Problem& p, const WeightsPlan& plan) {
+    if (plan.blk.kind != WeightsKernelKind::gemm || plan.staged || !foldable(p)) return false;
+    return !plan.direct_weights || p.wei_str.k[2] == p.icg * p.wei_str.i;
+}
+
 // f32 is staged (copied) where measured faster than reading the user's
 // tensors in place: L2-sized chunks amortise the flush and the call set-up,
 // and the kernels then read L2 instead of DRAM. Not for depthwise (memory
@@ -56,9 +73,12 @@ WeightsGeometry make_geometry(const Problem& p, bool pairs) {
 // with few output channels, whose L1-sized chunks keep a tile's diff_dst
 // slice in L1 across all ic tiles (ResNet-50 256->64: 8 % slower staged),
 // nor for a first layer's few input channels on AVX-512 (7x7 s2 ic 3: 10 %
-// slower; on AVX2 staged is 20 % faster there too).
+// slower), nor where they fold their kw taps into the tile rows, which
+// needs the user's tensors (fold_kw; first layers on AVX2, against staged
+// without folding: 7x7 s2 +3 %, 3x3 s2 +37 %, 16x16 s16 +19 %, ic 1 3x3 +70 %).
 bool stage_f32(const Problem& p, const WeightsPlan& plan) {
     if (plan.blk.kind == WeightsKernelKind::depthwise) return false;
+    if (foldable(p)) return false;
     if (plan.isa == Isa::avx2) return true;
     if (p.ic() < 16) return false;
     return p.k_sp() > 1 || p.oc() > 64;
@@ -146,7 +166,7 @@ void choose_blocking(WeightsPlan& plan) {
     const bool dw = b.kind == WeightsKernelKind::depthwise;
     const int64_t channels = dw ? g.g : g.ocg;
     const int64_t vecs = div_up(channels, b.vlen);
-    const int64_t rows_total = dw ? g.k[2] : g.icg;  // depthwise tile rows are kw taps
+    const int64_t rows_total = dw ? g.k[2] : plan.gemm_rows();  // depthwise tile rows are kw taps
     b.tail = static_cast<int>(channels % b.vlen);
     const double latency = plan.pairs ? Cost::dot_latency : Cost::fma_latency;
     const int kh_options[2] = {dw ? static_cast<int>(std::min<int64_t>(g.k[1], 32)) : 1, 1};
@@ -175,12 +195,12 @@ void choose_blocking(WeightsPlan& plan) {
             }
         }
     }
-    b.cycles_per_pixel = best * g.k[0] * (dw ? 1 : g.k[1] * g.k[2]);
+    b.cycles_per_pixel = best * g.k[0] * (dw ? 1 : g.k[1] * g.k[2] / plan.fold_kw);
     b.m_tiles = div_up(rows_total, b.m);
     b.n_tiles = div_up(vecs, b.n);
     b.m_last = static_cast<int>(rows_total - (b.m_tiles - 1) * b.m);
     b.n_last = static_cast<int>(vecs - (b.n_tiles - 1) * b.n);
-    b.tiles = g.k[0] * (g.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : g.k[2] * g.g);
+    b.tiles = g.k[0] * (g.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : g.k[2] / plan.fold_kw * g.g);
 }
 
 void choose_reduction(WeightsPlan& plan, const Problem& p) {
@@ -309,6 +329,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.transpose_inputs = !p.nxc;
     plan.direct_weights = p.wei_str.o == 1;
     plan.weights_elems = p.output_elems;
+    if (fold_kw(p, plan)) plan.fold_kw = p.k[2];
     choose_blocking(plan);
     choose_reduction(plan, p);
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
@@ -322,13 +343,14 @@ std::string WeightsPlan::to_string() const {
                                                    : staged    ? (rounded() ? " widened" : " staged")
                                                    : rounded() ? " widened-in-kernel"
                                                                : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
-       << " tiles=" << blk.tiles << " (" << (dw ? "kw" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
+       << " tiles=" << blk.tiles << " (" << (dw ? "kw" : fold_kw > 1 ? "kw.ic" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
        << " last " << blk.m_last << ", " << (dw ? "ch" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
        << "v last " << blk.n_last << "v tail " << blk.tail << ")"
        << " rows=" << red.rows << "x" << geo.segment << "px" << (geo.merged ? " merged" : "")
        << " chunk=" << red.chunk_rows << " rows (" << red.chunks << " chunks, " << (red.chunk_bytes >> 10)
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
        << (stage_in_kernel ? " tile-major(in-kernel)" : tile_major ? " tile-major" : "")
+       << (fold_kw > 1 ? " fold-kw" : "")
        << (transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
        << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";
@@ -342,9 +364,12 @@ std::string WeightsPlan::to_string() const {
     if (!dw) {
         os << "      for g<" << geo.g;
         if (blk.m_block < blk.m_tiles) os << " ic_block<" << (blk.m_tiles + blk.m_block - 1) / blk.m_block;
-        os << " oc_tile<" << blk.n_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1] << " kw<" << geo.k[2]
-           << " ic_tile<" << blk.m_block << ":\n        for row, px: acc[" << blk.m << " ic][" << blk.n
-           << "v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n";
+        const bool fold = fold_kw > 1;  // tile rows are (kw, ic): the kw loop is inside the tile
+        os << " oc_tile<" << blk.n_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1];
+        if (!fold) os << " kw<" << geo.k[2];
+        os << (fold ? " kw.ic_tile<" : " ic_tile<") << blk.m_block << ":\n        for row, px: acc[" << blk.m
+           << (fold ? " kw.ic][" : " ic][") << blk.n << "v] += bcast(src[px+tap]["
+           << (fold ? "kw.ic]) (W edges: zero-padded copies)" : "ic])") << " * diff_dst[px][oc]\n";
     }
     os << "  " << (red.slices > 1 ? "sum slices in order" : "no reduction")
        << (direct_weights ? "" : ", permute XIO -> user layout");
