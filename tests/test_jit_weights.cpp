@@ -119,37 +119,9 @@ TEST_CASE("weights: staged 1x1 layers stage their chunks tile-major", "[jit][wei
 
 TEST_CASE("weights: few input channels fold their kw taps into the tile rows", "[jit][weights]") {
     // Tile rows (kw, ic): the W edges (output pixels with some tap in the
-    // padding) read zero-padded copies. Pads of 0, 1, KW-1 and past the
-    // kernel, left or right only; strides 1..4 and kernel = stride; outputs
-    // 1..3 pixels wide (every pixel an edge, both edges in one pixel); 1D
-    // and 3D; every weights layout, NCX, ConvTranspose.
-    std::vector<Case> cases;
-    struct W {
-        int64_t ic, iw, kw, s, pl, pr;
-    };
-    for (const W& w : std::vector<W>{{3, 23, 7, 2, 3, 3},
-                                     {1, 9, 3, 1, 1, 1},
-                                     {2, 10, 5, 1, 0, 4},
-                                     {5, 12, 4, 4, 0, 0},
-                                     {15, 7, 3, 2, 2, 0},
-                                     {3, 4, 7, 1, 6, 2},
-                                     {3, 3, 7, 3, 4, 4},
-                                     {4, 2, 16, 1, 8, 7},
-                                     {3, 32, 16, 16, 0, 0}}) {
-        Case c = conv2d(w.ic, 33, {5, w.iw}, {3, w.kw});
-        c.s = {2, w.s};
-        c.pb = {1, w.pl};
-        c.pe = {0, w.pr};
-        cases.push_back(c);
-    }
-    Case c1 = conv2d(3, 20, {17}, {4});
-    c1.s = {2};
-    c1.pb = {2};
-    c1.pe = {1};
-    cases.push_back(c1);
-    Case c3 = conv2d(3, 16, {4, 5, 6}, {3, 3, 3});
-    c3.pb = c3.pe = {1, 1, 1};
-    cases.push_back(c3);
+    // padding) read zero-padded copies. The geometries of fold_kw_cases,
+    // every weights layout, NCX, ConvTranspose.
+    std::vector<Case> cases = wtest::fold_kw_cases();
     for (const char* f : {"OIX", "XIO"}) {
         Case c = conv2d(3, 24, {9, 10}, {3, 5});
         c.s = {1, 2};

@@ -206,6 +206,42 @@ TEST_CASE("weights bf16/f16: geometry", "[jit][weights][lowp]") {
     check_exact(c);
 }
 
+TEST_CASE("weights bf16/f16: few input channels fold their kw taps, staged rows padded", "[jit][weights][lowp]") {
+    // The staged src rows carry the W padding as zeros: the geometries of
+    // fold_kw_cases at an odd minibatch (a lone bf16 image), OIX, ConvTranspose.
+    std::vector<Case> cases = wtest::fold_kw_cases();
+    for (Case& c : cases) c.mb = 3;
+    Case oix = conv2d(3, 24, {9, 10}, {3, 5});
+    oix.s = {1, 2};
+    oix.pb = oix.pe = {1, 2};
+    oix.wfmt = "OIX";
+    oix.nxc = false;
+    cases.push_back(oix);
+    Case t = conv2d(3, 16, {6, 7}, {4, 4});
+    t.transpose = true;
+    t.s = {2, 2};
+    t.pb = t.pe = {1, 1};
+    t.wfmt = "IOX";
+    cases.push_back(t);
+    for (const Case& c : cases) {
+        for (data_type dt : {data_type::bf16, data_type::f16}) {
+            Case d = c;
+            d.dt = dt;
+            for (const std::string& isa : jit_isas(true)) {
+                const std::string text = d.make(isa).describe();
+                INFO(label(d, isa) << "\n" << text);
+                CHECK(text.find(" fold-kw") != std::string::npos);
+            }
+        }
+        check_exact(c);
+    }
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        Case c = cases.front();
+        c.dt = dt;
+        wtest::check_thread_counts(c, true);
+    }
+}
+
 TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]") {
     Case c = conv2d(48, 96, {4, 4}, {3, 3});
     c.g = 3;

@@ -97,6 +97,34 @@ inline Case conv2d(int64_t ic, int64_t oc, dims in, dims k) {
     return c;
 }
 
+// Few-channel layers whose kw taps fold into the tile rows (fold_kw): W
+// pads of 0, 1, KW-1 and past the kernel, one-sided pads, strides 1..16,
+// outputs 1..3 pixels wide (every pixel an edge), 1D and 3D.
+inline std::vector<Case> fold_kw_cases() {
+    std::vector<Case> cases;
+    struct W {
+        int64_t ic, iw, kw, s, pl, pr;
+    };
+    for (const W& w : std::vector<W>{{3, 23, 7, 2, 3, 3}, {1, 9, 3, 1, 1, 1}, {2, 10, 5, 1, 0, 4},
+                                     {5, 12, 4, 4, 0, 0}, {15, 7, 3, 2, 2, 0}, {3, 4, 7, 1, 6, 2},
+                                     {3, 3, 7, 3, 4, 4}, {4, 2, 16, 1, 8, 7}, {3, 32, 16, 16, 0, 0}}) {
+        Case c = conv2d(w.ic, 33, {5, w.iw}, {3, w.kw});
+        c.s = {2, w.s};
+        c.pb = {1, w.pl};
+        c.pe = {0, w.pr};
+        cases.push_back(c);
+    }
+    Case c1 = conv2d(3, 20, {17}, {4});
+    c1.s = {2};
+    c1.pb = {2};
+    c1.pe = {1};
+    cases.push_back(c1);
+    Case c3 = conv2d(3, 16, {4, 5, 6}, {3, 3, 3});
+    c3.pb = c3.pe = {1, 1, 1};
+    cases.push_back(c3);
+    return cases;
+}
+
 // The JIT ISA caps this CPU can run, best first; avx512_core_bf16 only when
 // asked (f32 runs the avx512_core kernels there).
 inline std::vector<std::string> jit_isas(bool with_bf16) {

@@ -307,6 +307,13 @@ private:
         int64_t left, right, left_w, right_w;
     };
     FoldEdges fold_edges() const;
+    // Pixels of a staged src row: the input row (merged rows: a segment's
+    // pixels), or with fold_kw every pixel the taps read, W padding
+    // included as zeros, so the folded rows need no edges.
+    int64_t staged_row_pixels() const {
+        const WeightsGeometry& g = plan_.geo;
+        return plan_.fold_kw > 1 ? (g.out[2] - 1) * g.stride[2] + g.k[2] : std::max(g.segment, g.in[2]);
+    }
     // Staging (16-bit types).
     int64_t src_key(const RowPos& r, int64_t id, int64_t ih) const;
     int64_t src_row_first(int64_t seg) const;
@@ -458,8 +465,8 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         }
         // Staged rows: [key index][width], [chunk row][segment].
         const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
-        const int64_t src_pix = (key - st->src_keys.begin()) * std::max(g.segment, g.in[2]) +
-                                (plan_.compress_w ? a : iw - src_row_first(r.seg));
+        const int64_t src_pix = (key - st->src_keys.begin()) * staged_row_pixels() +
+                                (plan_.compress_w ? a : iw - src_row_first(r.seg) + (plan_.fold_kw > 1 ? g.pad[2] : 0));
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
         out.push_back({src_pix * ic * es, dst_pix * oc * es, b - a});
     }
@@ -547,12 +554,19 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
     }
     std::sort(st.src_keys.begin(), st.src_keys.end());
     st.src_keys.erase(std::unique(st.src_keys.begin(), st.src_keys.end()), st.src_keys.end());
-    const int64_t row_pixels = std::max(g.segment, g.in[2]);
+    const int64_t row_pixels = staged_row_pixels();
     const auto valid = valid_ow(g, 0);  // compress_w: the output pixels whose src exists
     for (size_t i = 0; i < st.src_keys.size(); ++i) {
         const int64_t key = st.src_keys[i], seg = key % g.segs_per_row, row = key / g.segs_per_row;
         const int64_t n = row / (g.in[0] * g.in[1]), plane_row = row % (g.in[0] * g.in[1]);
         char* to = st.src + static_cast<int64_t>(i) * row_pixels * ic * 4;
+        if (plan_.fold_kw > 1) {  // staged pixel q is iw = q - pad: zeros outside the input row
+            const int64_t lo = std::max<int64_t>(0, -g.pad[2]), hi = std::min(g.in[2], row_pixels - g.pad[2]);
+            std::memset(to, 0, static_cast<size_t>(row_pixels * ic * 4));
+            if (lo < hi)
+                stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + lo, hi - lo, to + (lo + g.pad[2]) * ic * 4);
+            continue;
+        }
         if (!plan_.compress_w) {
             stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg), to);
             continue;
@@ -690,8 +704,10 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     if (!built) {
         rows.clear();
         const auto ow = valid_ow(g, kw);
-        if (plan_.fold_kw > 1)
+        if (plan_.fold_kw > 1 && !ts.view)
             build_folded_rows(rows, ts, src, kd, kh);
+        else if (plan_.fold_kw > 1)  // staged rows hold the W padding: every pixel reads inside them
+            build_rows(rows, ts.chunk, ts.view, kd, kh, 0, 0, g.out[2]);
         else
             build_rows(rows, ts.chunk, ts.view, kd, kh, kw, ow[0], ow[1], RowSet::any, 0, 1, stage);
         built = 1;
@@ -792,12 +808,12 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     std::vector<float> row_buf;
     ts.rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
-    if (plan_.fold_kw > 1) {  // one edge slot per (chunk row, kd, kh), and a vector of slack
+    if (plan_.fold_kw > 1 && !plan_.staged) {  // one edge slot per (chunk row, kd, kh), and a vector of slack
         const FoldEdges e = fold_edges();
         ts.edges.resize(static_cast<size_t>(red.chunk_rows * g.k[0] * g.k[1] * (e.left_w + e.right_w) * p_.ic() + 16));
     }
     if (plan_.staged) {
-        const int64_t row_pixels = std::max(g.segment, g.in[2]);
+        const int64_t row_pixels = staged_row_pixels();
         // compute_thread never nests on a thread: the stage slots are free.
         const WeightsBlocking& b = plan_.blk;
         const int64_t src_bytes = plan_.tile_major ? g.g * b.m_tiles * src_slice_bytes()

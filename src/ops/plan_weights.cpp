@@ -50,19 +50,18 @@ WeightsGeometry make_geometry(const Problem& p, bool pairs) {
 }
 
 // kw taps folded into the tile rows (see WeightsPlan::fold_kw) where the
-// input channels alone give short tiles: f32 read in place (the staged
-// paths copy rows without W padding), one group (a group's channels are not
-// contiguous across taps), no W dilation, and a (kw, ic)-contiguous target
-// (XIO, or the XIO scratch of other weight layouts). ResNet-50 conv1 (ic 3,
+// input channels alone give short tiles: one group (a group's channels are
+// not contiguous across taps), no W dilation, and a (kw, ic)-contiguous
+// target (XIO, or the XIO scratch of other weight layouts). f32 reads the
+// user's tensors in place (W edges from zero-padded copies); 16-bit types
+// stage their src rows with the W padding as zeros. ResNet-50 conv1 (ic 3,
 // 7x7 s2) then runs m11n2 tiles over 21 rows instead of m3n4 over 3
-// (AVX-512, 2 threads: +27 %; 3x3 s2, 4x4 s4, 16x16 s16 stems and a 1-channel
-// 3x3 layer: +48..+76 %).
-bool foldable(const Problem& p) {
-    return p.dt == data_type::f32 && p.g == 1 && p.k[2] > 1 && p.dil[2] == 1 && p.icg < 16;
-}
+// (AVX-512 f32, 2 threads: +27 %; 3x3 s2, 4x4 s4, 16x16 s16 stems and a
+// 1-channel 3x3 layer: +48..+76 %).
+bool foldable(const Problem& p) { return p.g == 1 && p.k[2] > 1 && p.dil[2] == 1 && p.icg < 16; }
 
 bool fold_kw(const Problem& p, const WeightsPlan& plan) {
-    if (plan.blk.kind != WeightsKernelKind::gemm || plan.staged || !foldable(p)) return false;
+    if (plan.blk.kind != WeightsKernelKind::gemm || !foldable(p)) return false;
     return !plan.direct_weights || p.wei_str.k[2] == p.icg * p.wei_str.i;
 }
 

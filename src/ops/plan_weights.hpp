@@ -102,13 +102,14 @@ struct WeightsPlan {
     // overlaps the FMAs and the chunk is read from memory once; later calls
     // read the slices.
     bool stage_in_kernel = false;
-    // kw taps folded into the tile rows (gemm, f32 read in place, one group,
-    // few input channels, no W dilation): 1, or KW. In NXC src a pixel's KW
-    // taps read KW*IC consecutive floats, and XIO diff_weights hold rows
-    // (kw, ic) consecutively too, so a tile takes m of those KW*IC rows and
-    // the taps loop only over (kd, kh): a 3-channel first layer gets tiles
-    // of up to 32 rows instead of 3. Output pixels where some tap falls in
-    // the W padding read a zero-padded copy of their src run (the edges).
+    // kw taps folded into the tile rows (gemm, one group, few input
+    // channels, no W dilation): 1, or KW. In NXC src a pixel's KW taps read
+    // KW*IC consecutive elements, and XIO diff_weights hold rows (kw, ic)
+    // consecutively too, so a tile takes m of those KW*IC rows and the taps
+    // loop only over (kd, kh): a 3-channel first layer gets tiles of up to
+    // 32 rows instead of 3. f32 in place: output pixels where some tap falls
+    // in the W padding read a zero-padded copy of their src run (the
+    // edges); staged (16-bit): the staged src rows include the W padding.
     int64_t fold_kw = 1;
     // Rows of the gemm tile space per group: input channels (x KW folded).
     int64_t gemm_rows() const { return geo.icg * fold_kw; }
