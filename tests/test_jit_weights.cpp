@@ -252,6 +252,69 @@ TEST_CASE("weights: groups and depthwise", "[jit][weights]") {
     check_exact(dw);
 }
 
+TEST_CASE("weights: depthwise taps mostly in the padding pre-pad src", "[jit][weights]") {
+    // Large kernels on small planes run on a zero-padded copy of src (no
+    // edge kernels); planes where most pixels are interior keep the edge
+    // kernels. Both, with one-sided and wide pads, strides, dilation, 1D /
+    // 3D, NCX, all three types.
+    auto dw = [](int64_t ch, dims in, dims k) {
+        Case c = conv2d(ch, ch, std::move(in), std::move(k));
+        c.g = ch;
+        return c;
+    };
+    std::vector<std::pair<Case, bool>> cases;  // case, pre-padded
+    Case c = dw(40, {7, 7}, {7, 7});
+    c.pb = c.pe = {3, 3};
+    cases.push_back({c, true});
+    c = dw(33, {7, 9}, {5, 5});
+    c.s = {2, 1};
+    c.d = {1, 2};
+    c.pb = {2, 0};
+    c.pe = {1, 6};
+    cases.push_back({c, true});
+    c = dw(17, {5}, {9});
+    c.pb = {8};
+    c.pe = {0};
+    cases.push_back({c, true});
+    c = dw(20, {3, 4, 5}, {3, 3, 3});
+    c.pb = c.pe = {1, 1, 1};
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cases.push_back({c, true});
+    c = dw(24, {100, 101}, {3, 3});  // 96 % of the pixels interior: edge kernels for every type
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, false});
+    c = dw(24, {7, 8}, {3, 3});  // unpadded: nothing to pre-pad
+    cases.push_back({c, false});
+    for (const auto& [base, prepad] : cases) {
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case t = base;
+            t.dt = dt;
+            for (const std::string& isa : jit_isas(true)) {
+                const std::string d = t.make(isa).describe();
+                INFO(label(t, isa) << "\n" << d);
+                CHECK((d.find(" prepad") != std::string::npos) == prepad);
+            }
+        }
+        check_exact(base);
+        for (convgrad::data_type dt : {convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case t = base;  // small integers: exact in 16 bits and in every order of summation
+            t.dt = dt;
+            const convgrad::op ref = t.make("ref");
+            const Buffer a = testutil::small_ints(dt, ref.input0_elems(), 3);
+            const Buffer b = testutil::small_ints(dt, ref.input1_elems(), 9);
+            const Buffer want = testutil::run(ref, a, b);
+            for (const std::string& isa : jit_isas(true)) {
+                INFO(label(t, isa));
+                CHECK(testutil::bitwise_equal(testutil::run(t.make(isa), a, b), want));
+            }
+        }
+        Case lowp = base;
+        lowp.dt = convgrad::data_type::bf16;
+        wtest::check_thread_counts(lowp, true);
+    }
+}
+
 TEST_CASE("weights: data and weight formats", "[jit][weights]") {
     for (bool nxc : {true, false}) {
         for (const char* f : {"XIO", "OIX"}) {

@@ -2,7 +2,8 @@
 // ConvTransposeBackwardWeights, the latter with its inputs swapped).
 //
 // Phases of one execute:
-//  1. NCX only: transpose src and diff_dst into NXC scratch.
+//  1. NCX only: transpose src and diff_dst into NXC scratch. Pre-padded
+//     depthwise plans (plan.prepad): copy src into a zero-padded scratch.
 //  2. Threads over (slice, tile) pairs of the plan's grid: every (slice,
 //     tile) is accumulated chunk by chunk in chunk order, slice 0 into the
 //     target, slice r > 0 into partial r. Staged plans (16-bit gemm, and
@@ -55,7 +56,7 @@ ByteBuffer alloc_bytes(int64_t n) {
 // TBB's workers and the callers' threads are long-lived, so repeated
 // executes stop paying for fresh pages (their faults were ~3 % of a 20 ms
 // layer). Buffers above kMaxPooledBytes are not kept.
-enum ScratchSlot { kStageSrc, kStageDst, kTarget, kPartials, kPermuted, kSrcNxc, kDstNxc, kSlots };
+enum ScratchSlot { kStageSrc, kStageDst, kTarget, kPartials, kPermuted, kSrcNxc, kDstNxc, kSrcPad, kSlots };
 constexpr int64_t kMaxPooledBytes = int64_t(64) << 20;
 
 struct ScratchPool {
@@ -232,7 +233,8 @@ struct ThreadState {
 
 class JitWeightsExecutor final : public Executor {
 public:
-    JitWeightsExecutor(const Problem& p, const WeightsPlan& plan) : p_(p), plan_(plan) {
+    JitWeightsExecutor(const Problem& p, const WeightsPlan& plan)
+        : user_(p), p_(plan.prepad ? padded_problem(p) : p), plan_(plan) {
         // Target strides: the user's when OC-contiguous, else an XIO scratch.
         wei_str_ = p.wei_str;
         if (!plan.direct_weights) {
@@ -323,6 +325,8 @@ private:
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to) const;
     void reduce_and_store(float* target, const float* partials, void* user, bool pooled) const;
+    // plan.prepad: the user's NXC src into the zero-padded src of p_.
+    void pad_src(const char* src, char* to) const;
     // Staged strided 1x1 rows keep only the pixels read: one per output
     // pixel. Tile-major chunks: one tile's channels per pixel.
     int64_t src_step_bytes() const {
@@ -350,7 +354,8 @@ private:
     void stage_tile_major(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
                           const uint16_t* diff_dst, float* row_buf) const;
 
-    Problem p_;
+    Problem user_;  // as the user's tensors are
+    Problem p_;     // as the kernels walk them: the pads in src with plan.prepad
     WeightsPlan plan_;
     WeightStrides wei_str_;
     // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile (x blk.kh
@@ -995,6 +1000,25 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
         });
 }
 
+void JitWeightsExecutor::pad_src(const char* src, char* to) const {
+    const int64_t es = static_cast<int64_t>(dtype_size(p_.dt)), px = p_.ic() * es;
+    const std::array<int64_t, 3>& in = user_.in;
+    const std::array<int64_t, 3>& pb = user_.pad_begin;
+    const int64_t rows = p_.mb * p_.in[0] * p_.in[1], row_bytes = p_.in[2] * px;
+    parallel_static(rows, [&](int64_t r) {
+        char* out = to + r * row_bytes;
+        const int64_t ih = r % p_.in[1] - pb[1], id = (r / p_.in[1]) % p_.in[0] - pb[0], n = r / (p_.in[1] * p_.in[0]);
+        if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1]) {
+            std::memset(out, 0, static_cast<size_t>(row_bytes));
+            return;
+        }
+        const char* from = src + ((n * in[0] + id) * in[1] + ih) * in[2] * px;
+        std::memset(out, 0, static_cast<size_t>(pb[2] * px));
+        std::memcpy(out + pb[2] * px, from, static_cast<size_t>(in[2] * px));
+        std::memset(out + (pb[2] + in[2]) * px, 0, static_cast<size_t>((p_.in[2] - pb[2] - in[2]) * px));
+    });
+}
+
 void JitWeightsExecutor::run(const void* input0, const void* input1, void* output) const {
     const int nthreads = tbb::this_task_arena::max_concurrency();
     const WeightsThreadGrid grid = nthreads == plan_.grid.nthr
@@ -1008,22 +1032,28 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
         ~Depth() { --pool.depth; }
     } depth;
     const bool pooled = pool.depth == 1;
-    ByteBuffer fresh[4];  // the buffers not taken from the pool
+    ByteBuffer fresh[5];  // the buffers not taken from the pool
     if (plan_.transpose_inputs) {
-        char* src_nxc = scratch(kSrcNxc, p_.mb * p_.ic() * p_.in_sp() * es, pooled, fresh[0]);
+        char* src_nxc = scratch(kSrcNxc, p_.mb * p_.ic() * user_.in_sp() * es, pooled, fresh[0]);
         char* dst_nxc = scratch(kDstNxc, p_.mb * p_.oc() * p_.out_sp() * es, pooled, fresh[1]);
         if (es == 4) {
-            to_nxc(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(src_nxc), p_.mb, p_.ic(), p_.in_sp());
+            to_nxc(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(src_nxc), p_.mb, p_.ic(),
+                   user_.in_sp());
             to_nxc(reinterpret_cast<const float*>(diff_dst), reinterpret_cast<float*>(dst_nxc), p_.mb, p_.oc(),
                    p_.out_sp());
         } else {
             to_nxc(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(src_nxc), p_.mb, p_.ic(),
-                   p_.in_sp());
+                   user_.in_sp());
             to_nxc(reinterpret_cast<const uint16_t*>(diff_dst), reinterpret_cast<uint16_t*>(dst_nxc), p_.mb,
                    p_.oc(), p_.out_sp());
         }
         src = src_nxc;
         diff_dst = dst_nxc;
+    }
+    if (plan_.prepad) {
+        char* padded = scratch(kSrcPad, p_.mb * p_.ic() * p_.in_sp() * es, pooled, fresh[4]);
+        pad_src(src, padded);
+        src = padded;
     }
     // The kernels' f32 target: the user's buffer when it is f32 XIO-like,
     // else scratch.

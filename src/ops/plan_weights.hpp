@@ -111,6 +111,12 @@ struct WeightsPlan {
     // in the W padding read a zero-padded copy of their src run (the
     // edges); staged (16-bit): the staged src rows include the W padding.
     int64_t fold_kw = 1;
+    // Depthwise whose taps mostly reach into the padding (large kernels on
+    // small planes): the executor first copies src into a zero-padded NXC
+    // scratch, and this plan is for that unpadded problem (padded_problem),
+    // so every tap of every pixel runs in the block kernels instead of the
+    // one-tap edge kernels (ConvNeXt 7x7 at 7x7: most pixels are edges).
+    bool prepad = false;
     // Rows of the gemm tile space per group: input channels (x KW folded).
     int64_t gemm_rows() const { return geo.icg * fold_kw; }
     // Chunk pixels (tile_major): rows x segment, the staged slices' length.
@@ -167,9 +173,17 @@ struct WeightsCostModel {
     static constexpr double staged_partial_ratio = 8;  // data bytes per weight byte above which they pay
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
     static constexpr int64_t tile_major_stride_bytes = 4096;  // staged pixel stride from which 1x1 goes tile-major
+    // Depthwise: pre-pad src when fewer output pixels than this have every
+    // tap inside src (the rest run tap by tap in the edge kernels); 16-bit
+    // types copy half the bytes and widen in their edge kernels too.
+    static constexpr double dw_prepad_interior = 0.75;
+    static constexpr double dw_prepad_interior_16bit = 0.95;
 };
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads);
+// The problem with its pads made part of src: in + pads, no padding (the
+// same output, taps and weights).
+Problem padded_problem(const Problem& p);
 WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads);
 // [begin, end) of part `i` of `n` of `total` items, balanced.
 std::array<int64_t, 2> balance(int64_t total, int64_t n, int64_t i);
