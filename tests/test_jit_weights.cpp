@@ -37,6 +37,19 @@ void check_exact(const Case& c, uint32_t seed = 1) {
     }
 }
 
+// Small integers of the case's type (exact in 16 bits too), every ISA
+// including the bf16 one: bitwise equal to the reference.
+void check_exact_any_type(const Case& c) {
+    const convgrad::op ref = c.make("ref");
+    const Buffer a = testutil::small_ints(c.dt, ref.input0_elems(), 5);
+    const Buffer b = testutil::small_ints(c.dt, ref.input1_elems(), 8);
+    const Buffer want = testutil::run(ref, a, b);
+    for (const std::string& isa : jit_isas(true)) {
+        INFO(label(c, isa));
+        CHECK(testutil::bitwise_equal(testutil::run(c.make(isa), a, b), want));
+    }
+}
+
 // Random reals: error bounded by the summation length times f32 epsilon.
 void check_reals(const Case& c) {
     const convgrad::op ref = c.make("ref");
@@ -298,20 +311,56 @@ TEST_CASE("weights: depthwise taps mostly in the padding pre-pad src", "[jit][we
         }
         check_exact(base);
         for (convgrad::data_type dt : {convgrad::data_type::bf16, convgrad::data_type::f16}) {
-            Case t = base;  // small integers: exact in 16 bits and in every order of summation
+            Case t = base;
             t.dt = dt;
-            const convgrad::op ref = t.make("ref");
-            const Buffer a = testutil::small_ints(dt, ref.input0_elems(), 3);
-            const Buffer b = testutil::small_ints(dt, ref.input1_elems(), 9);
-            const Buffer want = testutil::run(ref, a, b);
-            for (const std::string& isa : jit_isas(true)) {
-                INFO(label(t, isa));
-                CHECK(testutil::bitwise_equal(testutil::run(t.make(isa), a, b), want));
-            }
+            check_exact_any_type(t);
         }
         Case lowp = base;
         lowp.dt = convgrad::data_type::bf16;
         wtest::check_thread_counts(lowp, true);
+    }
+}
+
+TEST_CASE("weights: depthwise pixel windows share src vectors across taps", "[jit][weights]") {
+    // W stride 1, kernels of 5+ taps: blocks of pixels, then single pixels
+    // (rows of 1 to 13 pixels), channel tails, 1D / 2D, pre-padded or not,
+    // 16-bit types; W stride 2 and W dilation keep one pixel at a time.
+    std::vector<std::pair<Case, bool>> cases;  // case, windows expected on AVX-512
+    for (int64_t w : {1, 5, 13}) {
+        Case c = conv2d(17, 17, {w + 6}, {7});
+        c.g = 17;
+        cases.push_back({c, true});
+    }
+    Case c = conv2d(33, 33, {30, 29}, {5, 5});
+    c.g = 33;
+    c.pb = c.pe = {2, 2};
+    cases.push_back({c, true});
+    c = conv2d(40, 40, {9, 9}, {7, 7});
+    c.g = 40;
+    c.pb = c.pe = {3, 3};
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cases.push_back({c, true});
+    c = conv2d(16, 16, {12, 25}, {5, 5});
+    c.g = 16;
+    c.s = {1, 2};
+    cases.push_back({c, false});
+    c = conv2d(16, 16, {12, 25}, {5, 5});
+    c.g = 16;
+    c.d = {1, 2};
+    cases.push_back({c, false});
+    for (const auto& [base, windows] : cases) {
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case t = base;
+            t.dt = dt;
+            if (convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core) {
+                const std::string d = t.make("avx512_core").describe();
+                INFO(label(t, "avx512_core") << "\n" << d);
+                CHECK((d.find(" window=") != std::string::npos) == windows);
+            }
+            check_exact_any_type(t);
+        }
+        check_reals(base);
     }
 }
 

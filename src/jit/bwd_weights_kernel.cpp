@@ -24,7 +24,7 @@ int gemm_temps(const WeightsKernelDesc& d) {
     return d.n + (embedded ? 0 : 1) + (embedded && d.stage && d.dot ? 1 : 0);
 }
 // depthwise: n diff_dst vectors + one src register (AVX2 loads through it).
-int dw_temps(const WeightsKernelDesc& d) { return d.n + 1; }
+int dw_temps(const WeightsKernelDesc& d) { return std::max<int>(1, d.window) * d.n + 1; }
 
 }  // namespace
 
@@ -41,6 +41,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
        << int(d.m) << 'n' << int(d.n) << 't' << int(d.tail);
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
+    if (dw && d.window > 1) os << "_w" << int(d.window);
     if (d.dot) os << "_dot";
     if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
     if (d.stage) os << "_s" << int(d.stage);
@@ -151,10 +152,30 @@ void WeightsSkeleton::row_loop() {
 // prefetches per pixel at r13, then r13 += r14; the stage pointers move one
 // pixel's copy (they run on across rows). Clobbers rbx, r11, rax, r13.
 void WeightsSkeleton::pixel_loop() {
-    Xbyak::Label pixel;
+    Xbyak::Label pixel, done;
+    const int lines = weights_prefetch_lines(static_cast<WeightsKernelKind>(desc_.kind));
+    if (block_pixels() > 1) {  // blocks first, then one pixel at a time
+        Xbyak::Label block, singles;
+        const int u = block_pixels();
+        align(16);
+        L(block);
+        cmp(reg_npix_, u);
+        jl(singles);
+        for (int p = 0; p < u; ++p) {
+            for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
+            add(reg_prefetch_, reg_prefetch_step_);
+        }
+        block_body();
+        add(reg_src_, static_cast<uint32_t>(u * block_step()));
+        add(reg_dst_, static_cast<uint32_t>(u * block_step()));
+        sub(reg_npix_, u);
+        jmp(block);
+        L(singles);
+        test(reg_npix_, reg_npix_);
+        jz(done, T_NEAR);
+    }
     align(16);
     L(pixel);
-    const int lines = weights_prefetch_lines(static_cast<WeightsKernelKind>(desc_.kind));
     for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
     add(reg_prefetch_, reg_prefetch_step_);
     pixel_body();
@@ -164,6 +185,7 @@ void WeightsSkeleton::pixel_loop() {
     if (stage_dst()) add(reg_dst_stage_, qword[reg_args_ + offsetof(WeightsKernelArgs, dst_stage_step)]);
     dec(reg_npix_);
     jnz(pixel);
+    L(done);
 }
 
 // Adds (args.accumulate != 0) or stores the tile at args.diff_weights.

@@ -23,6 +23,9 @@
 //    consecutive kw taps x `kh` kernel rows (all of KH, or one). Per pixel:
 //    n diff_dst vectors, kh*taps*n src vectors: with all kernel rows in one
 //    tile, each chunk passes through the core once instead of KH times.
+//    With desc.window > 1 (W stride 1): blocks of `window` pixels, whose
+//    window*n diff_dst vectors stay in registers while each kernel row's
+//    window+taps-1 src vectors are loaded once each.
 // Both need channel-contiguous (NXC) activations and an OC-contiguous
 // diff_weights row; the executor guarantees that (transposing or permuting
 // through scratch otherwise).
@@ -108,7 +111,13 @@ struct WeightsKernelDesc {
     uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise; gemm: its stage copies); 0 = f32
     uint8_t kh = 1;     // depthwise: kernel rows per tile (src rows row_disp apart)
     uint8_t stage = 0;  // gemm: WeightsStage bits
-    uint8_t reserved[3] = {};
+    // depthwise: pixels per block (1: none). A block of `window` pixels
+    // loads each src vector of a kernel row once and uses it for every tap
+    // that reads it (pixel u, tap k read the same vector when u + k is the
+    // same): only for src_step == dst_step == tap_disp (W stride and
+    // dilation 1), which the executor guarantees.
+    uint8_t window = 1;
+    uint8_t reserved[2] = {};
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
 };

@@ -34,6 +34,12 @@ protected:
     // the accumulators; may clobber vregs from first_temp() up to (not
     // including) the AVX2 mask register. Must not move the pointers.
     virtual void pixel_body() = 0;
+    // Blocks of block_pixels() > 1 pixels (consecutive, src and diff_dst
+    // both block_step() bytes apart) go to block_body() first, the rest to
+    // pixel_body(). Same contract as pixel_body().
+    virtual int block_pixels() const { return 1; }
+    virtual int64_t block_step() const { return 0; }
+    virtual void block_body() {}
 
     // Tile rows (ic, or taps: kh kernel rows of m kw taps, row-major).
     int rows() const { return desc_.m * std::max<int>(1, desc_.kh); }
