@@ -177,7 +177,9 @@ void choose_blocking(WeightsPlan& plan) {
     const int64_t vecs = div_up(channels, b.vlen);
     const int64_t rows_total = dw ? g.k[2] : plan.gemm_rows();  // depthwise tile rows are kw taps
     b.tail = static_cast<int>(channels % b.vlen);
-    const double latency = plan.pairs ? Cost::dot_latency : Cost::fma_latency;
+    const double latency = plan.pairs               ? Cost::dot_latency
+                           : plan.isa == Isa::avx2 ? Cost::fma_latency_avx2
+                                                   : Cost::fma_latency;
     const int kh_options[2] = {dw ? static_cast<int>(std::min<int64_t>(g.k[1], 32)) : 1, 1};
     // Depthwise with W stride and dilation 1 and kernels of 5 taps or more
     // (compute-heavy enough for load counts to matter): pixel windows (see

@@ -152,6 +152,13 @@ struct WeightsCostModel {
     static constexpr double vec_loads_per_cycle = 1;
     static constexpr int64_t dw_window_min_kw = 5;  // depthwise pixel windows from this kernel width
     static constexpr double fma_latency = 4;
+    // AVX2 counts it 6: with 16 registers its tiles are small, and one of 8
+    // accumulators (4 chains in flight a cycle at most) leaves the FMA ports
+    // idle next to its loads; 12 keep them busy (2 threads, ResNet-50 res3a
+    // 3x3: m2n4 116, m6n2 160-165 GFLOP/s; AVX2 bwd_w over the 20 layers
+    // +11 % geomean, +68 % res3a_branch2b, +46 % res3a_branch2c). AVX-512
+    // tiles are large already (counted 6 there, res4/res5 measured 0.87-0.90).
+    static constexpr double fma_latency_avx2 = 6;
     static constexpr double dot_latency = 6;  // vdpbf16ps
     static constexpr double instr_per_cycle = 6;
     static constexpr double l2_bytes_per_cycle = 32;
