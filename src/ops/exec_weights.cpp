@@ -118,6 +118,17 @@ std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
     return {lo, std::max(lo, hi)};
 }
 
+// Pixels [iw0, iw0 + width) of a W row of `in_w` pixels into `to`,
+// `px_bytes` a pixel: copy(first, count, at) writes the pixels inside the
+// row, the ones outside (the padding) are zeros.
+template <typename Copy>
+void copy_padded_run(int64_t iw0, int64_t width, int64_t in_w, int64_t px_bytes, char* to, Copy&& copy) {
+    const int64_t lo = std::clamp<int64_t>(-iw0, 0, width), hi = std::clamp<int64_t>(in_w - iw0, lo, width);
+    std::memset(to, 0, static_cast<size_t>(lo * px_bytes));
+    if (lo < hi) copy(iw0 + lo, hi - lo, to + lo * px_bytes);
+    std::memset(to + hi * px_bytes, 0, static_cast<size_t>((width - hi) * px_bytes));
+}
+
 // A thread's walk over the next chunk's memory (its diff_dst rows, then
 // the src rows it reads; per image of a bf16 pair), `lines` lines per pixel
 // the kernels process (weights_prefetch_lines of their kind): a list of
@@ -499,13 +510,10 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
     };
     // src pixels [iw0, iw0 + width) of an input row, zeros outside it.
     auto pad_copy = [&](const float* row, int64_t iw0, int64_t width, float* to) {
-        for (int64_t q = 0; q < width; ++q) {
-            const int64_t iw = iw0 + q;
-            if (iw >= 0 && iw < g.in[2])
-                std::memcpy(to + q * ic, row + iw * ic, static_cast<size_t>(ic) * 4);
-            else
-                std::fill(to + q * ic, to + (q + 1) * ic, 0.0f);
-        }
+        copy_padded_run(iw0, width, g.in[2], ic * 4, reinterpret_cast<char*>(to),
+                        [&](int64_t first, int64_t count, char* at) {
+                            std::memcpy(at, row + first * ic, static_cast<size_t>(count * ic * 4));
+                        });
     };
     for (size_t j = 0; j < ts.chunk.size(); ++j) {
         const RowPos& r = ts.chunk[j];
@@ -566,10 +574,9 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
         const int64_t n = row / (g.in[0] * g.in[1]), plane_row = row % (g.in[0] * g.in[1]);
         char* to = st.src + static_cast<int64_t>(i) * row_pixels * ic * 4;
         if (plan_.fold_kw > 1) {  // staged pixel q is iw = q - pad: zeros outside the input row
-            const int64_t lo = std::max<int64_t>(0, -g.pad[2]), hi = std::min(g.in[2], row_pixels - g.pad[2]);
-            std::memset(to, 0, static_cast<size_t>(row_pixels * ic * 4));
-            if (lo < hi)
-                stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + lo, hi - lo, to + (lo + g.pad[2]) * ic * 4);
+            copy_padded_run(-g.pad[2], row_pixels, g.in[2], ic * 4, to, [&](int64_t first, int64_t count, char* at) {
+                stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + first, count, at);
+            });
             continue;
         }
         if (!plan_.compress_w) {
@@ -1013,9 +1020,9 @@ void JitWeightsExecutor::pad_src(const char* src, char* to) const {
             return;
         }
         const char* from = src + ((n * in[0] + id) * in[1] + ih) * in[2] * px;
-        std::memset(out, 0, static_cast<size_t>(pb[2] * px));
-        std::memcpy(out + pb[2] * px, from, static_cast<size_t>(in[2] * px));
-        std::memset(out + (pb[2] + in[2]) * px, 0, static_cast<size_t>((p_.in[2] - pb[2] - in[2]) * px));
+        copy_padded_run(-pb[2], p_.in[2], in[2], px, out, [&](int64_t first, int64_t count, char* at) {
+            std::memcpy(at, from + first * px, static_cast<size_t>(count * px));
+        });
     });
 }
 

@@ -131,13 +131,11 @@ double gemm_tile(int r, int v, double pixels, double latency) {
 // 1) / w of them, against m).
 double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double latency) {
     const int r = m * kh;
-    if (!windows) {  // small kernels: memory bound, loads counted at the scalar rate
-        const double px = tile_cycles(r * v, v + r * v, r * v + v + 4, latency);
-        return px + (1.5 * r * v + Cost::call_cycles) / pixels;
-    }
     const double src_loads = kh * v * double(w + m - 1) / w;
-    const double px = std::max(tile_cycles(r * v, v, r * v + v + src_loads + 4, latency),
-                               (v + src_loads) / Cost::vec_loads_per_cycle);
+    const double px = windows ? std::max(tile_cycles(r * v, v, r * v + v + src_loads + 4, latency),
+                                         (v + src_loads) / Cost::vec_loads_per_cycle)
+                              // small kernels: memory bound, loads counted at the scalar rate
+                              : tile_cycles(r * v, v + r * v, r * v + v + 4, latency);
     return px + (1.5 * r * v + Cost::call_cycles) / pixels;
 }
 
