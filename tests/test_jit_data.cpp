@@ -192,6 +192,57 @@ TEST_CASE("data: groups and depthwise", "[jit][data]") {
                 }
 }
 
+// Groups of G = 2, 4, 8 channels (IC/g == OC/g; 16 with a W stride on
+// AVX-512) run the depthwise kernel
+// with each group's G output channels permuted into its lanes: group counts
+// that end in a channel tail on both ISAs, unit and non-unit W strides (row
+// taps or one tap per entry), dilation, 1D / 2D / 3D, every type.
+TEST_CASE("data: lane groups of 2, 4 and 8 channels", "[jit][data]") {
+    for (int64_t gs : {2, 4, 8})
+        for (int64_t groups : {1, 3, 5, 16})
+            for (const dims& in : {dims{21}, dims{6, 13}, dims{3, 4, 7}}) {
+                DCase c;
+                c.g = groups;
+                c.ic = c.oc = gs * groups;
+                c.in = in;
+                c.k = dims(in.size(), 3);
+                c.s = dims(in.size(), 1);
+                c.d = dims(in.size(), 1);
+                c.pb = c.pe = dims(in.size(), 1);
+                if (groups == 3) c.s.back() = 2;  // one tap per entry, two W phases
+                if (groups == 5) {                // dilated row taps, uneven pads
+                    c.d.back() = 2;
+                    c.pb.back() = 2;
+                    c.pe.back() = 0;
+                }
+                INFO("G " << gs << " groups " << groups << " rank " << in.size());
+                const std::string lg = "(lane groups of " + std::to_string(gs) + ")";
+                CHECK(c.make("avx512_core").describe().find(lg) != std::string::npos);
+                CHECK(c.make("avx2").describe().find(lg) != std::string::npos);
+                for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+                    c.dt = dt;
+                    check_exact(c, kAllIsas);
+                }
+            }
+    DCase g16;  // groups of 16 with a W stride on AVX-512: a broadcast per group and o
+    g16.g = 3;
+    g16.ic = g16.oc = 48;
+    g16.in = {6, 13};
+    g16.s = {1, 2};
+    g16.pb = g16.pe = {1, 1};
+    CHECK(g16.make("avx512_core").describe().find("(lane groups of 16)") != std::string::npos);
+    for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+        g16.dt = dt;
+        check_exact(g16, kAllIsas);
+    }
+    DCase mixed;  // IC/g != OC/g: not a lane group
+    mixed.g = 4;
+    mixed.ic = 16;
+    mixed.oc = 32;
+    CHECK(mixed.make("avx512_core").describe().find("lane groups") == std::string::npos);
+    check_exact(mixed);
+}
+
 TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     DCase c;  // a first layer in miniature: ic 3, 7x7 stride 2 pad 3
     c.ic = 3;
@@ -243,6 +294,9 @@ TEST_CASE("data: data and weight formats", "[jit][data]") {
             c.wfmt = wfmt;
             INFO(nxc << " " << wfmt);
             check_exact(c);
+            c.g = 6;  // lane groups of 4: W(oc = group·4 + o, ic) gathered per lane from either format
+            c.ic = c.oc = 24;
+            check_exact(c);
         }
 }
 
@@ -286,7 +340,7 @@ TEST_CASE("data: random reals within tolerance", "[jit][data]") {
 }
 
 TEST_CASE("data: bitwise identical for 1, 2 and 3 threads", "[jit][data]") {
-    std::vector<DCase> cases(3);
+    std::vector<DCase> cases(4);
     cases[0].ic = 35;
     cases[0].oc = 20;
     cases[0].in = {9, 10};
@@ -300,6 +354,10 @@ TEST_CASE("data: bitwise identical for 1, 2 and 3 threads", "[jit][data]") {
     cases[2].k = {7, 7};
     cases[2].s = {2, 2};
     cases[2].pb = cases[2].pe = {3, 3};
+    cases[3].g = 10;  // lane groups of 4
+    cases[3].ic = cases[3].oc = 40;
+    cases[3].in = {9, 10};
+    cases[3].pb = cases[3].pe = {1, 1};
     for (const DCase& c : cases) {
         const auto o = c.make("avx512_core");
         const auto dd = testutil::random_reals(data_type::f32, o.input0_elems(), 1);

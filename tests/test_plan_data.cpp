@@ -55,6 +55,21 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "      for oc chunk of 1\n"
           "        for W phase in 1, block of 12 pixels (zero-padded rows), streaming stores\n"
           "          for valid tap (kd, kh, kw): per kh: 6 W loads, 28 dd loads, 72 FMAs\n");
+    // ResNeXt-50's grouped 3x3 layers: 32 groups of 8 (stride 2) and of 4.
+    CHECK(plan_of(square(32, 256, 256, 56, 3, 2, 1, 28), Isa::avx512_core, 2).to_string() ==
+          "jit:avx512_core depthwise (lane groups of 8) m6 n4x16 threads 2\n"
+          "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
+          "    for cb in 4 (256 channels/group, tail 4 vec 0 lanes)\n"
+          "      for oc chunk of 8\n"
+          "        for W phase in 2, block of 6 pixels (zero-padded rows), streaming stores\n"
+          "          for valid tap (kd, kh, kw): for o in 8: 4 W loads, 24 permuted dd loads + FMAs\n");
+    CHECK(plan_of(square(32, 128, 128, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
+          "jit:avx2 depthwise (lane groups of 4) m10 n1x8 threads 2\n"
+          "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
+          "    for cb in 16 (128 channels/group, tail 1 vec 0 lanes)\n"
+          "      for oc chunk of 4\n"
+          "        for W phase in 1, block of 10 pixels (zero-padded rows), streaming stores\n"
+          "          for valid tap (kd, kh, kw): per kh: for o in 4: 3 W loads, 12 permuted dd loads, 30 FMAs\n");
     CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 direct m6 n2x8 threads 2\n"
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
@@ -70,7 +85,8 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
     for (int iter = 0; iter < 300; ++iter) {
         const int64_t g = pick(0, 3) == 0 ? pick(2, 4) : 1;
         const bool dw = pick(0, 4) == 0;
-        const int64_t icg = dw ? 1 : pick(1, 80), ocg = dw ? 1 : pick(1, 600);
+        const int64_t lane_group = dw ? int64_t(1) << pick(0, 4) : 0;  // G of 1, 2, 4, 8, 16
+        const int64_t icg = dw ? lane_group : pick(1, 80), ocg = dw ? lane_group : pick(1, 600);
         const int64_t groups = dw ? pick(1, 40) : g;
         const int64_t k = pick(1, 7), s = pick(1, 4), ih = pick(1, 30), p = pick(0, k);
         const int64_t oh = (ih + 2 * p - k) / s + 1;
@@ -89,11 +105,20 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             // Register budget of every kernel the plan can emit.
             const int nregs = isa == Isa::avx2 ? 16 : 32;
             const auto kind = pl.path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
+            // Equal channels per group of 1, 2, 4 or 8 always take the lane
+            // groups; 16 on AVX-512 with a W stride.
+            const bool g16 = icg == 16 && isa == Isa::avx512_core && s > 1;
+            const bool lanes = icg == ocg && (icg == 1 || icg == 2 || icg == 4 || icg == 8 || g16);
+            CHECK(lanes == (pl.path == DataPath::depthwise));
+            CHECK(pl.lane_group == (lanes ? icg : 1));
+            DataKernelTypes types = pl.types;
+            types.lane_group = pl.lane_group;
+            if (pl.dw_row_taps) types.row_taps = static_cast<int>(pl.geo.k[2]);
             for (int m = 1; m <= pl.blk.m; ++m) {
                 CHECK(data_kernel_vregs(make_data_desc(isa, kind, m, pl.blk.n, 0, pl.blk.oc_unroll,
-                                                       pl.blk.bcast_in_fma, 0, 0)) <= nregs);
+                                                       pl.blk.bcast_in_fma, 0, 0, types)) <= nregs);
                 CHECK(data_kernel_vregs(make_data_desc(isa, kind, m, cb.tail_n, cb.tail_lanes, pl.blk.oc_unroll,
-                                                       pl.blk.bcast_in_fma, 0, 0)) <= nregs);
+                                                       pl.blk.bcast_in_fma, 0, 0, types)) <= nregs);
             }
             // Channel blocks cover the lanes exactly once, tails included.
             const int64_t covered = (cb.per_group - 1) * cb.block + (cb.tail_lanes ? (cb.tail_n - 1) * cb.vlen + cb.tail_lanes
@@ -105,10 +130,10 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(cb.tail_n <= pl.blk.n);
             // oc chunks tile the reduction.
             CHECK(pl.oc_chunk >= 1);
-            CHECK(pl.oc_chunk <= (pl.path == DataPath::depthwise ? 1 : pr.ocg));
+            CHECK(pl.oc_chunk <= pr.ocg);  // depthwise: all G of a lane group in one pass
             // Scratch: packed W holds every lane of every block and tap.
-            const int64_t per_block_rows = pl.path == DataPath::col ? pr.ocg : pr.k_sp() * (dw ? 1 : pr.ocg);
-            CHECK(pl.scratch.wpack_elems == (dw ? 1 : pr.g) * cb.padded() * per_block_rows);
+            const int64_t per_block_rows = pl.path == DataPath::col ? pr.ocg : pr.k_sp() * pr.ocg;
+            CHECK(pl.scratch.wpack_elems == (lanes ? 1 : pr.g) * cb.padded() * per_block_rows);
             if (pl.row_blocks) {  // whole rows as blocks; a slab holds the plane; W chunks fit L1
                 CHECK(pl.blk.m == pl.geo.in[2]);
                 CHECK(pl.group_rows == pl.geo.in[1]);

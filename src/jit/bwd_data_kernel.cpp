@@ -32,6 +32,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.nt_store = types.nt_store;
     d.row_taps = kind == DataKernelKind::depthwise ? types.row_taps : 1;
     d.tap_dil = d.row_taps > 1 ? types.tap_dil : 1;
+    d.lane_group = kind == DataKernelKind::depthwise ? types.lane_group : 1;
     return d;
 }
 
@@ -47,6 +48,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
     if (d.nt_store) os << "_nt";
     if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
+    if (d.lane_group > 1) os << "_lg" << d.lane_group;
     return os.str();
 }
 
@@ -56,7 +58,9 @@ int data_kernel_vregs(const DataKernelDesc& d) {
     // broadcast inside the instruction it borrows the second W register, so
     // only n = 1 needs one of its own.
     const bool bcast_reg = !d.bcast_in_fma || (d.compute == int32_t(DataCompute::bf16_dot) && d.n == 1);
-    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 : (bcast_reg ? 1 : 0);
+    // Depthwise: two diff_dst temporaries, and the permutation index for G >= 8.
+    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 + (d.lane_group >= 8)
+                                                                    : (bcast_reg ? 1 : 0);
     return d.m * d.n + d.row_taps * d.n + temps + (avx2_mask ? 1 : 0);
 }
 
@@ -82,6 +86,30 @@ Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
     const DataKernelArgs probe;
     const auto off = reinterpret_cast<const char*>(&(probe.*field)) - reinterpret_cast<const char*>(&probe);
     return cg.qword[kArgs + static_cast<int>(off)];
+}
+
+// vpermps indices of lane groups of 8 and 16: row o of a group of G puts
+// lane c - c % G + o into lane c (an AVX2 vector reads the first 8).
+struct LaneGroupIndex {
+    alignas(64) int32_t g8[8][16];
+    alignas(64) int32_t g16[16][16];
+    LaneGroupIndex() {
+        for (int o = 0; o < 16; ++o)
+            for (int c = 0; c < 16; ++c) {
+                if (o < 8) g8[o][c] = c - c % 8 + o;
+                g16[o][c] = o;
+            }
+    }
+    const int32_t* row(int g, int o) const { return g == 8 ? g8[o] : g16[o]; }
+};
+const LaneGroupIndex kLaneGroupIndex;
+
+// vpermilps immediate of a lane group of G <= 4, output channel o: each of
+// the four lanes of a 128-bit quarter takes its group's lane o.
+uint8_t lane_group_imm(int g, int o) {
+    int imm = 0;
+    for (int i = 0; i < 4; ++i) imm |= ((i & ~(g - 1)) + o) << (2 * i);
+    return static_cast<uint8_t>(imm);
 }
 
 // Opmasks of the first n words, n = 0..16 (AVX-512 widen tail).
@@ -335,30 +363,71 @@ void DataKernel::odd_oc_step() {
     }
 }
 
-// Depthwise, one entry: row_taps × n weight vectors (tap k at k·n vectors
-// from r11) times the pixels' diff_dst vectors. Pixel j of tap k reads
-// diff_dst pixel q = j - k·tap_dil from r10, so each q is loaded once
-// (widened on load; the tail vector read masked: it may end the tensor)
-// and feeds every (j, k) it serves. Reads r10, r11.
+// Depthwise, one entry: for each of the G output channels o of a lane
+// group (one pass for G = 1), row_taps × n weight vectors (tap k at
+// (k·G + o)·n vectors from r11) times the pixels' permuted diff_dst vectors.
+// Reads r10, r11; clobbers rbx (G = 8).
 void DataKernel::depthwise_taps() {
-    const int mn = d_.m * d_.n, taps = d_.row_taps, dil = d_.tap_dil;
+    for (int o = 0; o < d_.lane_group; ++o) depthwise_lane_group(o);
+}
+
+// Pixel j of tap k reads diff_dst pixel q = j - k·tap_dil from r10, so each
+// q is loaded once per o (widened on load; the tail vector read masked: it
+// may end the tensor) and feeds every (j, k) it serves.
+void DataKernel::depthwise_lane_group(int o) {
+    const int mn = d_.m * d_.n, taps = d_.row_taps, dil = d_.tap_dil, g = d_.lane_group;
     const int dd_vec_bytes = vi_.vlen() * VecCvt::elem_bytes(in_dt());
-    for (int i = 0; i < taps * d_.n; ++i) vi_.load(vi_.vreg(mn + i), ptr[kW + i * vi_.vbytes()]);
+    for (int k = 0; k < taps; ++k)
+        for (int v = 0; v < d_.n; ++v)
+            vi_.load(vi_.vreg(mn + k * d_.n + v), ptr[kW + ((k * g + o) * d_.n + v) * vi_.vbytes()]);
+    if (g >= 8 && !bcast_lane_group()) {
+        mov(kTmp, reinterpret_cast<uintptr_t>(kLaneGroupIndex.row(g, o)));
+        vi_.load(vi_.vreg(mn + taps * d_.n + 2), ptr[kTmp]);
+    }
     int next_temp = 0;
     for (int q = -(taps - 1) * dil; q < d_.m; ++q)
         for (int v = 0; v < d_.n; ++v) {
             const Xbyak::Xmm t = vi_.vreg(mn + taps * d_.n + next_temp);
             next_temp ^= 1;
-            const auto a = ptr[kDd + static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes)];
-            if (d_.tail && v == d_.n - 1)
-                cvt_.load_tail(t, a, in_dt(), d_.tail);
-            else
-                cvt_.load(t, a, in_dt());
+            load_lane_group(t, static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes), o,
+                            d_.tail && v == d_.n - 1);
             for (int k = 0; k < taps; ++k) {
                 const int j = q + k * dil;
                 if (j >= 0 && j < d_.m) vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), t);
             }
         }
+}
+
+// t := perm_o of the diff_dst vector at r10 + disp, widened to f32. Whole
+// f32 vectors permute straight from memory (a group of a whole vector:
+// broadcast lane o); 16-bit and tail vectors are loaded (masked lanes read
+// 0) and permuted in the register. The G >= 8 index is the register after
+// the two temporaries.
+void DataKernel::load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail) {
+    const int g = d_.lane_group;
+    const auto a = ptr[kDd + disp];
+    if (bcast_lane_group()) {
+        vi_.bcast(t, ptr[kDd + disp + o * 4]);
+        return;
+    }
+    const bool from_mem = g > 1 && in_dt() == data_type::f32 && !tail;
+    if (!from_mem) {
+        if (tail)
+            cvt_.load_tail(t, a, in_dt(), d_.tail);
+        else
+            cvt_.load(t, a, in_dt());
+        if (g == 1) return;
+    }
+    const Xbyak::Operand& src = from_mem ? static_cast<const Xbyak::Operand&>(a) : t;
+    if (g <= 4) {
+        vpermilps(t, src, lane_group_imm(g, o));
+        return;
+    }
+    const int idx = vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2).getIdx();
+    if (vi_.avx512())
+        vpermps(Xbyak::Zmm(t.getIdx()), Xbyak::Zmm(idx), src);
+    else
+        vpermps(Xbyak::Ymm(t.getIdx()), Xbyak::Ymm(idx), src);
 }
 
 // Accumulators out: f32 output stores to dst; a 16-bit output rounds into

@@ -8,9 +8,20 @@
 //
 //   acc[j][v] = sum over entries e, sum over oc < noc of
 //               dd(e, j, oc) * W(e, oc, v)          (direct)
-//   acc[j][v] = sum over entries e of dd(e, j, v) * W(e, v)   (depthwise;
+//   acc[j][v] = sum over entries e, sum over o < G of
+//               perm_o(dd(e, j, v)) * W(e, o, v)   (depthwise, lane groups;
 //               with row_taps > 1 an entry is a kh row of KW taps, see
 //               DataKernelDesc::row_taps)
+//
+// Depthwise covers grouped convolutions with G = IC/g = OC/g channels per
+// group, G in {1, 2, 4, 8, 16} and G <= vlen (DataKernelDesc::lane_group): lane c of a vector
+// is diff_src channel c (group c / G, input channel c % G), and
+// perm_o(dd)[c] = dd[c - c % G + o] is that group's output channel o, a
+// permutation inside each G lanes of the diff_dst vector at the same
+// channels (vpermilps by immediate for G <= 4, vpermps across 128-bit
+// lanes for G = 8; a broadcast load when G is the vector length), with W
+// packed per lane as W(oc = group·G + o, ic = c % G).
+// G = 1 is the depthwise convolution (no permutation).
 //
 // An entry is one tap that is valid for every pixel of every block of the
 // call: a diff_dst pointer (pixel 0 of block 0, first oc of the chunk) and a
@@ -20,8 +31,9 @@
 // zero-padded staging copy. A call with no entries writes zeros.
 //
 // The sum over one pixel is a single running chain in entry order then oc
-// order; with `accumulate` the chain continues from the f32 partial sums in
-// `acc`, so splitting oc into chunks never changes a bit.
+// order (depthwise: entry, then o, then the row's taps); with `accumulate`
+// the chain continues from the f32 partial sums in `acc`, so splitting oc
+// into chunks never changes a bit.
 //
 // Data types (DataCompute): f32 multiplies f32 diff_dst by f32 W; `widen`
 // takes bf16 / f16 diff_dst, converts the m pixels × noc values of each entry
@@ -76,7 +88,7 @@ struct DataKernelDesc {
     // all of them; 1 = one tap per entry.
     int32_t row_taps = 1;
     int32_t tap_dil = 1;
-    int32_t pad_ = 0;
+    int32_t lane_group = 1;       // depthwise: channels per group G, see the top of this file
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
@@ -94,6 +106,7 @@ struct DataKernelTypes {
     // the alignment), and the caller must sfence before others read it.
     bool nt_store = false;
     int row_taps = 1, tap_dil = 1;  // depthwise: see DataKernelDesc
+    int lane_group = 1;             // depthwise: see DataKernelDesc
 };
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,
@@ -142,6 +155,10 @@ private:
     void widen_entry();
     void widen_tail(const Xbyak::Label& done);
     void depthwise_taps();
+    void depthwise_lane_group(int o);
+    void load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail);
+    // A lane group fills the vector and f32 diff_dst: perm_o is a broadcast load.
+    bool bcast_lane_group() const { return d_.lane_group == vi_.vlen() && in_dt() == data_type::f32; }
     void store_accumulators();
     void store_block(bool to_dst);
 

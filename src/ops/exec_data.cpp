@@ -258,6 +258,8 @@ private:
                   float* colbuf, float* cvt) const;
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
                          const std::vector<ColTarget>& targets) const;
+    // oc rows of packed W per tap (depthwise: the G of a lane group).
+    int64_t w_oc_rows() const { return plan_.path == DataPath::depthwise ? plan_.lane_group : plan_.ocg_w; }
     int64_t chunks() const {
         const int64_t ocg = plan_.path == DataPath::depthwise ? 1 : p_.ocg;
         return (ocg + plan_.oc_chunk - 1) / plan_.oc_chunk;
@@ -321,6 +323,7 @@ void JitDataExecutor::build_kernels() {
                 types.row_taps = static_cast<int>(g.k[2]);
                 types.tap_dil = static_cast<int>(g.dil[2]);
             }
+            types.lane_group = plan_.lane_group;
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
                     last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma,
@@ -378,7 +381,8 @@ float weight_f32(const T* w, int64_t i, data_type dt) {
 }
 
 // Packs the user's W (any layout, through its strides) into the plan's
-// blocks: direct [g][ic block][tap][oc][lanes], depthwise [block][tap][lanes],
+// blocks: direct [g][ic block][tap][oc][lanes], depthwise [block][tap][o][lanes]
+// (o < G: lane c holds W(oc = c - c % G + o, ic = c % G)),
 // col [g][lane block][oc][lanes] with lane = tap * ICg + ic; f32, except
 // bf16_dot: the direct layout with oc in pairs, [..][oc/2][lanes][2] bf16
 // (an odd last oc pairs with 0). Lanes past the channels are zero, so the
@@ -404,8 +408,8 @@ void JitDataExecutor::pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t 
     for (int64_t l = 0; l < width; ++l) {
         const int64_t lane = b * cb.block + l;
         if (lane >= cb.lanes) break;
-        if (plan_.path == DataPath::depthwise)
-            src[l] = lane * ws.o + tap_offset(x);
+        if (plan_.path == DataPath::depthwise)  // oc row o adds o·ws.o
+            src[l] = (lane - lane % plan_.lane_group) * ws.o + lane % plan_.lane_group * ws.i + tap_offset(x);
         else if (plan_.path == DataPath::col)
             src[l] = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
         else
@@ -422,8 +426,8 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     const bool pairs = plan_.types.compute == DataCompute::bf16_dot;
     // Rows of the pack: (g, block, tap) for direct and depthwise, (g, block, oc) for col.
     const int64_t groups = dw ? 1 : p_.g, inner = col ? p_.ocg : ksp;
-    const int64_t reps = dw || col ? 1 : plan_.ocg_w;  // oc rows per pack row
-    const int64_t real_reps = dw || col ? 1 : p_.ocg;
+    const int64_t reps = col ? 1 : dw ? plan_.lane_group : plan_.ocg_w;  // oc rows per pack row
+    const int64_t real_reps = col ? 1 : dw ? plan_.lane_group : p_.ocg;
     const int64_t items = groups * cb.per_group * inner;
     for_each_thread(threads, [&](int t) {
         std::vector<int64_t> src;
@@ -603,7 +607,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
     const int64_t grp = dw ? 0 : cb / cbs.per_group, blk = cb % cbs.per_group;
     const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block;
-    const int64_t ocg = dw ? 1 : p_.ocg, ocg_w = dw ? 1 : plan_.ocg_w, oc0 = chunk * plan_.oc_chunk;
+    const int64_t ocg = dw ? 1 : p_.ocg, ocg_w = w_oc_rows(), oc0 = chunk * plan_.oc_chunk;
     const int64_t noc = std::min(plan_.oc_chunk, ocg - oc0);
     const int64_t ksp = p_.k_sp();
     const char* wblock = wp + (grp * cbs.padded() * ksp * ocg_w + blk * cbs.block * ksp * ocg_w + oc0 * width) *
@@ -634,7 +638,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
                                   int64_t mb, int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst,
                                   float* acc, bool last, int64_t noc, int64_t chunk, ThreadCtx& ctx) const {
     const int64_t kw_n = plan_.geo.k[2];
-    const int64_t ocg_w = plan_.path == DataPath::depthwise ? 1 : plan_.ocg_w;
+    const int64_t ocg_w = w_oc_rows();
     const int64_t width = last ? int64_t(plan_.cb.tail_n) * plan_.cb.vlen : plan_.cb.block;
     const int64_t row_es = plan_.widen_rows ? 4 : es_;
     const int64_t pix_bytes = dd_str_.w * row_es;

@@ -3,7 +3,10 @@
 // Three paths share one kernel (jit/bwd_data_kernel.hpp):
 //  - direct: diff_src pixels × vectors of input channels; per (tap, oc) the
 //    kernel broadcasts diff_dst and multiplies packed W vectors.
-//  - depthwise (g == IC == OC): vectors over channels, no oc reduction.
+//  - depthwise (IC/g == OC/g == G, G in {1, 2, 4, 8}: the depthwise
+//    convolution and groups of few channels): vectors over channels, the G
+//    output channels of a lane's group by permuting diff_dst inside the
+//    vector (see jit/bwd_data_kernel.hpp).
 //  - col (few input channels per group, e.g. a first layer with ic = 3):
 //    a GEMM per diff_dst pixel over lanes (tap, ic) = K·ICg, so the vector
 //    width is filled by taps instead of padding 3 channels to 16, then the
@@ -111,6 +114,7 @@ struct DataPlan {
     // Depthwise, unit W stride: one kernel entry per kh row carrying all KW
     // taps, so each diff_dst vector is loaded once for every tap it meets.
     bool dw_row_taps = false;
+    int lane_group = 1;  // depthwise: channels per group G (1: a depthwise convolution)
     // Edges read per-thread copies of the diff_dst rows with zero pixels on
     // both W sides (widened to f32 when widen_rows), so a phase runs as one
     // sequence of blocks; without edges the kernels read diff_dst itself.
@@ -127,6 +131,7 @@ struct DataPlan {
 
     // The loop nest, starting with "jit:<isa>".
     std::string to_string() const;
+    std::string body_text() const;
 };
 
 inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
