@@ -265,6 +265,59 @@ TEST_CASE("weights: groups and depthwise", "[jit][weights]") {
     check_exact(dw);
 }
 
+// Groups of G = 2, 4, 8 channels (IC/g == OC/g) run the depthwise kernel
+// with a tile row per (tap, input channel of the group): group counts that
+// end in a channel tail on both ISAs, pixel windows (unit W stride) and
+// single pixels (W stride 2), dilation, kernel rows in one tile or not,
+// 1D / 2D / 3D, pre-padding, ConvTranspose and every weights format.
+TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
+    for (int64_t gs : {2, 4, 8})
+        for (int64_t groups : {2, 3, 5, 16})
+            for (const dims& in : {dims{21}, dims{6, 13}, dims{3, 4, 7}}) {
+                Case c = conv2d(gs * groups, gs * groups, in, dims(in.size(), 3));
+                c.g = groups;
+                c.pb = c.pe = dims(in.size(), 1);
+                if (groups == 3) c.s = dims(in.size(), 2);
+                if (groups == 5) {  // dilated W, uneven pads
+                    c.d = dims(in.size(), 1);
+                    c.d.back() = 2;
+                    c.pb.back() = 2;
+                    c.pe.back() = 0;
+                }
+                INFO("G " << gs << " groups " << groups << " rank " << in.size());
+                const std::string lg = "(lane groups of " + std::to_string(gs) + ")";
+                CHECK(c.make("avx512_core").describe().find(lg) != std::string::npos);
+                CHECK(c.make("avx2").describe().find(lg) != std::string::npos);
+                check_exact(c);
+            }
+    Case pre = conv2d(32, 32, {5, 5}, {5, 5});  // taps mostly in the padding: pre-padded src
+    pre.g = 8;
+    pre.pb = pre.pe = {2, 2};
+    CHECK(pre.make("avx512_core").describe().find("prepad") != std::string::npos);
+    check_exact(pre);
+    for (bool nxc : {true, false})
+        for (const char* w : {"XIO", "OIX"}) {
+            Case f = conv2d(24, 24, {7, 6}, {3, 2});
+            f.g = 3;
+            f.nxc = nxc;
+            f.wfmt = w;
+            f.pb = {1, 0};
+            check_exact(f);
+        }
+    for (const char* w : {"IOX", "XOI", "OIX", "XIO"}) {
+        Case t = conv2d(40, 40, {9, 8}, {3, 3});
+        t.transpose = true;
+        t.g = 10;
+        t.wfmt = w;
+        t.pb = t.pe = {1, 1};
+        check_exact(t);
+    }
+    Case mixed = conv2d(16, 32, {6, 6}, {3, 3});  // IC/g != OC/g: the gemm kernel
+    mixed.g = 4;
+    CHECK(mixed.make("avx512_core").describe().find("gemm") != std::string::npos);
+    check_exact(mixed);
+}
+
 TEST_CASE("weights: depthwise taps mostly in the padding pre-pad src", "[jit][weights]") {
     // Large kernels on small planes run on a zero-padded copy of src (no
     // edge kernels); planes where most pixels are interior keep the edge
@@ -413,7 +466,11 @@ TEST_CASE("weights: bitwise identical for 1, 2, 3 and 4 threads", "[jit][weights
     dw.g = 32;
     dw.mb = 4;
     dw.pb = dw.pe = {1, 1};
-    for (const Case& c : {big, few, dw}) {
+    Case lanes = conv2d(48, 48, {14, 14}, {3, 3});  // lane groups of 8
+    lanes.g = 6;
+    lanes.mb = 4;
+    lanes.pb = lanes.pe = {1, 1};
+    for (const Case& c : {big, few, dw, lanes}) {
         const wtest::ThreadRuns runs = wtest::check_thread_counts(c, false);
         // Thread counts also give the reference answer (not just agree).
         const Buffer want = testutil::run(c.make("ref"), runs.a, runs.b);

@@ -24,10 +24,11 @@ using wtest::label;
 namespace {
 
 // The implementation prefix describe() must start with: vdpbf16ps kernels
-// name avx512_core_bf16; everything else (f16, and depthwise, which widens
-// in the kernel) runs the f32 FMA kernels.
+// name avx512_core_bf16; everything else (f16, and depthwise or lane
+// groups, which widen in the kernel) runs the f32 FMA kernels.
 std::string expected_impl(const Case& c, const std::string& isa) {
-    const bool depthwise = c.g > 1 && c.ic == c.g && c.oc == c.g;
+    const int64_t icg = c.ic / c.g, ocg = c.oc / c.g;
+    const bool depthwise = c.g > 1 && icg == ocg && (icg == 1 || icg == 2 || icg == 4 || icg == 8);
     if (isa == "avx512_core_bf16")
         return c.dt == data_type::bf16 && !depthwise ? "jit:avx512_core_bf16" : "jit:avx512_core ";
     return "jit:" + isa + " ";
@@ -264,6 +265,15 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
     dw.g = 24;
     dw.pb = dw.pe = {5};
     check_exact(dw);
+    for (int64_t gs : {2, 4, 8}) {  // lane groups, widened as loaded; a channel tail
+        Case lg = conv2d(3 * gs, 3 * gs, {6, 9}, {3, 3});
+        lg.g = 3;
+        lg.mb = 3;
+        lg.pb = lg.pe = {1, 1};
+        check_exact(lg);
+        lg.s = {2, 2};
+        check_exact(lg);
+    }
     for (bool nxc : {true, false}) {
         Case f = conv2d(6, 20, {7, 6}, {3, 2});
         f.g = 2;

@@ -55,6 +55,11 @@ std::vector<Case> property_cases() {
     Case grouped = resnet(48, 96, 10, 3);
     grouped.g = 3;
     r.push_back(grouped);
+    for (int64_t gs : {2, 4, 8}) {  // lane groups, ResNeXt-like
+        Case lg = resnet(32 * gs, 32 * gs, 28, 3);
+        lg.g = 32;
+        r.push_back(lg);
+    }
     Case tiny = resnet(2, 3, 5, 1);
     tiny.mb = 1;
     r.push_back(tiny);
@@ -150,15 +155,18 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             const auto& b = base.blk;
             const bool dw = b.kind == WeightsKernelKind::depthwise;
             INFO(p.to_string() << " " << convgrad::detail::isa_name(isa) << "\n" << base.to_string());
-            CHECK(dw == (p.g > 1 && p.icg == 1 && p.ocg == 1));
+            const bool lanes = p.icg == p.ocg && (p.icg == 1 || p.icg == 2 || p.icg == 4 || p.icg == 8);
+            CHECK(dw == (p.g > 1 && lanes));
+            CHECK(b.lane_group == (dw ? p.icg : 1));
             // Register budget of every kernel the executor may build.
             const int budget = isa == Isa::avx2 ? 16 : 32;
             for (int m : {b.m, b.m_last, 1})
                 for (int n : {b.n, b.n_last})
                     for (int kh : {b.kh, 1})
                         CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh)) <= budget);
+            if (dw) CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).m == b.m * b.lane_group);  // rows (tap, ic)
             // Exact cover: rows of the tile (ic or kw taps) and its vectors.
-            const int64_t channels = dw ? p.g : p.ocg;
+            const int64_t channels = dw ? p.ic() : p.ocg;
             // kw folded into the rows: f32 in place, one group, no W dilation, few channels.
             CHECK((base.fold_kw == 1 || base.fold_kw == p.k[2]));
             if (base.fold_kw > 1) {

@@ -59,7 +59,7 @@ int data_kernel_vregs(const DataKernelDesc& d) {
     // only n = 1 needs one of its own.
     const bool bcast_reg = !d.bcast_in_fma || (d.compute == int32_t(DataCompute::bf16_dot) && d.n == 1);
     // Depthwise: two diff_dst temporaries, and the permutation index for G >= 8.
-    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 + (d.lane_group >= 8)
+    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 + VecIsa::lane_group_needs_index(d.lane_group)
                                                                     : (bcast_reg ? 1 : 0);
     return d.m * d.n + d.row_taps * d.n + temps + (avx2_mask ? 1 : 0);
 }
@@ -86,30 +86,6 @@ Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
     const DataKernelArgs probe;
     const auto off = reinterpret_cast<const char*>(&(probe.*field)) - reinterpret_cast<const char*>(&probe);
     return cg.qword[kArgs + static_cast<int>(off)];
-}
-
-// vpermps indices of lane groups of 8 and 16: row o of a group of G puts
-// lane c - c % G + o into lane c (an AVX2 vector reads the first 8).
-struct LaneGroupIndex {
-    alignas(64) int32_t g8[8][16];
-    alignas(64) int32_t g16[16][16];
-    LaneGroupIndex() {
-        for (int o = 0; o < 16; ++o)
-            for (int c = 0; c < 16; ++c) {
-                if (o < 8) g8[o][c] = c - c % 8 + o;
-                g16[o][c] = o;
-            }
-    }
-    const int32_t* row(int g, int o) const { return g == 8 ? g8[o] : g16[o]; }
-};
-const LaneGroupIndex kLaneGroupIndex;
-
-// vpermilps immediate of a lane group of G <= 4, output channel o: each of
-// the four lanes of a 128-bit quarter takes its group's lane o.
-uint8_t lane_group_imm(int g, int o) {
-    int imm = 0;
-    for (int i = 0; i < 4; ++i) imm |= ((i & ~(g - 1)) + o) << (2 * i);
-    return static_cast<uint8_t>(imm);
 }
 
 // Opmasks of the first n words, n = 0..16 (AVX-512 widen tail).
@@ -380,10 +356,8 @@ void DataKernel::depthwise_lane_group(int o) {
     for (int k = 0; k < taps; ++k)
         for (int v = 0; v < d_.n; ++v)
             vi_.load(vi_.vreg(mn + k * d_.n + v), ptr[kW + ((k * g + o) * d_.n + v) * vi_.vbytes()]);
-    if (g >= 8 && !bcast_lane_group()) {
-        mov(kTmp, reinterpret_cast<uintptr_t>(kLaneGroupIndex.row(g, o)));
-        vi_.load(vi_.vreg(mn + taps * d_.n + 2), ptr[kTmp]);
-    }
+    if (VecIsa::lane_group_needs_index(g) && !bcast_lane_group())
+        vi_.lane_group_index(vi_.vreg(mn + taps * d_.n + 2), kTmp, g, o);
     int next_temp = 0;
     for (int q = -(taps - 1) * dil; q < d_.m; ++q)
         for (int v = 0; v < d_.n; ++v) {
@@ -419,15 +393,7 @@ void DataKernel::load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail
         if (g == 1) return;
     }
     const Xbyak::Operand& src = from_mem ? static_cast<const Xbyak::Operand&>(a) : t;
-    if (g <= 4) {
-        vpermilps(t, src, lane_group_imm(g, o));
-        return;
-    }
-    const int idx = vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2).getIdx();
-    if (vi_.avx512())
-        vpermps(Xbyak::Zmm(t.getIdx()), Xbyak::Zmm(idx), src);
-    else
-        vpermps(Xbyak::Ymm(t.getIdx()), Xbyak::Ymm(idx), src);
+    vi_.permute_lane_group(t, src, g, o, vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2));
 }
 
 // Accumulators out: f32 output stores to dst; a 16-bit output rounds into

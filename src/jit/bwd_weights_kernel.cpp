@@ -23,8 +23,11 @@ int gemm_temps(const WeightsKernelDesc& d) {
     const bool embedded = avx512(d) && d.n == 1;
     return d.n + (embedded ? 0 : 1) + (embedded && d.stage && d.dot ? 1 : 0);
 }
-// depthwise: n diff_dst vectors + one src register (AVX2 loads through it).
-int dw_temps(const WeightsKernelDesc& d) { return std::max<int>(1, d.window) * d.n + 1; }
+// depthwise: n diff_dst vectors + one src register (AVX2 loads through it)
+// + the permutation index of a lane group of 8.
+int dw_temps(const WeightsKernelDesc& d) {
+    return std::max<int>(1, d.window) * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group);
+}
 
 }  // namespace
 
@@ -42,6 +45,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
     if (dw && d.window > 1) os << "_w" << int(d.window);
+    if (d.lane_group > 1) os << "_lg" << int(d.lane_group);
     if (d.dot) os << "_dot";
     if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
     if (d.stage) os << "_s" << int(d.stage);

@@ -19,8 +19,9 @@
 // diff_weights once at the end.
 //  - gemm: tile = m input channels x n vectors of output channels, one tap.
 //    Per pixel: n diff_dst vectors, m broadcast src scalars, m*n FMAs.
-//  - depthwise (g == IC == OC): tile = n vectors of channels x `taps`
-//    consecutive kw taps x `kh` kernel rows (all of KH, or one). Per pixel:
+//  - depthwise (g == IC == OC; or lane groups of G = IC/g == OC/g channels):
+//    tile = n vectors of channels x `taps` consecutive kw taps (x G input
+//    channels of the group) x `kh` kernel rows (all of KH, or one). Per pixel:
 //    n diff_dst vectors, kh*taps*n src vectors: with all kernel rows in one
 //    tile, each chunk passes through the core once instead of KH times.
 //    With desc.window > 1 (W stride 1): blocks of `window` pixels, whose
@@ -104,7 +105,7 @@ inline int weights_prefetch_lines(WeightsKernelKind kind) { return kind == Weigh
 struct WeightsKernelDesc {
     uint8_t isa = 0;   // Isa
     uint8_t kind = 0;  // WeightsKernelKind
-    uint8_t m = 0;     // gemm: input channels per tile; depthwise: kw taps per tile
+    uint8_t m = 0;     // gemm: input channels per tile; depthwise: kw taps x lane_group per tile
     uint8_t n = 0;     // vectors of output channels (gemm) / channels (depthwise)
     uint8_t tail = 0;  // live lanes of the last vector, 0 = all
     uint8_t dot = 0;    // 1: bf16 pairs with vdpbf16ps (see the header comment), 0: f32 FMA
@@ -117,7 +118,13 @@ struct WeightsKernelDesc {
     // same): only for src_step == dst_step == tap_disp (W stride and
     // dilation 1), which the executor guarantees.
     uint8_t window = 1;
-    uint8_t reserved[2] = {};
+    // depthwise: channels per group G (1, 2, 4, 8; grouped convolutions with
+    // IC/g == OC/g == G): a tile row per (tap, input channel i of the
+    // group), m = taps x G rows per kernel row, in diff_weights order
+    // (XIO: (kw, i) rows are consecutive); src vectors are permuted so lane
+    // c holds the group's channel i (see VecIsa::permute_lane_group).
+    uint8_t lane_group = 1;
+    uint8_t reserved = 0;
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
 };

@@ -78,4 +78,47 @@ void VecIsa::fma_mem_tail(const Xmm& acc, const Xmm& a, const Address& m, const 
     }
 }
 
+namespace {
+
+// vpermps indices of lane groups of 8 and 16: row o of a group of G puts
+// lane c - c % G + o into lane c (an AVX2 vector reads the first 8).
+struct LaneGroupIndex {
+    alignas(64) int32_t g8[8][16];
+    alignas(64) int32_t g16[16][16];
+    LaneGroupIndex() {
+        for (int o = 0; o < 16; ++o)
+            for (int c = 0; c < 16; ++c) {
+                if (o < 8) g8[o][c] = c - c % 8 + o;
+                g16[o][c] = o;
+            }
+    }
+    const int32_t* row(int g, int o) const { return g == 8 ? g8[o] : g16[o]; }
+};
+const LaneGroupIndex kLaneGroupIndex;
+
+// vpermilps immediate of a lane group of G <= 4, channel o: each of the
+// four lanes of a 128-bit quarter takes its group's lane o.
+uint8_t lane_group_imm(int g, int o) {
+    int imm = 0;
+    for (int i = 0; i < 4; ++i) imm |= ((i & ~(g - 1)) + o) << (2 * i);
+    return static_cast<uint8_t>(imm);
+}
+
+}  // namespace
+
+void VecIsa::lane_group_index(const Xmm& idx, const Xbyak::Reg64& gpr, int g, int o) {
+    cg_.mov(gpr, reinterpret_cast<uintptr_t>(kLaneGroupIndex.row(g, o)));
+    load(idx, cg_.ptr[gpr]);
+}
+
+void VecIsa::permute_lane_group(const Xmm& t, const Xbyak::Operand& src, int g, int o, const Xmm& idx) {
+    if (g <= 4) {
+        cg_.vpermilps(t, src, lane_group_imm(g, o));
+    } else if (avx512_) {
+        cg_.vpermps(Zmm(t.getIdx()), Zmm(idx.getIdx()), src);
+    } else {
+        cg_.vpermps(Ymm(t.getIdx()), Ymm(idx.getIdx()), src);
+    }
+}
+
 }  // namespace convgrad::detail

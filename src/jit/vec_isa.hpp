@@ -52,6 +52,15 @@ public:
     void fma_mem_tail(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Address& m,
                       const Xbyak::Xmm& tmp);
 
+    // Lane groups (grouped convolutions with G channels per group, G a power
+    // of two up to vlen): t := perm_o(src), lane c taking src lane
+    // c - c % G + o, its group's channel o. G <= 4: vpermilps by immediate
+    // (src may be memory); otherwise vpermps by the index that
+    // lane_group_index put in `idx`.
+    static bool lane_group_needs_index(int g) { return g >= 8; }
+    void lane_group_index(const Xbyak::Xmm& idx, const Xbyak::Reg64& gpr, int g, int o);  // clobbers gpr
+    void permute_lane_group(const Xbyak::Xmm& t, const Xbyak::Operand& src, int g, int o, const Xbyak::Xmm& idx);
+
 private:
     Xbyak::CodeGenerator& cg_;
     bool avx512_;

@@ -782,7 +782,7 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
                         target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh * wei_str_.k[1] + kw * wei_str_.k[2],
                         src_step_bytes(),
                         dst_step_bytes(),
-                        wei_str_.k[2],
+                        b.lane_group > 1 ? wei_str_.i : wei_str_.k[2],  // lane groups: rows (kw, ic)
                         wei_str_.k[1]};
     };
     std::vector<WeightsRow>& rows = ts.rows;

@@ -35,7 +35,12 @@ using Cost = WeightsCostModel;
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-bool is_depthwise(const Problem& p) { return p.g > 1 && p.icg == 1 && p.ocg == 1; }
+// The depthwise kernel serves depthwise layers and groups of G = 2, 4, 8
+// channels (lane groups: grouped convolutions such as ResNeXt's, whose
+// groups would fill a quarter or half of a gemm tile's vectors).
+bool is_depthwise(const Problem& p) {
+    return p.g > 1 && p.icg == p.ocg && (p.icg == 1 || p.icg == 2 || p.icg == 4 || p.icg == 8);
+}
 
 // Merges H (and then D) into W when they carry no tap, stride or padding.
 WeightsGeometry make_geometry(const Problem& p, bool pairs) {
@@ -103,7 +108,7 @@ double src_pixels_per_output_pixel(const WeightsPlan& plan) {
 
 double chunk_pixels(const WeightsPlan& plan, int v) {
     if (plan.blk.kind == WeightsKernelKind::depthwise) {
-        const double px_bytes = 4.0 * plan.geo.g * (1 + plan.geo.stride[2]);
+        const double px_bytes = 4.0 * plan.geo.g * plan.geo.icg * (1 + plan.geo.stride[2]);
         return std::max(16.0, Cost::dw_l2_budget / px_bytes);
     }
     if (plan.staged) {
@@ -126,12 +131,13 @@ double gemm_tile(int r, int v, double pixels, double latency) {
     return px + (1.5 * r * v + Cost::call_cycles) / pixels;
 }
 
-// Depthwise: m taps x kh kernel rows x v vectors; a window of w pixels
-// loads each kernel row's w + m - 1 src vectors once (per pixel: (w + m -
-// 1) / w of them, against m).
-double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double latency) {
-    const int r = m * kh;
-    const double src_loads = kh * v * double(w + m - 1) / w;
+// Depthwise: m taps x kh kernel rows x v vectors (x G input channels of a
+// lane group, each src vector loaded and permuted once per channel); a
+// window of w pixels loads each kernel row's w + m - 1 src vectors once
+// (per pixel: (w + m - 1) / w of them, against m).
+double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double latency, int group) {
+    const int r = m * kh * group;
+    const double src_loads = kh * v * double(w + m - 1) / w * group;
     const double px = windows ? std::max(tile_cycles(r * v, v, r * v + v + src_loads + 4, latency),
                                          (v + src_loads) / Cost::vec_loads_per_cycle)
                               // small kernels: memory bound, loads counted at the scalar rate
@@ -152,9 +158,11 @@ bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
 }
 
 // Depthwise src displacements (bytes) between kw taps and kernel rows.
-int64_t dw_tap_disp(const WeightsPlan& plan) { return plan.geo.dil[2] * plan.geo.g * plan.elem_bytes(); }
+int64_t dw_tap_disp(const WeightsPlan& plan) {
+    return plan.geo.dil[2] * plan.geo.g * plan.geo.icg * plan.elem_bytes();
+}
 int64_t dw_row_disp(const WeightsPlan& plan) {
-    return plan.geo.dil[1] * plan.geo.in[2] * plan.geo.g * plan.elem_bytes();
+    return plan.geo.dil[1] * plan.geo.in[2] * plan.geo.g * plan.geo.icg * plan.elem_bytes();
 }
 
 // The kernel's largest displacement, (kh-1)*row + (m-1)*tap + n vectors,
@@ -171,7 +179,7 @@ void choose_blocking(WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
     WeightsBlocking& b = plan.blk;
     const bool dw = b.kind == WeightsKernelKind::depthwise;
-    const int64_t channels = dw ? g.g : g.ocg;
+    const int64_t channels = dw ? g.g * g.icg : g.ocg;
     const int64_t vecs = div_up(channels, b.vlen);
     const int64_t rows_total = dw ? g.k[2] : plan.gemm_rows();  // depthwise tile rows are kw taps
     b.tail = static_cast<int>(channels % b.vlen);
@@ -182,7 +190,8 @@ void choose_blocking(WeightsPlan& plan) {
     // Depthwise with W stride and dilation 1 and kernels of 5 taps or more
     // (compute-heavy enough for load counts to matter): pixel windows (see
     // dw_tile). ResNet-50-sized 3x3 layers measured 17-33 % slower with them.
-    const bool windows = dw && g.stride[2] == 1 && g.dil[2] == 1 && g.k[2] >= Cost::dw_window_min_kw;
+    const bool windows = dw && g.stride[2] == 1 && g.dil[2] == 1 &&
+                         g.k[2] >= (b.lane_group > 1 ? 2 : Cost::dw_window_min_kw);
     const int window_options[] = {1, 2, 3, 4, 6, 8};
     double best = 1e300;
     int best_window = 1;
@@ -200,7 +209,7 @@ void choose_blocking(WeightsPlan& plan) {
                         return over_tiles(vecs, n, [&](int v) {
                             if (!dw) return gemm_tile(r, v, pixels, latency);
                             const double l2 = 2.0 * v * b.vlen * plan.elem_bytes() / Cost::l2_bytes_per_cycle;
-                            return dw_tile(r, kh, v, w, windows, pixels, latency) + l2;
+                            return dw_tile(r, kh, v, w, windows, pixels, latency, b.lane_group) + l2;
                         });
                     };
                     const double cost = over_tiles(rows_total, m, row_cost) * (dw ? passes : g.g);
@@ -337,7 +346,9 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     WeightsKernelDesc d{};  // every byte is a field (static_assert on its size): no padding to clear
     d.isa = static_cast<uint8_t>(isa);
     d.kind = static_cast<uint8_t>(blk.kind);
-    d.m = static_cast<uint8_t>(m);
+    const bool dw = blk.kind == WeightsKernelKind::depthwise;
+    d.m = static_cast<uint8_t>(dw ? m * blk.lane_group : m);
+    d.lane_group = static_cast<uint8_t>(dw ? blk.lane_group : 1);
     d.n = static_cast<uint8_t>(n);
     d.tail = static_cast<uint8_t>(tail_lanes);
     d.dot = pairs ? 1 : 0;
@@ -368,6 +379,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.isa = plan.pairs ? Isa::avx512_core_bf16 : isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
     plan.geo = make_geometry(p, plan.pairs);
     plan.blk.kind = is_depthwise(p) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
+    if (is_depthwise(p)) plan.blk.lane_group = static_cast<int>(p.icg);
     plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan) : plan.blk.kind == WeightsKernelKind::gemm;
     plan.compress_w = plan.staged && p.k[2] == 1 && p.stride[2] > 1;
     // Staged unpadded 1x1 chunks go tile-major. AVX-512 copies them inside
@@ -389,7 +401,8 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.stage_in_kernel = plan.tile_major && in_kernel;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
-    plan.direct_weights = p.wei_str.o == 1;
+    // Lane groups flush (kw, ic) rows as one run: ic rows must lie G to a kw tap.
+    plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || p.wei_str.k[2] == p.icg * p.wei_str.i);
     plan.weights_elems = p.output_elems;
     if (fold_kw(p, plan)) plan.fold_kw = p.k[2];
     choose_blocking(plan);
@@ -401,7 +414,9 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
 std::string WeightsPlan::to_string() const {
     std::ostringstream os;
     const bool dw = blk.kind == WeightsKernelKind::depthwise;
-    os << (dw ? "depthwise" : "gemm") << (pairs     ? " bf16-pairs"
+    os << (dw ? "depthwise" : "gemm")
+       << (blk.lane_group > 1 ? " (lane groups of " + std::to_string(blk.lane_group) + ")" : std::string())
+       << (pairs     ? " bf16-pairs"
                                                    : staged    ? (rounded() ? " widened" : " staged")
                                                    : rounded() ? " widened-in-kernel"
                                                                : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
@@ -422,8 +437,10 @@ std::string WeightsPlan::to_string() const {
     os << "    for chunk in slice (" << red.chunk_rows << " rows):\n";
     if (dw)
         os << "      for kd<" << geo.k[0] << " kh_tile<" << geo.k[1] / blk.kh << " kw_tile<" << blk.m_tiles
-           << " ch_tile<" << blk.n_tiles << ":\n        for row, px: acc[" << blk.kh << "x" << blk.m << " taps]["
-           << blk.n << "v] += src[px+tap][ch] * diff_dst[px][ch]\n";
+           << " ch_tile<" << blk.n_tiles << ":\n        for row, px: acc[" << blk.kh << "x" << blk.m << " taps"
+           << (blk.lane_group > 1 ? "x" + std::to_string(blk.lane_group) + " ic" : std::string()) << "]["
+           << blk.n << "v] += " << (blk.lane_group > 1 ? "perm_ic(src[px+tap])[ch]" : "src[px+tap][ch]")
+           << " * diff_dst[px][ch]\n";
     if (!dw) {
         os << "      for g<" << geo.g;
         if (blk.m_block < blk.m_tiles) os << " ic_block<" << (blk.m_tiles + blk.m_block - 1) / blk.m_block;

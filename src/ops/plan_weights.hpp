@@ -52,6 +52,9 @@ struct WeightsBlocking {
     int kh = 1;  // depthwise: kernel rows per tile (KH: each chunk passes once; or 1)
     int n = 1;  // vectors of output channels (gemm) / channels (depthwise) per tile
     int window = 1;  // depthwise, W stride 1: pixels per block sharing src vectors (WeightsKernelDesc::window)
+    // depthwise: channels per group G (WeightsKernelDesc::lane_group); a
+    // tile's m kw taps are m x G rows of diff_weights
+    int lane_group = 1;
     int64_t m_tiles = 1;  // per group (gemm) / per kernel row (depthwise)
     int64_t n_tiles = 1;  // per group (gemm) / over all channels (depthwise)
     int64_t m_block = 1;  // gemm: ic tiles per cache block (== m_tiles: no blocking)
