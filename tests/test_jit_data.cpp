@@ -198,32 +198,18 @@ TEST_CASE("data: groups and depthwise", "[jit][data]") {
 // that end in a channel tail on both ISAs, unit and non-unit W strides (row
 // taps or one tap per entry), dilation, 1D / 2D / 3D, every type.
 TEST_CASE("data: lane groups of 2, 4 and 8 channels", "[jit][data]") {
-    for (int64_t gs : {2, 4, 8})
-        for (int64_t groups : {1, 3, 5, 16})
-            for (const dims& in : {dims{21}, dims{6, 13}, dims{3, 4, 7}}) {
-                DCase c;
-                c.g = groups;
-                c.ic = c.oc = gs * groups;
-                c.in = in;
-                c.k = dims(in.size(), 3);
-                c.s = dims(in.size(), 1);
-                c.d = dims(in.size(), 1);
-                c.pb = c.pe = dims(in.size(), 1);
-                if (groups == 3) c.s.back() = 2;  // one tap per entry, two W phases
-                if (groups == 5) {                // dilated row taps, uneven pads
-                    c.d.back() = 2;
-                    c.pb.back() = 2;
-                    c.pe.back() = 0;
-                }
-                INFO("G " << gs << " groups " << groups << " rank " << in.size());
-                const std::string lg = "(lane groups of " + std::to_string(gs) + ")";
-                CHECK(c.make("avx512_core").describe().find(lg) != std::string::npos);
-                CHECK(c.make("avx2").describe().find(lg) != std::string::npos);
-                for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-                    c.dt = dt;
-                    check_exact(c, kAllIsas);
-                }
-            }
+    for (const wtest::LaneGroupCase& lc : wtest::lane_group_cases()) {
+        DCase c;
+        static_cast<wtest::Case&>(c) = lc.c;
+        INFO("G " << lc.group_size << " groups " << c.g << " rank " << c.nsp());
+        const std::string lg = "(lane groups of " + std::to_string(lc.group_size) + ")";
+        CHECK(c.make("avx512_core").describe().find(lg) != std::string::npos);
+        CHECK(c.make("avx2").describe().find(lg) != std::string::npos);
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            c.dt = dt;
+            check_exact(c, kAllIsas);
+        }
+    }
     DCase g16;  // groups of 16 with a W stride on AVX-512: a broadcast per group and o
     g16.g = 3;
     g16.ic = g16.oc = 48;

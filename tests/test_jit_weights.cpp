@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include "jit/isa.hpp"
 #include "test_util.hpp"
@@ -268,50 +269,21 @@ TEST_CASE("weights: groups and depthwise", "[jit][weights]") {
 // Groups of G = 2, 4, 8 channels (IC/g == OC/g) run the depthwise kernel
 // with a tile row per (tap, input channel of the group): group counts that
 // end in a channel tail on both ISAs, pixel windows (unit W stride) and
-// single pixels (W stride 2), dilation, kernel rows in one tile or not,
-// 1D / 2D / 3D, pre-padding, ConvTranspose and every weights format.
+// single pixels (W stride 2), dilation, 1D / 2D / 3D, pre-padding (the
+// weights formats: in "weights: data and weight formats").
 TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
-    for (int64_t gs : {2, 4, 8})
-        for (int64_t groups : {2, 3, 5, 16})
-            for (const dims& in : {dims{21}, dims{6, 13}, dims{3, 4, 7}}) {
-                Case c = conv2d(gs * groups, gs * groups, in, dims(in.size(), 3));
-                c.g = groups;
-                c.pb = c.pe = dims(in.size(), 1);
-                if (groups == 3) c.s = dims(in.size(), 2);
-                if (groups == 5) {  // dilated W, uneven pads
-                    c.d = dims(in.size(), 1);
-                    c.d.back() = 2;
-                    c.pb.back() = 2;
-                    c.pe.back() = 0;
-                }
-                INFO("G " << gs << " groups " << groups << " rank " << in.size());
-                const std::string lg = "(lane groups of " + std::to_string(gs) + ")";
-                CHECK(c.make("avx512_core").describe().find(lg) != std::string::npos);
-                CHECK(c.make("avx2").describe().find(lg) != std::string::npos);
-                check_exact(c);
-            }
+    for (const wtest::LaneGroupCase& lc : wtest::lane_group_cases()) {
+        INFO("G " << lc.group_size << " groups " << lc.c.g << " rank " << lc.c.nsp());
+        const std::string lg = "(lane groups of " + std::to_string(lc.group_size) + ")";
+        CHECK(lc.c.make("avx512_core").describe().find(lg) != std::string::npos);
+        CHECK(lc.c.make("avx2").describe().find(lg) != std::string::npos);
+        check_exact(lc.c);
+    }
     Case pre = conv2d(32, 32, {5, 5}, {5, 5});  // taps mostly in the padding: pre-padded src
     pre.g = 8;
     pre.pb = pre.pe = {2, 2};
     CHECK(pre.make("avx512_core").describe().find("prepad") != std::string::npos);
     check_exact(pre);
-    for (bool nxc : {true, false})
-        for (const char* w : {"XIO", "OIX"}) {
-            Case f = conv2d(24, 24, {7, 6}, {3, 2});
-            f.g = 3;
-            f.nxc = nxc;
-            f.wfmt = w;
-            f.pb = {1, 0};
-            check_exact(f);
-        }
-    for (const char* w : {"IOX", "XOI", "OIX", "XIO"}) {
-        Case t = conv2d(40, 40, {9, 8}, {3, 3});
-        t.transpose = true;
-        t.g = 10;
-        t.wfmt = w;
-        t.pb = t.pe = {1, 1};
-        check_exact(t);
-    }
     Case mixed = conv2d(16, 32, {6, 6}, {3, 3});  // IC/g != OC/g: the gemm kernel
     mixed.g = 4;
     CHECK(mixed.make("avx512_core").describe().find("gemm") != std::string::npos);
@@ -417,25 +389,30 @@ TEST_CASE("weights: depthwise pixel windows share src vectors across taps", "[ji
     }
 }
 
+// Groups of 3 input and 10 output channels, and lane groups of 4 (whose
+// diff_weights rows (kw, ic) must be consecutive to be written in place).
 TEST_CASE("weights: data and weight formats", "[jit][weights]") {
+    const std::pair<int64_t, int64_t> groupings[] = {{2, 20}, {10, 40}};  // (groups, oc); ic = 6 / 40
     for (bool nxc : {true, false}) {
-        for (const char* f : {"XIO", "OIX"}) {
-            Case c = conv2d(6, 20, {7, 6}, {3, 2});
-            c.g = 2;
-            c.nxc = nxc;
-            c.wfmt = f;
-            c.pb = {1, 0};
-            check_exact(c);
-        }
-        for (const char* f : {"IOX", "XOI", "OIX", "XIO"}) {
-            Case c = conv2d(6, 20, {9, 8}, {3, 3});
-            c.g = 2;
-            c.s = {2, 2};
-            c.pb = c.pe = {1, 1};
-            c.nxc = nxc;
-            c.wfmt = f;
-            c.transpose = true;
-            check_exact(c);
+        for (const auto& [g, oc] : groupings) {
+            for (const char* f : {"XIO", "OIX"}) {
+                Case c = conv2d(g == 2 ? 6 : 40, oc, {7, 6}, {3, 2});
+                c.g = g;
+                c.nxc = nxc;
+                c.wfmt = f;
+                c.pb = {1, 0};
+                check_exact(c);
+            }
+            for (const char* f : {"IOX", "XOI", "OIX", "XIO"}) {
+                Case c = conv2d(g == 2 ? 6 : 40, oc, {9, 8}, {3, 3});
+                c.g = g;
+                c.s = {2, 2};
+                c.pb = c.pe = {1, 1};
+                c.nxc = nxc;
+                c.wfmt = f;
+                c.transpose = true;
+                check_exact(c);
+            }
         }
         Case dw = conv2d(18, 18, {7, 7}, {3, 3});
         dw.g = 18;

@@ -108,7 +108,7 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             // Equal channels per group of 1, 2, 4 or 8 always take the lane
             // groups; 16 on AVX-512 with a W stride.
             const bool g16 = icg == 16 && isa == Isa::avx512_core && s > 1;
-            const bool lanes = icg == ocg && (icg == 1 || icg == 2 || icg == 4 || icg == 8 || g16);
+            const bool lanes = icg == ocg && (icg == 1 || (groups > 1 && (icg == 2 || icg == 4 || icg == 8 || g16)));
             CHECK(lanes == (pl.path == DataPath::depthwise));
             CHECK(pl.lane_group == (lanes ? icg : 1));
             DataKernelTypes types = pl.types;

@@ -97,6 +97,34 @@ inline Case conv2d(int64_t ic, int64_t oc, dims in, dims k) {
     return c;
 }
 
+// Grouped convolutions with G = IC/g == OC/g of 2, 4 or 8 channels (the
+// kernels' lane groups) over group counts that end in a channel tail on
+// both ISAs: unit strides, W stride 2 (groups = 3), dilated W with uneven
+// pads (groups = 5); 1D, 2D and 3D.
+struct LaneGroupCase {
+    int64_t group_size;
+    Case c;
+};
+inline std::vector<LaneGroupCase> lane_group_cases() {
+    std::vector<LaneGroupCase> r;
+    for (int64_t gs : {2, 4, 8})
+        for (int64_t groups : {2, 3, 5, 16})
+            for (const dims& in : {dims{21}, dims{6, 13}, dims{3, 4, 7}}) {
+                Case c = conv2d(gs * groups, gs * groups, in, dims(in.size(), 3));
+                c.g = groups;
+                c.s = c.d = dims(in.size(), 1);
+                c.pb = c.pe = dims(in.size(), 1);
+                if (groups == 3) c.s.back() = 2;
+                if (groups == 5) {
+                    c.d.back() = 2;
+                    c.pb.back() = 2;
+                    c.pe.back() = 0;
+                }
+                r.push_back({gs, c});
+            }
+    return r;
+}
+
 // Few-channel layers whose kw taps fold into the tile rows (fold_kw): W
 // pads of 0, 1, KW-1 and past the kernel, one-sided pads, strides 1..16,
 // outputs 1..3 pixels wide (every pixel an edge), 1D and 3D.

@@ -372,13 +372,14 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     *pl = DataPlan();
     pl->geo = make_geometry(p);
     bool ok = false;
-    // Lane groups: one vector holds 16 / G groups (AVX2: 8 / G). A group of
+    // Lane groups (G > 1 only for grouped layers): one vector holds 16 / G
+    // groups (AVX2: 8 / G). A group of
     // 16 on AVX-512 only with a W stride: with unit strides the direct path
     // ran 3-8 % faster (ResNeXt-50 512 ch, 32 groups, 14x14), with stride 2
     // half as fast (the column path it took: 28x28 -> 14x14, 121 vs 240 GFLOP/s).
     const bool pow2 = (p.icg & (p.icg - 1)) == 0;
     const bool g16 = isa >= Isa::avx512_core && p.icg == 16 && p.stride.back() > 1;
-    if (p.icg == p.ocg && pow2 && (p.icg <= 8 || g16)) {
+    if (p.icg == p.ocg && pow2 && (p.icg == 1 || (p.g > 1 && (p.icg <= 8 || g16)))) {
         pl->path = DataPath::depthwise;
         pl->lane_group = static_cast<int>(p.icg);
         choose_types(p, isa, pl);
