@@ -221,6 +221,8 @@ TEST_CASE("data: lane groups of 2, 4 and 8 channels", "[jit][data]") {
         g16.dt = dt;
         check_exact(g16, kAllIsas);
     }
+    g16.dt = data_type::bf16;  // vdpbf16ps on oc pairs beats widening to lane groups
+    if (runs("avx512_core_bf16")) CHECK(g16.make("avx512_core_bf16").describe().find("lane groups") == std::string::npos);
     DCase mixed;  // IC/g != OC/g: not a lane group
     mixed.g = 4;
     mixed.ic = 16;

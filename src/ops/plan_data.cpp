@@ -376,9 +376,12 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // groups (AVX2: 8 / G). A group of
     // 16 on AVX-512 only with a W stride: with unit strides the direct path
     // ran 3-8 % faster (ResNeXt-50 512 ch, 32 groups, 14x14), with stride 2
-    // half as fast (the column path it took: 28x28 -> 14x14, 121 vs 240 GFLOP/s).
+    // half as fast (the column path it took: 28x28 -> 14x14, 121 vs 240
+    // GFLOP/s; f16 90 vs 125). Not for bf16 with vdpbf16ps: the direct path's
+    // oc pairs ran 2.2x faster there (229 vs 102).
     const bool pow2 = (p.icg & (p.icg - 1)) == 0;
-    const bool g16 = isa >= Isa::avx512_core && p.icg == 16 && p.stride.back() > 1;
+    const bool dot_direct = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
+    const bool g16 = isa >= Isa::avx512_core && p.icg == 16 && p.stride.back() > 1 && !dot_direct;
     if (p.icg == p.ocg && pow2 && (p.icg == 1 || (p.g > 1 && (p.icg <= 8 || g16)))) {
         pl->path = DataPath::depthwise;
         pl->lane_group = static_cast<int>(p.icg);
