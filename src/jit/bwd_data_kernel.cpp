@@ -59,7 +59,8 @@ int data_kernel_vregs(const DataKernelDesc& d) {
     // only n = 1 needs one of its own.
     const bool bcast_reg = !d.bcast_in_fma || (d.compute == int32_t(DataCompute::bf16_dot) && d.n == 1);
     // Depthwise: two diff_dst temporaries, and the permutation index for G >= 8.
-    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 + VecIsa::lane_group_needs_index(d.lane_group)
+    const bool index = VecIsa::lane_group_needs_index(d.lane_group) || d.compute == int32_t(DataCompute::bf16_dot);
+    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 + index
                                                                     : (bcast_reg ? 1 : 0);
     return d.m * d.n + d.row_taps * d.n + temps + (avx2_mask ? 1 : 0);
 }
@@ -88,6 +89,23 @@ Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
     return cg.qword[kArgs + static_cast<int>(off)];
 }
 
+// vpermd indices of bf16 channel pairs in lane groups of G = 2..16, row
+// (G, o): dword lane c takes dword (c - c % G) / 2 + o of 16 bf16 channels,
+// the pair (2o, 2o + 1) of its group.
+struct PairIndex {
+    alignas(64) int32_t rows[4][8][16];  // G = 2, 4, 8, 16; o < G / 2
+    PairIndex() {
+        for (int lg = 0; lg < 4; ++lg)
+            for (int o = 0; o < 8; ++o)
+                for (int c = 0; c < 16; ++c) {
+                    const int g = 2 << lg;
+                    rows[lg][o][c] = o < g / 2 ? (c - c % g) / 2 + o : 0;
+                }
+    }
+    const int32_t* row(int g, int o) const { return rows[g == 2 ? 0 : g == 4 ? 1 : g == 8 ? 2 : 3][o]; }
+};
+const PairIndex kPairIndex;
+
 // Opmasks of the first n words, n = 0..16 (AVX-512 widen tail).
 const uint16_t kWordMasks[17] = {0x0,   0x1,   0x3,   0x7,    0xf,    0x1f,   0x3f,   0x7f,  0xff,
                                  0x1ff, 0x3ff, 0x7ff, 0xfff, 0x1fff, 0x3fff, 0x7fff, 0xffff};
@@ -104,6 +122,10 @@ DataKernel::DataKernel(const DataKernelDesc& d)
 void DataKernel::generate() {
     preamble(5);  // rbx, r12-r15
     if (d_.tail) vi_.set_tail(d_.tail, kTmp, vi_.num_vregs() - 1);
+    if (d_.tail && dot() && d_.kind == int32_t(DataKernelKind::depthwise)) {  // the tail's bf16 words
+        mov(ebx, kWordMasks[d_.tail]);
+        kmovw(k3, ebx);
+    }
     if (widen_direct()) mov(kCvtBuf, arg(*this, &DataKernelArgs::cvt));
     block_loop();
     postamble();
@@ -340,36 +362,65 @@ void DataKernel::odd_oc_step() {
 }
 
 // Depthwise, one entry: for each of the G output channels o of a lane
-// group (one pass for G = 1), row_taps × n weight vectors (tap k at
-// (k·G + o)·n vectors from r11) times the pixels' permuted diff_dst vectors.
-// Reads r10, r11; clobbers rbx (G = 8).
+// group (one pass for G = 1; bf16_dot: each of the G / 2 pairs of them),
+// row_taps × n weight vectors (tap k at (k·passes + o)·n vectors from r11)
+// times the pixels' permuted diff_dst vectors. Reads r10, r11; clobbers rbx
+// (G >= 8, bf16_dot).
 void DataKernel::depthwise_taps() {
-    for (int o = 0; o < d_.lane_group; ++o) depthwise_lane_group(o);
+    for (int o = 0; o < lane_group_passes(); ++o) depthwise_lane_group(o);
 }
 
 // Pixel j of tap k reads diff_dst pixel q = j - k·tap_dil from r10, so each
-// q is loaded once per o (widened on load; the tail vector read masked: it
-// may end the tensor) and feeds every (j, k) it serves.
+// q is loaded once per pass (widened on load; the tail vector read masked:
+// it may end the tensor) and feeds every (j, k) it serves.
 void DataKernel::depthwise_lane_group(int o) {
     const int mn = d_.m * d_.n, taps = d_.row_taps, dil = d_.tap_dil, g = d_.lane_group;
     const int dd_vec_bytes = vi_.vlen() * VecCvt::elem_bytes(in_dt());
     for (int k = 0; k < taps; ++k)
         for (int v = 0; v < d_.n; ++v)
-            vi_.load(vi_.vreg(mn + k * d_.n + v), ptr[kW + ((k * g + o) * d_.n + v) * vi_.vbytes()]);
-    if (VecIsa::lane_group_needs_index(g) && !bcast_lane_group())
-        vi_.lane_group_index(vi_.vreg(mn + taps * d_.n + 2), kTmp, g, o);
+            vi_.load(vi_.vreg(mn + k * d_.n + v),
+                     ptr[kW + ((k * lane_group_passes() + o) * d_.n + v) * vi_.vbytes()]);
+    const Xbyak::Xmm idx = vi_.vreg(mn + taps * d_.n + 2);
+    if (dot()) {
+        mov(kTmp, reinterpret_cast<uintptr_t>(kPairIndex.row(g, o)));
+        vi_.load(idx, ptr[kTmp]);
+    } else if (VecIsa::lane_group_needs_index(g) && !bcast_lane_group()) {
+        vi_.lane_group_index(idx, kTmp, g, o);
+    }
     int next_temp = 0;
     for (int q = -(taps - 1) * dil; q < d_.m; ++q)
         for (int v = 0; v < d_.n; ++v) {
             const Xbyak::Xmm t = vi_.vreg(mn + taps * d_.n + next_temp);
             next_temp ^= 1;
-            load_lane_group(t, static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes), o,
-                            d_.tail && v == d_.n - 1);
+            const int disp = static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes);
+            const bool tail = d_.tail && v == d_.n - 1;
+            if (dot())
+                load_pairs(t, disp, tail);
+            else
+                load_lane_group(t, disp, o, tail);
             for (int k = 0; k < taps; ++k) {
                 const int j = q + k * dil;
-                if (j >= 0 && j < d_.m) vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), t);
+                if (j < 0 || j >= d_.m) continue;
+                if (dot())
+                    vdpbf16ps(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), t);
+                else
+                    vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), t);
             }
         }
+}
+
+// bf16_dot lane groups: t := the 16 bf16 diff_dst channels at r10 + disp
+// (32 bytes; the tail's words masked by k3) with dword lane c replaced by
+// dword (c - c % G) / 2 + o, its group's channel pair o, by the index the
+// pass loaded (see kPairIndex).
+void DataKernel::load_pairs(const Xbyak::Xmm& t, int disp, bool tail) {
+    const Xbyak::Ymm y(t.getIdx());
+    if (tail)
+        vmovdqu16(y | k3 | T_z, ptr[kDd + disp]);
+    else
+        vmovdqu16(y, ptr[kDd + disp]);  // EVEX: the temporaries may be ymm16-31
+    vpermd(Xbyak::Zmm(t.getIdx()), Xbyak::Zmm(vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2).getIdx()),
+           Xbyak::Zmm(t.getIdx()));
 }
 
 // t := perm_o of the diff_dst vector at r10 + disp, widened to f32. Whole

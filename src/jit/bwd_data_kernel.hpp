@@ -21,7 +21,11 @@
 // channels (vpermilps by immediate for G <= 4, vpermps across 128-bit
 // lanes for G = 8; a broadcast load when G is the vector length), with W
 // packed per lane as W(oc = group·G + o, ic = c % G).
-// G = 1 is the depthwise convolution (no permutation).
+// G = 1 is the depthwise convolution (no permutation). bf16_dot lane
+// groups (G >= 2) run G / 2 passes, one per pair of output channels: the
+// 16 bf16 channels are loaded as 8 dwords and vpermd puts the group's pair
+// (2o, 2o + 1) in every dword lane, against W packed as pairs
+// [tap][o][lanes][2] for vdpbf16ps.
 //
 // An entry is one tap that is valid for every pixel of every block of the
 // call: a diff_dst pointer (pixel 0 of block 0, first oc of the chunk) and a
@@ -65,7 +69,7 @@ enum class DataKernelKind : int32_t {
 enum class DataCompute : int32_t {
     f32 = 0,       // f32 in, f32 FMA
     widen = 1,     // bf16 / f16 diff_dst widened to f32 (per entry, or per load for depthwise), f32 FMA
-    bf16_dot = 2,  // vdpbf16ps on pairs of oc (direct only, avx512_core_bf16)
+    bf16_dot = 2,  // vdpbf16ps on pairs of oc (direct, and depthwise lane groups; avx512_core_bf16)
 };
 
 // Only what changes the emitted bytes. All fields are 4 or 8 bytes, ordered
@@ -157,6 +161,9 @@ private:
     void depthwise_taps();
     void depthwise_lane_group(int o);
     void load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail);
+    void load_pairs(const Xbyak::Xmm& t, int disp, bool tail);
+    // Depthwise passes per entry: G output channels, or G / 2 pairs (bf16_dot).
+    int lane_group_passes() const { return dot() ? d_.lane_group / 2 : d_.lane_group; }
     // A lane group fills the vector and f32 diff_dst: perm_o is a broadcast load.
     bool bcast_lane_group() const { return d_.lane_group == vi_.vlen() && in_dt() == data_type::f32; }
     void store_accumulators();

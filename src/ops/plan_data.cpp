@@ -101,7 +101,7 @@ bool is_dot(const DataPlan& pl) { return pl.types.compute == DataCompute::bf16_d
 
 // Reduction steps per entry: oc (bf16_dot: oc pairs), G for depthwise.
 double reduction_steps(const Problem& p, const DataPlan& pl) {
-    if (pl.path == DataPath::depthwise) return pl.lane_group;
+    if (pl.path == DataPath::depthwise) return is_dot(pl) ? pl.lane_group / 2 : pl.lane_group;
     return is_dot(pl) ? double(div_up(p.ocg, 2)) : double(p.ocg);
 }
 
@@ -344,7 +344,8 @@ void choose_types(const Problem& p, Isa isa, DataPlan* pl) {
     pl->isa = base;
     if (p.dt == data_type::f32)
         pl->types.compute = DataCompute::f32;
-    else if (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && pl->path == DataPath::direct)
+    else if (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 &&
+             (pl->path == DataPath::direct || (pl->path == DataPath::depthwise && pl->lane_group >= 2)))
         pl->types.compute = DataCompute::bf16_dot;
     else
         pl->types.compute = DataCompute::widen;
@@ -373,15 +374,13 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     pl->geo = make_geometry(p);
     bool ok = false;
     // Lane groups (G > 1 only for grouped layers): one vector holds 16 / G
-    // groups (AVX2: 8 / G). A group of
-    // 16 on AVX-512 only with a W stride: with unit strides the direct path
-    // ran 3-8 % faster (ResNeXt-50 512 ch, 32 groups, 14x14), with stride 2
-    // half as fast (the column path it took: 28x28 -> 14x14, 121 vs 240
-    // GFLOP/s; f16 90 vs 125). Not for bf16 with vdpbf16ps: the direct path's
-    // oc pairs ran 2.2x faster there (229 vs 102).
+    // groups (AVX2: 8 / G). A group of 16 on AVX-512 only with a W stride:
+    // with unit strides the direct path ran 3-8 % faster (ResNeXt-50 512 ch,
+    // 32 groups, 14x14; bf16 oc pairs 7 %), with stride 2 about half as fast
+    // (28x28 -> 14x14, 2 threads: f32 121 (its column path) vs 240 GFLOP/s,
+    // f16 90 vs 125, bf16 oc pairs 250 vs 365).
     const bool pow2 = (p.icg & (p.icg - 1)) == 0;
-    const bool dot_direct = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
-    const bool g16 = isa >= Isa::avx512_core && p.icg == 16 && p.stride.back() > 1 && !dot_direct;
+    const bool g16 = isa >= Isa::avx512_core && p.icg == 16 && p.stride.back() > 1;
     if (p.icg == p.ocg && pow2 && (p.icg == 1 || (p.g > 1 && (p.icg <= 8 || g16)))) {
         pl->path = DataPath::depthwise;
         pl->lane_group = static_cast<int>(p.icg);

@@ -16,9 +16,9 @@
 // depends on it, so results are identical for any thread count.
 //
 // bf16 / f16 (DataKernelTypes): bf16 on avx512_core_bf16 runs the direct
-// path with vdpbf16ps on oc pairs; every other 16-bit case widens diff_dst
-// to f32 inside the kernel (once per entry, feeding n FMAs per value) with
-// W packed as f32. Sums stay f32 and are rounded once at the final store.
+// path and lane groups with vdpbf16ps on oc pairs; every other 16-bit case
+// widens diff_dst to f32 inside the kernel (once per entry, feeding n FMAs
+// per value) with W packed as f32. Sums stay f32 and are rounded once at the final store.
 #pragma once
 
 #include <array>
