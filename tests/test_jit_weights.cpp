@@ -276,7 +276,8 @@ TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
         INFO("G " << lc.group_size << " groups " << lc.c.g << " rank " << lc.c.nsp());
         const std::string lg = "(lane groups of " + std::to_string(lc.group_size) + ")";
         CHECK(lc.c.make("avx512_core").describe().find(lg) != std::string::npos);
-        CHECK(lc.c.make("avx2").describe().find(lg) != std::string::npos);
+        // A group of 8 fills an AVX2 vector: the gemm kernel there.
+        CHECK((lc.c.make("avx2").describe().find(lg) != std::string::npos) == (lc.group_size < 8));
         check_exact(lc.c);
     }
     Case pre = conv2d(32, 32, {5, 5}, {5, 5});  // taps mostly in the padding: pre-padded src
