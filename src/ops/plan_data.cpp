@@ -141,8 +141,20 @@ double row_taps(const DataGeometry& g) {
     return double(g.k[0]) / double(g.stride[0]) * double(g.k[1]) / double(g.stride[1]);
 }
 
+// Pixels and valid W taps of each stride phase (computed once per search).
+struct PhaseSize {
+    int64_t pixels, taps;
+};
+std::vector<PhaseSize> phase_sizes(const DataGeometry& g) {
+    std::vector<PhaseSize> r;
+    for (int64_t ph = 0; ph < g.stride[2]; ++ph)
+        r.push_back({phase_pixel_count(g, ph), static_cast<int64_t>(phase_taps(g, ph).size())});
+    return r;
+}
+
 // Cost of the direct or depthwise path, one thread, whole problem.
-double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb) {
+double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb,
+                     const std::vector<PhaseSize>& phases) {
     const DataGeometry& g = pl.geo;
     const DataPath path = pl.path;
     const double red = reduction_steps(p, pl);
@@ -150,8 +162,8 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
     const bool l2 = w_block_in_l2(p, pl, b);
     const int vb = b.vlen * 4;
     double per_row = 0;
-    for (int64_t r = 0; r < g.stride[2]; ++r) {
-        const int64_t j = phase_pixel_count(g, r), taps = static_cast<int64_t>(phase_taps(g, r).size());
+    for (const PhaseSize& ph : phases) {
+        const int64_t j = ph.pixels, taps = ph.taps;
         const int64_t full = j / b.m, rem = j % b.m;
         for (int64_t c = 0; c < cb.per_group; ++c) {
             const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
@@ -207,6 +219,7 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                           : pl->path == DataPath::col  ? p.k_sp() * p.icg
                                                        : p.ic();
     const int max_n = static_cast<int>(std::min<int64_t>(kMaxN, div_up(lanes, vlen)));
+    const std::vector<PhaseSize> phases = phase_sizes(pl->geo);
     double best = -1;
     for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
         for (int n = 1; n <= max_n; ++n)
@@ -226,7 +239,8 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                 // Broadcast rows: diff_dst pixels (f32, or widened to f32; bf16 pairs: 2 bytes a channel).
                 const int64_t bcast_stride = p.oc() * (is_dot(*pl) ? 2 : 4);
                 if (pl->path != DataPath::depthwise && lines_per_l1_set(m, bcast_stride) > kL1LinesPerSet) continue;
-                const double c = pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb);
+                const double c =
+                        pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb, phases);
                 if (best < 0 || c < best * 0.999) {
                     best = c;
                     pl->blk = b;
