@@ -155,8 +155,11 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             const auto& b = base.blk;
             const bool dw = b.kind == WeightsKernelKind::depthwise;
             INFO(p.to_string() << " " << convgrad::detail::isa_name(isa) << "\n" << base.to_string());
-            const int64_t vlen = isa == Isa::avx2 ? 8 : 16;  // lane groups narrower than a vector
-            const bool lanes = p.icg == p.ocg && (p.icg == 1 || p.icg == 2 || p.icg == 4 || p.icg == 8) && p.icg < vlen;
+            // Lane groups of 2 and 4; of 8 only narrower than a vector, without
+            // bf16 pairs, on output rows of 14 pixels or more.
+            const bool bf16_dot = dt == convgrad::data_type::bf16 && isa >= Isa::avx512_core_bf16;
+            const bool wide8 = isa != Isa::avx2 && !bf16_dot && p.out[2] >= 14;
+            const bool lanes = p.icg == p.ocg && (p.icg == 1 || p.icg == 2 || p.icg == 4 || (p.icg == 8 && wide8));
             CHECK(dw == (p.g > 1 && lanes));
             CHECK(b.lane_group == (dw ? p.icg : 1));
             // Register budget of every kernel the executor may build.

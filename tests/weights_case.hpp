@@ -100,7 +100,8 @@ inline Case conv2d(int64_t ic, int64_t oc, dims in, dims k) {
 // Grouped convolutions with G = IC/g == OC/g of 2, 4 or 8 channels (the
 // kernels' lane groups) over group counts that end in a channel tail on
 // both ISAs: unit strides, W stride 2 (groups = 3), dilated W with uneven
-// pads (groups = 5); 1D, 2D and 3D.
+// pads (groups = 5); 1D, 2D and 3D; rows wide enough for the weight
+// gradient's groups of 8.
 struct LaneGroupCase {
     int64_t group_size;
     Case c;
@@ -109,7 +110,7 @@ inline std::vector<LaneGroupCase> lane_group_cases() {
     std::vector<LaneGroupCase> r;
     for (int64_t gs : {2, 4, 8})
         for (int64_t groups : {2, 3, 5, 16})
-            for (const dims& in : {dims{21}, dims{6, 13}, dims{3, 4, 7}}) {
+            for (const dims& in : {dims{31}, dims{6, 29}, dims{3, 4, 29}}) {  // W: 14+ outputs at stride 2
                 Case c = conv2d(gs * groups, gs * groups, in, dims(in.size(), 3));
                 c.g = groups;
                 c.s = c.d = dims(in.size(), 1);

@@ -38,11 +38,26 @@ int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // The depthwise kernel serves depthwise layers and groups of G = 2, 4, 8
 // channels narrower than a vector (lane groups: grouped convolutions such as
 // ResNeXt's, whose groups would fill a quarter or half of a gemm tile's
-// vectors). A group of 8 fills an AVX2 vector, where the gemm kernel ran
-// 1.6-1.8x faster (ResNeXt-50 conv3 at 28x28 and its s2 variant).
+// vectors). Where the gemm kernel measured faster (2 threads, A/B medians of
+// 2-3), groups of 8 keep it:
+//  - AVX2, where a group of 8 fills the vector: ResNeXt-50 conv3 (28x28) 113
+//    vs 62 GFLOP/s, its s2 variant 84 vs 52;
+//  - bf16 with vdpbf16ps pairs (the lane groups widen to f32): ResNeXt-50
+//    conv3 188 vs 156, s2 136 vs 86, RegNetY-400MF 0.44-0.68x;
+//  - output rows narrower than 14 pixels (W edges and short pixel windows):
+//    RegNetY-400MF stage 4 at 7x7, f32 0.61-0.80x, f16 0.76-0.93x.
+// f32 / f16 groups of 8 on wider planes gain 0.78-1.54x (ResNeXt-50 conv3
+// 1.36-1.54x, RegNetY stages 1-3 0.78-1.38x, geomean about 1.15x); groups of
+// 2 and 4 fill at most a quarter of a gemm vector (ResNeXt-50 conv2, G 4:
+// f32 37 -> 136, bf16 pairs 61 -> 148).
 bool is_depthwise(const Problem& p, Isa isa) {
-    const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8;
-    return p.g > 1 && p.icg == p.ocg && (p.icg == 1 || p.icg == 2 || p.icg == 4 || p.icg == 8) && p.icg < vlen;
+    const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8, gs = p.icg;
+    if (p.g < 2 || p.icg != p.ocg) return false;
+    if (gs == 1) return true;
+    if (gs != 2 && gs != 4 && gs != 8) return false;
+    if (gs < 8) return true;
+    const bool pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
+    return gs < vlen && !pairs && p.out[2] >= 14;
 }
 
 // Merges H (and then D) into W when they carry no tap, stride or padding.
