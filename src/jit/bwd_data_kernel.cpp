@@ -89,23 +89,6 @@ Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
     return cg.qword[kArgs + static_cast<int>(off)];
 }
 
-// vpermd indices of bf16 channel pairs in lane groups of G = 2..16, row
-// (G, o): dword lane c takes dword (c - c % G) / 2 + o of 16 bf16 channels,
-// the pair (2o, 2o + 1) of its group.
-struct PairIndex {
-    alignas(64) int32_t rows[4][8][16];  // G = 2, 4, 8, 16; o < G / 2
-    PairIndex() {
-        for (int lg = 0; lg < 4; ++lg)
-            for (int o = 0; o < 8; ++o)
-                for (int c = 0; c < 16; ++c) {
-                    const int g = 2 << lg;
-                    rows[lg][o][c] = o < g / 2 ? (c - c % g) / 2 + o : 0;
-                }
-    }
-    const int32_t* row(int g, int o) const { return rows[g == 2 ? 0 : g == 4 ? 1 : g == 8 ? 2 : 3][o]; }
-};
-const PairIndex kPairIndex;
-
 // Opmasks of the first n words, n = 0..16 (AVX-512 widen tail).
 const uint16_t kWordMasks[17] = {0x0,   0x1,   0x3,   0x7,    0xf,    0x1f,   0x3f,   0x7f,  0xff,
                                  0x1ff, 0x3ff, 0x7ff, 0xfff, 0x1fff, 0x3fff, 0x7fff, 0xffff};
@@ -380,13 +363,10 @@ void DataKernel::depthwise_lane_group(int o) {
         for (int v = 0; v < d_.n; ++v)
             vi_.load(vi_.vreg(mn + k * d_.n + v),
                      ptr[kW + ((k * lane_group_passes() + o) * d_.n + v) * vi_.vbytes()]);
-    const Xbyak::Xmm idx = vi_.vreg(mn + taps * d_.n + 2);
-    if (dot()) {
-        mov(kTmp, reinterpret_cast<uintptr_t>(kPairIndex.row(g, o)));
-        vi_.load(idx, ptr[kTmp]);
-    } else if (VecIsa::lane_group_needs_index(g) && !bcast_lane_group()) {
-        vi_.lane_group_index(idx, kTmp, g, o);
-    }
+    if (dot())
+        vi_.lane_group_pair_index(index_vreg(), kTmp, g, o);
+    else if (VecIsa::lane_group_needs_index(g) && !bcast_lane_group())
+        vi_.lane_group_index(index_vreg(), kTmp, g, o);
     int next_temp = 0;
     for (int q = -(taps - 1) * dil; q < d_.m; ++q)
         for (int v = 0; v < d_.n; ++v) {
@@ -412,22 +392,20 @@ void DataKernel::depthwise_lane_group(int o) {
 // bf16_dot lane groups: t := the 16 bf16 diff_dst channels at r10 + disp
 // (32 bytes; the tail's words masked by k3) with dword lane c replaced by
 // dword (c - c % G) / 2 + o, its group's channel pair o, by the index the
-// pass loaded (see kPairIndex).
+// pass loaded (VecIsa::lane_group_pair_index).
 void DataKernel::load_pairs(const Xbyak::Xmm& t, int disp, bool tail) {
     const Xbyak::Ymm y(t.getIdx());
     if (tail)
         vmovdqu16(y | k3 | T_z, ptr[kDd + disp]);
     else
         vmovdqu16(y, ptr[kDd + disp]);  // EVEX: the temporaries may be ymm16-31
-    vpermd(Xbyak::Zmm(t.getIdx()), Xbyak::Zmm(vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2).getIdx()),
-           Xbyak::Zmm(t.getIdx()));
+    vpermd(Xbyak::Zmm(t.getIdx()), Xbyak::Zmm(index_vreg().getIdx()), Xbyak::Zmm(t.getIdx()));
 }
 
 // t := perm_o of the diff_dst vector at r10 + disp, widened to f32. Whole
 // f32 vectors permute straight from memory (a group of a whole vector:
 // broadcast lane o); 16-bit and tail vectors are loaded (masked lanes read
-// 0) and permuted in the register. The G >= 8 index is the register after
-// the two temporaries.
+// 0) and permuted in the register (G >= 8: by index_vreg()).
 void DataKernel::load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail) {
     const int g = d_.lane_group;
     const auto a = ptr[kDd + disp];
@@ -444,7 +422,7 @@ void DataKernel::load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail
         if (g == 1) return;
     }
     const Xbyak::Operand& src = from_mem ? static_cast<const Xbyak::Operand&>(a) : t;
-    vi_.permute_lane_group(t, src, g, o, vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2));
+    vi_.permute_lane_group(t, src, g, o, index_vreg());
 }
 
 // Accumulators out: f32 output stores to dst; a 16-bit output rounds into

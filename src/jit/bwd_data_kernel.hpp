@@ -14,8 +14,9 @@
 //               DataKernelDesc::row_taps)
 //
 // Depthwise covers grouped convolutions with G = IC/g = OC/g channels per
-// group, G in {1, 2, 4, 8, 16} and G <= vlen (DataKernelDesc::lane_group): lane c of a vector
-// is diff_src channel c (group c / G, input channel c % G), and
+// group, G in {1, 2, 4, 8, 16} and G <= vlen (DataKernelDesc::lane_group):
+// lane c of a vector is diff_src channel c (group c / G, input channel
+// c % G), and
 // perm_o(dd)[c] = dd[c - c % G + o] is that group's output channel o, a
 // permutation inside each G lanes of the diff_dst vector at the same
 // channels (vpermilps by immediate for G <= 4, vpermps across 128-bit
@@ -164,6 +165,9 @@ private:
     void load_pairs(const Xbyak::Xmm& t, int disp, bool tail);
     // Depthwise passes per entry: G output channels, or G / 2 pairs (bf16_dot).
     int lane_group_passes() const { return dot() ? d_.lane_group / 2 : d_.lane_group; }
+    // Depthwise: the permutation index (lane groups of 8+, bf16_dot pairs),
+    // the register after the two diff_dst temporaries.
+    Xbyak::Xmm index_vreg() const { return vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2); }
     // A lane group fills the vector and f32 diff_dst: perm_o is a broadcast load.
     bool bcast_lane_group() const { return d_.lane_group == vi_.vlen() && in_dt() == data_type::f32; }
     void store_accumulators();

@@ -1,6 +1,7 @@
 // Depthwise weight-gradient generator (g == IC == OC, and lane groups of
-// G = IC/g == OC/g channels): vectorises over channels. Tile = n channel vectors x `taps` consecutive kw taps, so each
-// diff_dst vector loaded is used by `taps` FMAs; with desc.window (W stride
+// G = IC/g == OC/g channels): vectorises over channels. Tile = n channel
+// vectors x `taps` consecutive kw taps, so each diff_dst vector loaded is
+// used by `taps` FMAs; with desc.window (W stride
 // 1) each src vector loaded is used by every tap that reads it within a
 // block of pixels too. The executor calls it only on the pixel range where
 // every tap of the tile reads inside src, and covers the edge pixels with

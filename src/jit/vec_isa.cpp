@@ -81,18 +81,27 @@ void VecIsa::fma_mem_tail(const Xmm& acc, const Xmm& a, const Address& m, const 
 namespace {
 
 // vpermps indices of lane groups of 8 and 16: row o of a group of G puts
-// lane c - c % G + o into lane c (an AVX2 vector reads the first 8).
+// lane c - c % G + o into lane c (an AVX2 vector reads the first 8); and
+// vpermd indices of bf16 pairs in groups of 2..16 (lane_group_pair_index).
 struct LaneGroupIndex {
     alignas(64) int32_t g8[8][16];
     alignas(64) int32_t g16[16][16];
+    alignas(64) int32_t pairs[4][8][16];  // G = 2, 4, 8, 16; o < G / 2
     LaneGroupIndex() {
         for (int o = 0; o < 16; ++o)
             for (int c = 0; c < 16; ++c) {
                 if (o < 8) g8[o][c] = c - c % 8 + o;
                 g16[o][c] = o;
             }
+        for (int lg = 0; lg < 4; ++lg)
+            for (int o = 0; o < 8; ++o)
+                for (int c = 0; c < 16; ++c) {
+                    const int g = 2 << lg;
+                    pairs[lg][o][c] = o < g / 2 ? (c - c % g) / 2 + o : 0;
+                }
     }
     const int32_t* row(int g, int o) const { return g == 8 ? g8[o] : g16[o]; }
+    const int32_t* pair_row(int g, int o) const { return pairs[g == 2 ? 0 : g == 4 ? 1 : g == 8 ? 2 : 3][o]; }
 };
 const LaneGroupIndex kLaneGroupIndex;
 
@@ -108,6 +117,11 @@ uint8_t lane_group_imm(int g, int o) {
 
 void VecIsa::lane_group_index(const Xmm& idx, const Xbyak::Reg64& gpr, int g, int o) {
     cg_.mov(gpr, reinterpret_cast<uintptr_t>(kLaneGroupIndex.row(g, o)));
+    load(idx, cg_.ptr[gpr]);
+}
+
+void VecIsa::lane_group_pair_index(const Xmm& idx, const Xbyak::Reg64& gpr, int g, int o) {
+    cg_.mov(gpr, reinterpret_cast<uintptr_t>(kLaneGroupIndex.pair_row(g, o)));
     load(idx, cg_.ptr[gpr]);
 }
 

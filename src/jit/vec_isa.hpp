@@ -59,6 +59,10 @@ public:
     // lane_group_index put in `idx`.
     static bool lane_group_needs_index(int g) { return g >= 8; }
     void lane_group_index(const Xbyak::Xmm& idx, const Xbyak::Reg64& gpr, int g, int o);  // clobbers gpr
+    // vpermd index of bf16 channel pairs (G even, AVX-512): dword lane c takes
+    // dword (c - c % G) / 2 + o of 16 bf16 channels, the pair (2o, 2o + 1)
+    // of its group. Clobbers gpr.
+    void lane_group_pair_index(const Xbyak::Xmm& idx, const Xbyak::Reg64& gpr, int g, int o);
     void permute_lane_group(const Xbyak::Xmm& t, const Xbyak::Operand& src, int g, int o, const Xbyak::Xmm& idx);
 
 private:

@@ -3,10 +3,10 @@
 // Three paths share one kernel (jit/bwd_data_kernel.hpp):
 //  - direct: diff_src pixels × vectors of input channels; per (tap, oc) the
 //    kernel broadcasts diff_dst and multiplies packed W vectors.
-//  - depthwise (IC/g == OC/g == G, G in {1, 2, 4, 8}: the depthwise
-//    convolution and groups of few channels): vectors over channels, the G
-//    output channels of a lane's group by permuting diff_dst inside the
-//    vector (see jit/bwd_data_kernel.hpp).
+//  - depthwise (IC/g == OC/g == G, G in {1, 2, 4, 8}, 16 with a W stride:
+//    the depthwise convolution and groups of few channels): vectors over
+//    channels, the G output channels of a lane's group by permuting
+//    diff_dst inside the vector (see jit/bwd_data_kernel.hpp).
 //  - col (few input channels per group, e.g. a first layer with ic = 3):
 //    a GEMM per diff_dst pixel over lanes (tap, ic) = K·ICg, so the vector
 //    width is filled by taps instead of padding 3 channels to 16, then the
@@ -18,7 +18,8 @@
 // bf16 / f16 (DataKernelTypes): bf16 on avx512_core_bf16 runs the direct
 // path and lane groups with vdpbf16ps on oc pairs; every other 16-bit case
 // widens diff_dst to f32 inside the kernel (once per entry, feeding n FMAs
-// per value) with W packed as f32. Sums stay f32 and are rounded once at the final store.
+// per value) with W packed as f32. Sums stay f32 and are rounded once at
+// the final store.
 #pragma once
 
 #include <array>

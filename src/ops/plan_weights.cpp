@@ -83,9 +83,13 @@ WeightsGeometry make_geometry(const Problem& p, bool pairs) {
 // 1-channel 3x3 layer: +48..+76 %).
 bool foldable(const Problem& p) { return p.g == 1 && p.k[2] > 1 && p.dil[2] == 1 && p.icg < 16; }
 
+// The user's diff_weights hold a kw tap's ic rows consecutively, kw after
+// kw (XIO), as fold_kw tiles and lane-group tiles write them.
+bool kw_ic_rows_consecutive(const Problem& p) { return p.wei_str.k[2] == p.icg * p.wei_str.i; }
+
 bool fold_kw(const Problem& p, const WeightsPlan& plan) {
     if (plan.blk.kind != WeightsKernelKind::gemm || !foldable(p)) return false;
-    return !plan.direct_weights || p.wei_str.k[2] == p.icg * p.wei_str.i;
+    return !plan.direct_weights || kw_ic_rows_consecutive(p);
 }
 
 // f32 is staged (copied) where measured faster than reading the user's
@@ -393,11 +397,12 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     WeightsPlan plan;
     plan.dt = p.dt;
     // Depthwise reads 16-bit tensors in place (memory bound: no staging, no pairs).
-    plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !is_depthwise(p, isa);
+    const bool dw = is_depthwise(p, isa);
+    plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
     plan.isa = plan.pairs ? Isa::avx512_core_bf16 : isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
     plan.geo = make_geometry(p, plan.pairs);
-    plan.blk.kind = is_depthwise(p, isa) ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
-    if (is_depthwise(p, isa)) plan.blk.lane_group = static_cast<int>(p.icg);
+    plan.blk.kind = dw ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
+    if (dw) plan.blk.lane_group = static_cast<int>(p.icg);
     plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan) : plan.blk.kind == WeightsKernelKind::gemm;
     plan.compress_w = plan.staged && p.k[2] == 1 && p.stride[2] > 1;
     // Staged unpadded 1x1 chunks go tile-major. AVX-512 copies them inside
@@ -419,8 +424,8 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.stage_in_kernel = plan.tile_major && in_kernel;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
-    // Lane groups flush (kw, ic) rows as one run: ic rows must lie G to a kw tap.
-    plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || p.wei_str.k[2] == p.icg * p.wei_str.i);
+    // Lane groups flush (kw, ic) rows as one run.
+    plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || kw_ic_rows_consecutive(p));
     plan.weights_elems = p.output_elems;
     if (fold_kw(p, plan)) plan.fold_kw = p.k[2];
     choose_blocking(plan);
