@@ -232,6 +232,37 @@ TEST_CASE("data: lane groups of 2, 4 and 8 channels", "[jit][data]") {
     check_exact(mixed);
 }
 
+// Groups of 6-17 input channels with a kernel larger than 1x1 (RegNetX's
+// groups of 16 at 7x7, 3D groups of 6): the direct path with one vector of
+// channels per group and the broadcast inside the FMA, not the column path
+// (whose col2im costs a masked read-modify-write per group and tap). Odd
+// OC/g: the bf16 pairs' last oc; IC/g = 12 and 17: channel tails.
+TEST_CASE("data: narrow groups take the direct path with one vector", "[jit][data]") {
+    struct Shape {
+        int64_t g, icg, ocg;
+        dims in, k;
+    };
+    for (const Shape& sh : {Shape{3, 16, 16, {7, 7}, {3, 3}}, Shape{2, 12, 13, {5, 9}, {3, 3}},
+                            Shape{4, 6, 6, {4, 5, 6}, {3, 3, 3}}, Shape{2, 17, 15, {9}, {5}}}) {
+        DCase c;
+        c.g = sh.g;
+        c.ic = sh.g * sh.icg;
+        c.oc = sh.g * sh.ocg;
+        c.in = sh.in;
+        c.k = sh.k;
+        c.pb = c.pe = dims(sh.in.size(), 1);
+        INFO("g " << sh.g << " icg " << sh.icg << " ocg " << sh.ocg << " rank " << sh.in.size());
+        const std::string d = c.make("avx512_core").describe();
+        INFO(d);
+        CHECK(d.find(" direct ") != std::string::npos);
+        if (sh.icg <= 16) CHECK(d.find("n1x16 bcast-in-fma") != std::string::npos);
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            c.dt = dt;
+            check_exact(c, kAllIsas);
+        }
+    }
+}
+
 TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     DCase c;  // a first layer in miniature: ic 3, 7x7 stride 2 pad 3
     c.ic = 3;
@@ -253,13 +284,14 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     c.pb = {1, 1, 2};
     c.pe = {0, 2, 1};
     check_exact(c);
+    CHECK(c.make("avx512_core").describe().find(" col ") != std::string::npos);  // a run per group and kw
     c.nxc = false;
     c.wfmt = "OIX";
     check_exact(c);
     // A kernel only in D (3x1x1, a (2+1)D temporal layer): H and W carry no
     // tap, and the col path must still write every (n, id, ih) row.
     DCase t;
-    t.ic = 8;
+    t.ic = 2;
     t.oc = 16;
     t.in = {5, 3, 4};
     t.k = {3, 1, 1};

@@ -55,6 +55,17 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "      for oc chunk of 1\n"
           "        for W phase in 1, block of 12 pixels (zero-padded rows), streaming stores\n"
           "          for valid tap (kd, kh, kw): per kh: 6 W loads, 28 dd loads, 72 FMAs\n");
+    // RegNetX-400MF stage 4: 24 groups of 16 at 7x7. One vector per group,
+    // whole rows, the broadcast inside the FMA; the column path's col2im
+    // (a masked read-modify-write per group and tap) costs more.
+    CHECK(plan_of(square(24, 384, 384, 7, 3, 1, 1, 7), Isa::avx512_core, 2).to_string() ==
+          "jit:avx512_core direct m7 n1x16 bcast-in-fma threads 2\n"
+          "  for group in 32 groups of 7 of the 224 (n, id, ih) rows  [items split over threads]\n"
+          "    for cb in 24 (16 channels/group, tail 1 vec 0 lanes)\n"
+          "      for oc chunk of 16, row in group\n"
+          "        for W phase in 1, block of 7 pixels = a row, rows of a plane sharing their taps in one call "
+          "(zero-padded rows)\n"
+          "          for valid tap (kd, kh, kw): for oc: 1 W loads, 7 bcasts, 7 FMAs\n");
     // ResNeXt-50's grouped 3x3 layers: 32 groups of 8 (stride 2) and of 4.
     CHECK(plan_of(square(32, 256, 256, 56, 3, 2, 1, 28), Isa::avx512_core, 2).to_string() ==
           "jit:avx512_core depthwise (lane groups of 8) m6 n4x16 threads 2\n"

@@ -212,22 +212,43 @@ struct ColTarget {
     float* row;      // diff_src row (NXC), channel 0
 };
 
-// d[i] += s[i], i < n, elementwise (the same bits whatever the vector
-// width). The executor only runs on CPUs with the plan's ISA, so these are
-// safe to call. Runs are short (KW·ICg = 21 for a first layer), so AVX-512
-// ends with one masked vector rather than a scalar tail.
-__attribute__((target("avx512f"))) void add_run_avx512(float* d, const float* s, int64_t n) {
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16)
-        _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_loadu_ps(d + i), _mm512_loadu_ps(s + i)));
-    if (i == n) return;
-    const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(d + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, d + i), _mm512_maskz_loadu_ps(k, s + i)));
+// One col2im run: d[i] += s[i], i < n.
+struct ColRun {
+    float* d;
+    const float* s;
+    int64_t n;
+};
+
+// The runs in order, elementwise (the same bits whatever the vector width).
+// The executor only runs on CPUs with the plan's ISA, so these are safe to
+// call. Runs are short (ICg = 16 for a group of 16, KW·ICg = 21 for a first
+// layer): AVX-512 ends each with one masked vector, and the loop over a
+// whole list keeps the per-run cost to a few instructions (a call per run
+// cost about as much as the FMAs of a 16-channel group's column).
+__attribute__((target("avx512f"))) void add_runs_avx512(const ColRun* runs, size_t count) {
+    for (size_t r = 0; r < count; ++r) {
+        float* d = runs[r].d;
+        const float* s = runs[r].s;
+        const int64_t n = runs[r].n;
+        int64_t i = 0;
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(d + i, _mm512_add_ps(_mm512_loadu_ps(d + i), _mm512_loadu_ps(s + i)));
+        if (i == n) continue;
+        const __mmask16 k = static_cast<__mmask16>((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(d + i, k,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(k, d + i), _mm512_maskz_loadu_ps(k, s + i)));
+    }
 }
-__attribute__((target("avx2"))) void add_run_avx2(float* d, const float* s, int64_t n) {
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_loadu_ps(s + i)));
-    for (; i < n; ++i) d[i] += s[i];
+__attribute__((target("avx2"))) void add_runs_avx2(const ColRun* runs, size_t count) {
+    for (size_t r = 0; r < count; ++r) {
+        float* d = runs[r].d;
+        const float* s = runs[r].s;
+        const int64_t n = runs[r].n;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(d + i, _mm256_add_ps(_mm256_loadu_ps(d + i), _mm256_loadu_ps(s + i)));
+        for (; i < n; ++i) d[i] += s[i];
+    }
 }
 
 class JitDataExecutor final : public Executor {
@@ -257,7 +278,7 @@ private:
     void col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
                   float* colbuf, float* cvt) const;
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
-                         const std::vector<ColTarget>& targets) const;
+                         const std::vector<ColTarget>& targets, std::vector<ColRun>& runs) const;
     // oc rows of packed W per tap (depthwise: the G of a lane group).
     int64_t w_oc_rows() const { return plan_.path == DataPath::depthwise ? plan_.lane_group : plan_.ocg_w; }
     int64_t chunks() const {
@@ -394,9 +415,9 @@ void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
         pack_weights_as(static_cast<const uint16_t*>(w), wp, threads);
 }
 
-// For pack row (g, lane block b, x = tap or, col, oc): the element of (lane
-// l, oc row 0) in the user's W, -1 for lanes past the channels; oc rows
-// step by wei_str.o.
+// For pack row (g, lane block b, x = tap; col: x = 0): the element of
+// (lane l, oc row 0) in the user's W, -1 for lanes past the channels; oc
+// rows step by wei_str.o.
 void JitDataExecutor::pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t width, std::vector<int64_t>& src) const {
     const WeightStrides& ws = p_.wei_str;
     const DataChannelBlocks& cb = plan_.cb;
@@ -411,7 +432,7 @@ void JitDataExecutor::pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t 
         if (plan_.path == DataPath::depthwise)  // oc row o adds o·ws.o
             src[l] = (lane - lane % plan_.lane_group) * ws.o + lane % plan_.lane_group * ws.i + tap_offset(x);
         else if (plan_.path == DataPath::col)
-            src[l] = (g * p_.ocg + x) * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
+            src[l] = g * p_.ocg * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
         else
             src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_offset(x);
     }
@@ -424,10 +445,11 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     const int64_t ksp = p_.k_sp();
     const bool col = plan_.path == DataPath::col, dw = plan_.path == DataPath::depthwise;
     const bool pairs = plan_.types.compute == DataCompute::bf16_dot;
-    // Rows of the pack: (g, block, tap) for direct and depthwise, (g, block, oc) for col.
-    const int64_t groups = dw ? 1 : p_.g, inner = col ? p_.ocg : ksp;
-    const int64_t reps = col ? 1 : dw ? plan_.lane_group : plan_.ocg_w;  // oc rows per pack row
-    const int64_t real_reps = col ? 1 : dw ? plan_.lane_group : p_.ocg;
+    // Rows of the pack: (g, block, tap) for direct and depthwise, (g, block)
+    // for col, each of `reps` oc rows (their sources one oc stride apart).
+    const int64_t groups = dw ? 1 : p_.g, inner = col ? 1 : ksp;
+    const int64_t reps = dw ? plan_.lane_group : plan_.ocg_w;  // oc rows per pack row
+    const int64_t real_reps = dw ? plan_.lane_group : p_.ocg;
     const int64_t items = groups * cb.per_group * inner;
     for_each_thread(threads, [&](int t) {
         std::vector<int64_t> src;
@@ -435,7 +457,7 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
             const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
-            const int64_t row0 = (g * cb.padded() + b * cb.block) * (col ? p_.ocg : ksp * reps) + x * reps * width;
+            const int64_t row0 = (g * cb.padded() + b * cb.block) * inner * reps + x * reps * width;
             float* out32 = reinterpret_cast<float*>(wp) + row0;
             uint32_t* out_pairs = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(wp) + row0);
             pack_row_sources(g, b, x, width, src);
@@ -700,6 +722,7 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
     const DataChannelBlocks& cb = plan_.cb;
     const int64_t padded = cb.padded(), m = plan_.blk.m;
     std::vector<ColTarget> targets;
+    std::vector<ColRun> runs;
     for (int64_t od = 0; od < p.out[0]; ++od)
         for (int64_t oh = 0; oh < p.out[1]; ++oh) {
             targets.clear();
@@ -737,7 +760,7 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
                         a.nblocks = 1;
                         kernel(px % m, last)(a);
                     }
-                    scatter_columns(colbuf, px, ow0, grp, targets);
+                    scatter_columns(colbuf, px, ow0, grp, targets, runs);
                 }
         }
 }
@@ -747,13 +770,31 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
 // partition). Pixels j and j+1 write overlapping runs of a row, and a load
 // that half-overlaps an earlier store waits for it to reach the cache; so
 // the pixels go in `spread` passes, j = pass, pass + spread, ..., whose
-// runs are disjoint (consecutive read-modify-writes never overlap).
+// runs' vectors are disjoint (consecutive read-modify-writes never overlap;
+// counting the masked tail vectors' reach, not only the taps' pixels: one
+// thread, EfficientNet-B0 stem 10 % faster, 1D 7-tap first layers 12 %).
 void JitDataExecutor::scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
-                                      const std::vector<ColTarget>& targets) const {
+                                      const std::vector<ColTarget>& targets, std::vector<ColRun>& runs) const {
     const Problem& p = p_;
     const int64_t ic = p.ic(), icg = p.icg, padded = plan_.cb.padded(), kw_n = p.k[2], dil = p.dil[2];
-    const auto add_run = plan_.isa >= Isa::avx512_core ? add_run_avx512 : add_run_avx2;
-    const int64_t spread = std::min(px, (p.ext(2) + p.stride[2] - 1) / p.stride[2]);
+    // Pixels whose runs' vectors (whole vectors: the masked tail's too) may
+    // overlap go in different passes.
+    const int64_t vlen = plan_.isa >= Isa::avx512_core ? 16 : 8;
+    auto whole = [&](int64_t n) { return (n + vlen - 1) / vlen * vlen; };
+    const int64_t reach = p.g == 1 && dil == 1 ? whole(p.ext(2) * ic)  // floats a pixel's runs may touch
+                                               : (p.ext(2) - 1) * ic + whole(icg);
+    const int64_t spread = std::min(px, (reach + p.stride[2] * ic - 1) / (p.stride[2] * ic));
+    // At most a run per (pixel, target, kw); written field by field (a
+    // temporary copied in whole stalls on its own stores).
+    const auto most = static_cast<size_t>(px * static_cast<int64_t>(targets.size()) * kw_n);
+    if (runs.size() < most) runs.resize(most);  // never shrinks: no refill per call
+    size_t count = 0;
+    auto add = [&](float* d, const float* c, int64_t n) {
+        ColRun& r = runs[count++];
+        r.d = d;
+        r.s = c;
+        r.n = n;
+    };
     for (int64_t pass = 0; pass < spread; ++pass)
     for (int64_t j = pass; j < px; j += spread) {
         const int64_t iw0 = (ow0 + j) * p.stride[2] - p.pad_begin[2];
@@ -763,12 +804,16 @@ void JitDataExecutor::scatter_columns(const float* col, int64_t px, int64_t ow0,
             const float* c = col + j * padded + t.tap_dh * kw_n * icg;
             float* d = t.row + grp * icg;
             if (dil == 1 && icg == ic) {  // the taps' pixels are adjacent: one run
-                if (kw_hi > kw_lo) add_run(d + (iw0 + kw_lo) * ic, c + kw_lo * icg, (kw_hi - kw_lo) * icg);
+                if (kw_hi > kw_lo) add(d + (iw0 + kw_lo) * ic, c + kw_lo * icg, (kw_hi - kw_lo) * icg);
                 continue;
             }
-            for (int64_t kw = kw_lo; kw < kw_hi; ++kw) add_run(d + (iw0 + kw * dil) * ic, c + kw * icg, icg);
+            for (int64_t kw = kw_lo; kw < kw_hi; ++kw) add(d + (iw0 + kw * dil) * ic, c + kw * icg, icg);
         }
     }
+    if (plan_.isa >= Isa::avx512_core)
+        add_runs_avx512(runs.data(), count);
+    else
+        add_runs_avx2(runs.data(), count);
 }
 
 std::string JitDataExecutor::describe() const {

@@ -36,7 +36,12 @@ constexpr double kL2BytesPerCycle = 32.0;
 constexpr int64_t kL1WBytes = 32 * 1024;
 constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list setup
 constexpr double kEntryCycles = 8.0;         // one kernel entry per block: pointers, W loads issue
-constexpr double kScatterCyclesPerLane = 0.2; // col2im: one column value added into diff_src
+// col2im: a run of one target row (a masked read-modify-write of diff_src
+// and its set-up; measured 11-23 cycles on AMD Zen 4, one thread: RegNetX
+// 7x7 groups of 16, 3D groups of 6, 3-channel first layers), and each
+// column value added.
+constexpr double kScatterCyclesPerRun = 12.0;
+constexpr double kScatterCyclesPerLane = 0.2;
 // Cache budgets: the W chunk of one channel block stays in L2 beside the
 // diff_dst rows it meets; all of W stays resident when it is this small.
 constexpr int64_t kWChunkBytes = 640 * 1024;
@@ -190,7 +195,10 @@ double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, c
         const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
         per_pixel += step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, l2) / b.m * p.ocg;
     }
-    per_pixel += cb.lanes * kScatterCyclesPerLane + kCallCycles / 16;
+    // Runs per pixel: a target row's taps are one run when they are adjacent
+    // in diff_src (one group, no W dilation), else one per kw.
+    const double runs = double(p.k[0] * p.k[1] * (p.g == 1 && p.dil[2] == 1 ? 1 : p.k[2]));
+    per_pixel += runs * kScatterCyclesPerRun + cb.lanes * kScatterCyclesPerLane + kCallCycles / 16;
     return per_pixel * p.g * p.mb * p.out_sp();
 }
 
@@ -221,6 +229,7 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
     const int max_n = static_cast<int>(std::min<int64_t>(kMaxN, div_up(lanes, vlen)));
     const std::vector<PhaseSize> phases = phase_sizes(pl->geo);
     double best = -1;
+    bool best_preferred = false;
     for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
         for (int n = 1; n <= max_n; ++n)
             for (int m = 1; m <= kMaxM; ++m) {
@@ -241,8 +250,15 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                 if (pl->path != DataPath::depthwise && lines_per_l1_set(m, bcast_stride) > kL1LinesPerSet) continue;
                 const double c =
                         pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb, phases);
-                if (best < 0 || c < best * 0.999) {
+                // Ties go to one vector with the broadcast inside the FMA:
+                // the register form then spends an instruction per FMA, and
+                // cores that split 512-bit operations run it well below
+                // (AMD Zen 4, 2 threads, f32 groups of 16: RegNetX-400MF
+                // 7x7 m7 x n1 165 -> 220 GFLOP/s).
+                const bool preferred = bif && n == 1;
+                if (best < 0 || c < best * 0.999 || (preferred && !best_preferred && c <= best * 1.001)) {
                     best = c;
+                    best_preferred = preferred;
                     pl->blk = b;
                     pl->cb = cb;
                     if (pl->path == DataPath::col) pl->cb.tail_lanes = 0;  // the column buffer is padded
