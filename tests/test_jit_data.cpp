@@ -217,6 +217,7 @@ TEST_CASE("data: lane groups of 2, 4 and 8 channels", "[jit][data]") {
     g16.s = {1, 2};
     g16.pb = g16.pe = {1, 1};
     CHECK(g16.make("avx512_core").describe().find("(lane groups of 16)") != std::string::npos);
+    CHECK(g16.make("avx512_core").describe().find("FMAs with a dd broadcast") != std::string::npos);
     for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
         g16.dt = dt;
         check_exact(g16, kAllIsas);
@@ -224,6 +225,8 @@ TEST_CASE("data: lane groups of 2, 4 and 8 channels", "[jit][data]") {
     g16.dt = data_type::bf16;  // oc pairs of the group in every lane, vdpbf16ps
     if (runs("avx512_core_bf16"))
         CHECK(g16.make("avx512_core_bf16").describe().find("(lane groups of 16) m") != std::string::npos);
+    if (runs("avx512_core_bf16"))
+        CHECK(g16.make("avx512_core_bf16").describe().find("for oc pair in 8: ") != std::string::npos);
     DCase mixed;  // IC/g != OC/g: not a lane group
     mixed.g = 4;
     mixed.ic = 16;

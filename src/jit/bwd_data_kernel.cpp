@@ -363,6 +363,19 @@ void DataKernel::depthwise_lane_group(int o) {
         for (int v = 0; v < d_.n; ++v)
             vi_.load(vi_.vreg(mn + k * d_.n + v),
                      ptr[kW + ((k * lane_group_passes() + o) * d_.n + v) * vi_.vbytes()]);
+    if (embedded_lane_group()) {
+        // Each (pixel, vector) FMA multiplies its own broadcast (a vector is
+        // one group): read it inside the FMA, pair o at bytes 4o either way.
+        for (int j = 0; j < d_.m; ++j)
+            for (int v = 0; v < d_.n; ++v) {
+                const auto a = ptr[kDd + static_cast<int>(j * d_.dd_pix_bytes + v * dd_vec_bytes + o * 4)];
+                if (dot())
+                    cvt_.dot_bf16_bcast(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), a);
+                else
+                    vi_.fma_bcast(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), a, vi_.vreg(mn + taps * d_.n));
+            }
+        return;
+    }
     if (dot())
         vi_.lane_group_pair_index(index_vreg(), kTmp, g, o);
     else if (VecIsa::lane_group_needs_index(g) && !bcast_lane_group())

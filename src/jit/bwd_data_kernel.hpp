@@ -170,6 +170,13 @@ private:
     Xbyak::Xmm index_vreg() const { return vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2); }
     // A lane group fills the vector and f32 diff_dst: perm_o is a broadcast load.
     bool bcast_lane_group() const { return d_.lane_group == vi_.vlen() && in_dt() == data_type::f32; }
+    // ... and one tap per entry (no broadcast to share between taps), f32 or
+    // bf16 pairs on AVX-512: the broadcast goes inside the FMA / vdpbf16ps
+    // (on AMD Zen 4 a separate broadcast per FMA ran at about half the rate).
+    bool embedded_lane_group() const {
+        return d_.lane_group == vi_.vlen() && d_.row_taps == 1 && d_.tail == 0 && vi_.avx512() &&
+               (in_dt() == data_type::f32 || dot());
+    }
     void store_accumulators();
     void store_block(bool to_dst);
 

@@ -481,12 +481,18 @@ std::string DataPlan::body_text() const {
     if (path != DataPath::depthwise)
         return std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + n + " W loads, " +
                std::to_string(blk.m) + " bcasts, " + std::to_string(blk.m * blk.n) + " FMAs";
-    const std::string per_o = lane_group > 1 ? "for o in " + std::to_string(lane_group) + ": " : "";
+    const std::string per_o = lane_group <= 1 ? ""
+                              : is_dot(*this)  ? "for oc pair in " + std::to_string(lane_group / 2) + ": "
+                                               : "for o in " + std::to_string(lane_group) + ": ";
     const std::string dd = lane_group > 1 ? " permuted dd loads" : " dd loads";
     if (dw_row_taps)
         return "per kh: " + per_o + std::to_string(geo.k[2] * blk.n) + " W loads, " +
                std::to_string((blk.m + (geo.k[2] - 1) * geo.dil[2]) * blk.n) + dd + ", " +
                std::to_string(geo.k[2] * blk.m * blk.n) + " FMAs";
+    // A group filling the vector (AVX-512, f32 or bf16 pairs): the kernel
+    // broadcasts each diff_dst value inside its FMA.
+    if (lane_group == blk.vlen && blk.vlen == 16 && (dt == data_type::f32 || is_dot(*this)))
+        return per_o + n + " W loads, " + std::to_string(blk.m * blk.n) + " FMAs with a dd broadcast";
     return per_o + n + " W loads, " + std::to_string(blk.m * blk.n) + dd + " + FMAs";
 }
 
