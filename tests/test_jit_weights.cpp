@@ -266,6 +266,59 @@ TEST_CASE("weights: groups and depthwise", "[jit][weights]") {
     check_exact(dw);
 }
 
+// Grouped f32 layers with a spatial kernel read the user's tensors in place
+// on AVX-512 (a tile takes ICg / OCg of each pixel's channels), unless the
+// pixels of a row crowd one L1 set, which keep staging. Groups of 16 with a
+// W stride and with unit stride, an odd group count and channel tails
+// (ICg 12, OCg 20), ConvTranspose, NCX, every weights format, 1-4 threads.
+TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]") {
+    const bool avx512 = convgrad::max_isa() != "avx2";
+    std::vector<Case> cs;
+    Case c = conv2d(48, 48, {9, 14}, {3, 3});
+    c.g = 3;
+    c.s = {2, 2};
+    c.pb = {1, 1};
+    c.pe = {0, 1};
+    cs.push_back(c);
+    c = conv2d(36, 60, {7, 7}, {3, 3});
+    c.g = 3;
+    c.pb = c.pe = {1, 1};
+    cs.push_back(c);
+    c.transpose = true;
+    cs.push_back(c);
+    for (const Case& base : cs)
+        for (bool nxc : {true, false})
+            for (const char* wfmt : {"XIO", "OIX"}) {
+                Case v = base;
+                v.nxc = nxc;
+                v.wfmt = wfmt;
+                const std::string d = v.make("avx512_core").describe();
+                INFO(label(v, "avx512_core") << "\n" << d);
+                if (avx512) CHECK(d.find(" staged ") == std::string::npos);
+                check_exact(v);
+            }
+    for (int t : {1, 2, 3, 4}) {  // bitwise for any thread count, reals
+        const convgrad::op ref = cs[0].make("ref");
+        const Buffer a = testutil::random_reals(convgrad::data_type::f32, ref.input0_elems(), 9);
+        const Buffer b = testutil::random_reals(convgrad::data_type::f32, ref.input1_elems(), 10);
+        tbb::task_arena one(1), arena(t);
+        Buffer want, got;
+        one.execute([&] { want = testutil::run(cs[0].make("avx512_core"), a, b); });
+        arena.execute([&] { got = testutil::run(cs[0].make("avx512_core"), a, b); });
+        CHECK(testutil::bitwise_equal(got, want));
+    }
+    // 512 channels in groups of 16, 28 -> 14 with stride 2: src pixels 4 KiB
+    // apart, the 14 of a row in one L1 set: staged.
+    Case crowded = conv2d(512, 512, {28, 28}, {3, 3});
+    crowded.mb = 1;
+    crowded.g = 32;
+    crowded.s = {2, 2};
+    crowded.pb = {1, 1};
+    crowded.pe = {0, 0};
+    if (avx512) CHECK(crowded.make("avx512_core").describe().find(" staged ") != std::string::npos);
+    check_exact(crowded);
+}
+
 // Groups of G = 2, 4, 8 channels (IC/g == OC/g) run the depthwise kernel
 // with a tile row per (tap, input channel of the group): group counts that
 // end in a channel tail on both ISAs, pixel windows (unit W stride) and

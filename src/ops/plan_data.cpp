@@ -60,32 +60,13 @@ constexpr int64_t kStreamingOutputBytes = 4 << 20;
 constexpr double kStreamingFlopsPerByte = 256.0;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 constexpr int kMaxM = 16, kMaxN = 8;
-// L1d has 64 sets of 64-byte lines on every target (32 KiB 8-way, 48 KiB
-// 12-way): lines 4 KiB apart share a set. A block broadcasts from m pixel
-// rows in step; more lines in one set than an 8-way L1 holds evict each
-// other on every oc step (AVX2 1x1 512<-1024 s2, 4 KiB rows: m14 x n1 ran
-// at 56 GFLOP/s, m4 x n3 at 186; AVX-512 m7 at 4-8 KiB rows runs at peak).
-constexpr int64_t kL1SetSpan = 4096;
-constexpr int kL1LinesPerSet = 8;
+// A block broadcasts from m pixel rows in step (problem.hpp, lines_per_l1_set):
+// AVX2 1x1 512<-1024 s2, 4 KiB rows: m14 x n1 ran at 56 GFLOP/s, m4 x n3 at
+// 186; AVX-512 m7 at 4-8 KiB rows runs at peak.
 // Widen: the per-entry f32 scratch (m pixels × oc chunk) stays in L1.
 constexpr int64_t kWidenMaxOcChunk = 256;
 
 int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-// The most distinct lines that m rows `stride` bytes apart, read at one
-// offset, put into one L1 set.
-int lines_per_l1_set(int m, int64_t stride) {
-    std::array<int, kL1SetSpan / 64> count{};
-    int most = 0;
-    int64_t last_line = -1;
-    for (int j = 0; j < m; ++j) {
-        const int64_t line = j * stride / 64;  // rows in one line share it
-        if (line == last_line) continue;
-        last_line = line;
-        most = std::max(most, ++count[static_cast<size_t>(line % (kL1SetSpan / 64))]);
-    }
-    return most;
-}
 
 // Cycles of one oc step (direct; bf16_dot: an oc pair) or one tap
 // (depthwise) of an m × n block of `vbytes`-byte vectors; `w_in_l2`: the W

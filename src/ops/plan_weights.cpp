@@ -102,10 +102,25 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
 // slower), nor where they fold their kw taps into the tile rows, which
 // needs the user's tensors (fold_kw; first layers on AVX2, against staged
 // without folding: 7x7 s2 +3 %, 3x3 s2 +37 %, 16x16 s16 +19 %, ic 1 3x3 +70 %).
+//
+// Grouped layers with a spatial kernel on AVX-512 read in place too (1x1
+// layers keep their tile-major staging), unless a row's pixels crowd an L1
+// set: staging copies every channel of a chunk while a tile reads
+// ICg / OCg of them, and the staged rows keep the user's pixel stride. A/B
+// on AMD Zen 4, min of 3, 2 threads: RegNetX-400MF strided layers
+// 1.06-1.37x, groups of 16 with 256-1024 channels at 7x7 and 14x14
+// 1.05-1.34x, ResNeXt-50 conv4 / conv5 1.06-1.29x; cases that moved between
+// 0.88 and 1.13x in 2-thread runs measured 0.99-1.28x on one thread (min of
+// 7). The 14 pixels of a 28 -> 14 row of 512 channels, 4 KiB apart in src,
+// share one set and ran 0.81x in place: they stay staged.
 bool stage_f32(const Problem& p, const WeightsPlan& plan) {
     if (plan.blk.kind == WeightsKernelKind::depthwise) return false;
     if (foldable(p)) return false;
     if (plan.isa == Isa::avx2) return true;
+    const int64_t ow = p.out[2];
+    if (p.g > 1 && p.k_sp() > 1 && lines_per_l1_set(ow, p.stride[2] * p.ic() * 4) <= kL1LinesPerSet &&
+        lines_per_l1_set(ow, p.oc() * 4) <= kL1LinesPerSet)
+        return false;
     if (p.ic() < 16) return false;
     return p.k_sp() > 1 || p.oc() > 64;
 }

@@ -3,6 +3,7 @@
 #include "ops/problem.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <climits>
 #include <sstream>
@@ -471,6 +472,19 @@ SpatialView fold_plain_axes(const Problem& p, int max_axes) {
         ++v.merged;
     }
     return v;
+}
+
+int lines_per_l1_set(int64_t m, int64_t stride) {
+    std::array<int, kL1SetSpan / 64> count{};
+    int most = 0;
+    int64_t last_line = -1;
+    for (int64_t j = 0; j < m; ++j) {
+        const int64_t line = j * stride / 64;  // rows in one line share it
+        if (line == last_line) continue;
+        last_line = line;
+        most = std::max(most, ++count[static_cast<size_t>(line % (kL1SetSpan / 64))]);
+    }
+    return most;
 }
 
 }  // namespace convgrad::detail

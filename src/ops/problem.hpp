@@ -93,4 +93,14 @@ struct SpatialView {
 };
 SpatialView fold_plain_axes(const Problem& p, int max_axes);
 
+// L1d has 64 sets of 64-byte lines on every target (32 KiB 8-way, 48 KiB
+// 12-way): lines 4 KiB apart share a set. Lines the kernels read in step
+// (a block's broadcast rows, a row's pixels) that put more than
+// kL1LinesPerSet into one set evict each other.
+constexpr int64_t kL1SetSpan = 4096;
+constexpr int kL1LinesPerSet = 8;
+// The most distinct lines that m rows `stride` bytes apart, read at one
+// offset, put into one L1 set.
+int lines_per_l1_set(int64_t m, int64_t stride);
+
 }  // namespace convgrad::detail
