@@ -577,6 +577,30 @@ TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data
         }
 }
 
+// Depthwise lane groups whose channels end in half a vector (RegNetY's 104
+// in groups of 8) cannot stream their stores: their blocks prefetch the
+// diff_src lines for writing instead, at every W stride and data type,
+// and equal the reference bit for bit.
+TEST_CASE("data: lane groups with a partial vector prefetch diff_src for writing", "[jit][data][dtype]") {
+    if (!runs("avx512_core")) return;
+    for (data_type dt : {data_type::f32, data_type::bf16})
+        for (int64_t stride : {1, 2}) {
+            DCase c;
+            c.dt = dt;
+            c.mb = dt == data_type::f32 ? 4 : 8;  // 5.2 MB of diff_src
+            c.g = 13;
+            c.ic = c.oc = 104;
+            c.in = {56, 56};
+            c.s = {stride, stride};
+            c.pb = c.pe = {1, 1};
+            const auto jit = c.make(convgrad::max_isa());
+            INFO(jit.describe());
+            CHECK(jit.describe().find("lane groups of 8") != std::string::npos);
+            CHECK(jit.describe().find("diff_src lines prefetched for writing") != std::string::npos);
+            check_exact(c, {"avx512_core_bf16", "avx512_core"});
+        }
+}
+
 // A large output with few FMAs per byte (depthwise; 1x1 with a short
 // reduction) is written with streaming stores when its address is 64-byte
 // aligned, with ordinary stores otherwise; both equal the reference.
@@ -607,7 +631,7 @@ TEST_CASE("data: streaming stores, aligned and not", "[jit][data][dtype]") {
             const size_t bytes = expect.bytes.size();
             std::unique_ptr<uint8_t, decltype(&std::free)> out(
                     static_cast<uint8_t*>(std::aligned_alloc(64, bytes + 64)), &std::free);
-            for (size_t offset : {0, 16}) {  // aligned: streaming; 16: the ordinary kernels
+            for (size_t offset : {0, 16}) {  // aligned: streaming; 16: the kernels without (dw: prefetching)
                 std::memset(out.get(), 0x7f, bytes + 64);
                 jit.execute(dd.data(), w.data(), out.get() + offset);
                 CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);

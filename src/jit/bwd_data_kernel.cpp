@@ -29,7 +29,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.dst_pix_bytes = dst_pix_bytes;
     const bool widen_direct = types.compute == DataCompute::widen && kind == DataKernelKind::direct;
     d.cvt_pix_bytes = widen_direct ? types.cvt_pix_bytes : 0;
-    d.nt_store = types.nt_store;
+    d.store = static_cast<int32_t>(types.store);
     d.row_taps = kind == DataKernelKind::depthwise ? types.row_taps : 1;
     d.tap_dil = d.row_taps > 1 ? types.tap_dil : 1;
     d.lane_group = kind == DataKernelKind::depthwise ? types.lane_group : 1;
@@ -46,7 +46,8 @@ std::string to_string(const DataKernelDesc& d) {
        << "_dd" << d.dd_pix_bytes << "_dst" << d.dst_pix_bytes;
     if (d.dd_block_bytes != d.m * d.dd_pix_bytes) os << "_blk" << d.dd_block_bytes;
     if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
-    if (d.nt_store) os << "_nt";
+    if (d.store == int32_t(DataStore::streaming)) os << "_nt";
+    if (d.store == int32_t(DataStore::prefetched)) os << "_pfw";
     if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
     if (d.lane_group > 1) os << "_lg" << d.lane_group;
     return os.str();
@@ -127,6 +128,7 @@ void DataKernel::block_loop() {
     jz(l_done);
     L(l_block);
     init_accumulators();
+    if (d_.store == int32_t(DataStore::prefetched)) prefetch_block_dst();
     entry_loop();
     store_accumulators();
     add(kDst, static_cast<int>(d_.m * d_.dst_pix_bytes));
@@ -438,6 +440,21 @@ void DataKernel::load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail
     vi_.permute_lane_group(t, src, g, o, index_vreg());
 }
 
+// PREFETCHW of the block's diff_src lines: the first and last byte of each
+// vector store (a vector may straddle two lines; the base's alignment is not
+// known here). Prefetches never fault, and a line shared with a neighbour
+// block or thread is only fetched early.
+void DataKernel::prefetch_block_dst() {
+    const int es = VecCvt::elem_bytes(out_dt());
+    for (int j = 0; j < d_.m; ++j)
+        for (int v = 0; v < d_.n; ++v) {
+            const int lanes = d_.tail && v == d_.n - 1 ? d_.tail : vi_.vlen();
+            const int64_t first = j * d_.dst_pix_bytes + int64_t(v) * vi_.vlen() * es;
+            prefetchw(ptr[kDst + static_cast<int>(first)]);
+            prefetchw(ptr[kDst + static_cast<int>(first + lanes * es - 1)]);
+        }
+}
+
 // Accumulators out: f32 output stores to dst; a 16-bit output rounds into
 // dst when args.store_final, else keeps f32 partial sums in acc.
 void DataKernel::store_accumulators() {
@@ -471,7 +488,7 @@ void DataKernel::store_block(bool to_dst) {
             if (d_.tail && v == d_.n - 1)
                 cvt_.store_tail(a, vi_.vreg(j * d_.n + v), dt, d_.tail, t0, t1);
             else
-                cvt_.store(a, vi_.vreg(j * d_.n + v), dt, t0, t1, to_dst && d_.nt_store);
+                cvt_.store(a, vi_.vreg(j * d_.n + v), dt, t0, t1, to_dst && d_.store == int32_t(DataStore::streaming));
         }
 }
 

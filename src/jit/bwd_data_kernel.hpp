@@ -67,6 +67,13 @@ enum class DataKernelKind : int32_t {
     depthwise = 1,  // diff_dst vectors over channels times W vectors
 };
 
+// How a block's final stores reach diff_src.
+enum class DataStore : int32_t {
+    plain = 0,
+    streaming = 1,   // non-temporal stores bypass the caches (whole aligned vectors only)
+    prefetched = 2,  // before its FMAs, each block prefetches its diff_src lines for writing
+};
+
 enum class DataCompute : int32_t {
     f32 = 0,       // f32 in, f32 FMA
     widen = 1,     // bf16 / f16 diff_dst widened to f32 (per entry, or per load for depthwise), f32 FMA
@@ -87,7 +94,7 @@ struct DataKernelDesc {
     int32_t compute = 0;          // DataCompute
     int32_t in_dt = 0;            // data_type of diff_dst
     int32_t out_dt = 0;           // data_type of the final store
-    int32_t nt_store = 0;         // final stores bypass the caches (whole aligned lines only)
+    int32_t store = 0;            // DataStore of the final stores
     // Depthwise: W taps per entry (a kh row's kw taps, tap k reading the
     // pixel tap_dil·k before tap 0's), each diff_dst vector loaded once for
     // all of them; 1 = one tap per entry.
@@ -106,10 +113,12 @@ struct DataKernelTypes {
     DataCompute compute = DataCompute::f32;
     data_type in = data_type::f32, out = data_type::f32;
     int64_t cvt_pix_bytes = 0;
-    // Final stores with non-temporal moves: every vector store must cover
-    // whole 64-byte-aligned halves or lines of diff_src (the executor checks
-    // the alignment), and the caller must sfence before others read it.
-    bool nt_store = false;
+    // streaming: non-temporal moves, every vector store must cover whole
+    // 64-byte-aligned halves or lines of diff_src (the executor checks the
+    // alignment), and the caller must sfence before others read it.
+    // prefetched: PREFETCHW of every line the block will store, issued before
+    // the block's FMAs, so the lines' reads for ownership overlap them.
+    DataStore store = DataStore::plain;
     int row_taps = 1, tap_dil = 1;  // depthwise: see DataKernelDesc
     int lane_group = 1;             // depthwise: see DataKernelDesc
 };
@@ -177,6 +186,7 @@ private:
         return d_.lane_group == vi_.vlen() && d_.row_taps == 1 && d_.tail == 0 && vi_.avx512() &&
                (in_dt() == data_type::f32 || dot());
     }
+    void prefetch_block_dst();
     void store_accumulators();
     void store_block(bool to_dst);
 

@@ -350,7 +350,7 @@ void JitDataExecutor::build_kernels() {
             if (slot) continue;
             DataKernelTypes types = plan_.types;
             if (col) types.out = data_type::f32;
-            types.nt_store = nt;
+            types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
             if (plan_.dw_row_taps) {
                 types.row_taps = static_cast<int>(g.k[2]);
                 types.tap_dil = static_cast<int>(g.dil[2]);

@@ -125,6 +125,9 @@ struct DataPlan {
     // is written with streaming stores when its address allows (saves
     // reading every line first).
     bool nt_store = false;
+    // Kernels without streaming stores prefetch each block's diff_src lines
+    // for writing (DataStore::prefetched).
+    bool pf_store = false;
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
     DataThreadGrid grid;
     DataScratch scratch;
