@@ -79,7 +79,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 16 (128 channels/group, tail 1 vec 0 lanes)\n"
           "      for oc chunk of 4\n"
-          "        for W phase in 1, block of 10 pixels (zero-padded rows), streaming stores\n"
+          "        for W phase in 1, block of 10 pixels (zero-padded rows), diff_src lines prefetched for writing\n"
           "          for valid tap (kd, kh, kw): per kh: for o in 4: 3 W loads, 12 permuted dd loads, 30 FMAs\n");
     CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 direct m6 n2x8 threads 2\n"

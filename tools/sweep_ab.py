@@ -32,8 +32,11 @@ def run(binary, env_pairs, args):
     for pair in env_pairs:
         key, _, value = pair.partition("=")
         env[key] = value
-    out = subprocess.run([binary, "--mode=P"] + args, env=env, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True, check=False).stdout
+    try:
+        out = subprocess.run([binary, "--mode=P"] + args, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, check=False).stdout
+    except OSError as e:
+        sys.exit(f"sweep_ab: cannot run {binary}: {e}")
     times = {}
     for line in out.splitlines():
         m = CASE.match(line)

@@ -97,6 +97,7 @@ SpatialView fold_plain_axes(const Problem& p, int max_axes);
 // 12-way): lines 4 KiB apart share a set. Lines the kernels read in step
 // (a block's broadcast rows, a row's pixels) that put more than
 // kL1LinesPerSet into one set evict each other.
+constexpr int64_t kCacheLineBytes = 64;
 constexpr int64_t kL1SetSpan = 4096;
 constexpr int kL1LinesPerSet = 8;
 // The most distinct lines that m rows `stride` bytes apart, read at one
