@@ -577,6 +577,28 @@ TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data
         }
 }
 
+// 1024 channels put every diff_dst pixel 4 KiB apart, in one L1 set: the
+// padded rows space their pixels a line further apart (f16 widened into
+// them as f32), on every ISA, bit for bit as the reference.
+TEST_CASE("data: padded rows spread pixels out of one L1 set", "[jit][data][dtype]") {
+    for (data_type dt : {data_type::f32, data_type::f16}) {
+        DCase c;
+        c.dt = dt;
+        c.mb = 2;
+        c.g = 32;
+        c.ic = c.oc = 1024;
+        c.in = {7, 7};
+        c.pb = c.pe = {1, 1};
+        for (const std::string& isa : kAllIsas) {
+            if (!runs(isa)) continue;
+            const auto jit = c.make(isa);
+            INFO(isa << ": " << jit.describe());
+            if (isa != "avx2") CHECK(jit.describe().find("pixels spaced out of one L1 set") != std::string::npos);
+        }
+        check_exact(c, kAllIsas);
+    }
+}
+
 // Depthwise lane groups whose channels end in half a vector (RegNetY's 104
 // in groups of 8) cannot stream their stores: their blocks prefetch the
 // diff_src lines for writing instead, at every W stride and data type,

@@ -145,13 +145,15 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             // Scratch: packed W holds every lane of every block and tap.
             const int64_t per_block_rows = pl.path == DataPath::col ? pr.ocg : pr.k_sp() * pr.ocg;
             CHECK(pl.scratch.wpack_elems == (lanes ? 1 : pr.g) * cb.padded() * per_block_rows);
+            // Padded diff_dst pixels: OC f32 elements, one line more when spread out of an L1 set.
+            if (pl.padded_rows) CHECK(pl.dd_pitch == pr.oc() * 4 + (pl.dd_pitch_spread ? 64 : 0));
             if (pl.row_blocks) {  // whole rows as blocks; a slab holds the plane; W chunks fit L1
                 CHECK(pl.blk.m == pl.geo.in[2]);
                 CHECK(pl.group_rows == pl.geo.in[1]);
                 CHECK(pl.scratch.slab_bytes == pl.geo.out[1] * pl.scratch.row_bytes);
                 CHECK((pl.oc_chunk * pr.k_sp() * pl.blk.lanes() * 4 <= 32 * 1024 || pl.oc_chunk <= pl.blk.oc_unroll));
             } else if (pl.padded_rows) {  // a row with both pads; more slots than one item's rows
-                CHECK(pl.scratch.row_bytes == (pl.pad_left + pl.geo.out[2] + pl.pad_right) * pr.oc() * 4);
+                CHECK(pl.scratch.row_bytes == (pl.pad_left + pl.geo.out[2] + pl.pad_right) * pl.dd_pitch);
                 CHECK(pl.scratch.row_slots > pr.k[0] * pr.k[1]);
             }
             // Threads: contiguous item ranges that tile [0, items) exactly once.

@@ -142,6 +142,23 @@ struct RowTap {
     const char* dd_row;
 };
 
+// `pixels` dense pixels of `elems` elements (es bytes each) at src to `to`,
+// pixel_bytes apart there (plan.dd_pitch): one copy when that is dense,
+// else pixel by pixel (the gaps stay as they are). `widen` (if any) converts
+// to f32 on the way.
+void copy_pixels(const char* src, int64_t es, int64_t pixels, int64_t elems, char* to, int64_t pixel_bytes,
+                 const ArrayConverter* widen) {
+    const int64_t to_es = widen ? 4 : es;
+    const int64_t runs = pixel_bytes == elems * to_es ? 1 : pixels, run_elems = pixels * elems / runs;
+    for (int64_t r = 0; r < runs; ++r) {
+        const char* s = src + r * elems * es;
+        if (widen)
+            (*widen)(s, to + r * pixel_bytes, run_elems);
+        else
+            std::memcpy(to + r * pixel_bytes, s, static_cast<size_t>(run_elems * es));
+    }
+}
+
 // Per-thread copies of diff_dst rows with zero pixels on both W sides
 // (widened to f32 for widen_rows plans), the least recently used replaced.
 // One item needs at most KD·KH rows at once, all fetched after any other, so
@@ -153,9 +170,10 @@ public:
         dt_ = plan.widen_rows ? p.dt : data_type::f32;
         if (plan.widen_rows) widen_ = ArrayConverter(plan.isa, p.dt, data_type::f32);
         row_bytes_ = plan.scratch.row_bytes;
-        pixel_bytes_ = row_bytes_ / (plan.pad_left + plan.geo.out[2] + plan.pad_right);
+        pixel_bytes_ = plan.dd_pitch;
         left_bytes_ = plan.pad_left * pixel_bytes_;
-        copy_elems_ = plan.geo.out[2] * p.oc();
+        pixels_ = plan.geo.out[2];
+        pixel_elems_ = p.oc();
         keys_.assign(static_cast<size_t>(plan.scratch.row_slots), -1);
         used_.assign(keys_.size(), 0);
         buf_ = std::make_unique<ScratchLease>(ScratchUse::rows, row_bytes_ * plan.scratch.row_slots);
@@ -172,14 +190,12 @@ public:
             if (used_[i] < used_[slot]) slot = i;
         }
         char* row = buf_->get() + int64_t(slot) * row_bytes_ + left_bytes_;
-        if (dt_ == data_type::f32)
-            std::memcpy(row, src, static_cast<size_t>(copy_elems_ * es));
-        else
-            widen_(src, row, copy_elems_);
+        copy_pixels(src, es, pixels_, pixel_elems_, row, pixel_bytes_, dt_ == data_type::f32 ? nullptr : &widen_);
         // Rows are fetched in order, and a row is short next to DRAM
         // latency: start the next one's lines on their way to L2 now.
-        const char* next = src + copy_elems_ * es;
-        for (int64_t off = 0; off < copy_elems_ * es; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
+        const int64_t bytes = pixels_ * pixel_elems_ * es;
+        const char* next = src + bytes;
+        for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
         keys_[slot] = key;
         used_[slot] = ++clock_;
         return row;
@@ -188,7 +204,7 @@ public:
 private:
     data_type dt_ = data_type::f32;  // f32: copy bytes as they are; else widen from dt_
     ArrayConverter widen_;
-    int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, copy_elems_ = 0;
+    int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, pixels_ = 0, pixel_elems_ = 0;
     std::vector<int64_t> keys_, used_;
     int64_t clock_ = 0;
     std::unique_ptr<ScratchLease> buf_;
@@ -338,7 +354,7 @@ void JitDataExecutor::build_kernels() {
     }
     kernels_.assign(static_cast<size_t>(4 * (b.m + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
-    const int64_t dd_pix = p_.oc() * (plan_.widen_rows ? 4 : es_);
+    const int64_t dd_pix = plan_.dd_pitch;
     const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes : 0;  // the next row of the slab
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
     for (int nt = 0; nt <= plan_.nt_store; ++nt)
@@ -549,15 +565,11 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
 // after row (widened to f32 for widen_rows plans). The pads were zeroed once.
 void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
-    const int64_t row_es = plan_.widen_rows ? 4 : es_, row_bytes = plan_.scratch.row_bytes;
-    const int64_t elems = g.out[2] * p_.oc();
+    const int64_t row_bytes = plan_.scratch.row_bytes;
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
         const char* src = dd + (plane * g.out[1] + oh) * dd_str_.h * es_;
-        char* row = ctx.slab->get() + oh * row_bytes + plan_.pad_left * p_.oc() * row_es;
-        if (plan_.widen_rows)
-            widen_(src, row, elems);
-        else
-            std::memcpy(row, src, static_cast<size_t>(elems * es_));
+        char* row = ctx.slab->get() + oh * row_bytes + plan_.pad_left * plan_.dd_pitch;
+        copy_pixels(src, es_, g.out[2], p_.oc(), row, plan_.dd_pitch, plan_.widen_rows ? &widen_ : nullptr);
     }
     ctx.slab_plane = plane;
 }
@@ -573,7 +585,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
     const bool last = cb % cbs.per_group + 1 == cbs.per_group;
     const int64_t grp = cb / cbs.per_group, blk = cb % cbs.per_group;
     const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block, ksp = p_.k_sp();
-    const int64_t row_es = plan_.widen_rows ? 4 : es_, pix_bytes = p_.oc() * row_es;
+    const int64_t row_es = plan_.widen_rows ? 4 : es_, pix_bytes = plan_.dd_pitch;
     const int64_t row_elems = g.in[2] * p_.ic(), chan_off = grp * p_.icg + blk * cbs.block;
     const int64_t plane_off = plane * g.in[1] * row_elems + chan_off;  // diff_src elements
     const std::vector<PhaseTap>& taps = phases_[0];
@@ -581,7 +593,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
         const int64_t oc0 = chunk * plan_.oc_chunk, noc = std::min(plan_.oc_chunk, p_.ocg - oc0);
         const char* wblock = wp + ((grp * cbs.padded() + blk * cbs.block) * ksp * plan_.ocg_w + oc0 * width) *
                                           plan_.w_elem_bytes;
-        const char* dd_chunk = ctx.slab->get() + (plan_.pad_left * p_.oc() + grp * p_.ocg + oc0) * row_es;
+        const char* dd_chunk = ctx.slab->get() + plan_.pad_left * pix_bytes + (grp * p_.ocg + oc0) * row_es;
         for (int64_t ih = 0; ih < g.in[1];) {
             // Valid kh: 0 <= ih + pad - kh·dil < OH, a contiguous range.
             auto kh_range = [&](int64_t r) {
@@ -674,7 +686,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     const int64_t ocg_w = w_oc_rows();
     const int64_t width = last ? int64_t(plan_.cb.tail_n) * plan_.cb.vlen : plan_.cb.block;
     const int64_t row_es = plan_.widen_rows ? 4 : es_;
-    const int64_t pix_bytes = dd_str_.w * row_es;
+    const int64_t pix_bytes = plan_.dd_pitch;
     ctx.entries.clear();
     for (const RowTap& rt : rts)
         for (const PhaseTap& pt : taps) {

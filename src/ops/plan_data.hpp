@@ -121,6 +121,11 @@ struct DataPlan {
     // sequence of blocks; without edges the kernels read diff_dst itself.
     bool padded_rows = false, widen_rows = false;
     int64_t pad_left = 0, pad_right = 0;  // zero pixels before / after a padded row
+    // Bytes between diff_dst pixels as the kernels read them: OC elements,
+    // or in padded rows one line more where a block's taps would otherwise
+    // crowd one L1 set (see choose_padded_rows).
+    int64_t dd_pitch = 0;
+    bool dd_pitch_spread = false;  // the line added
     // A large output with few FMAs per byte (depthwise, short 1x1): diff_src
     // is written with streaming stores when its address allows (saves
     // reading every line first).
