@@ -464,12 +464,16 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     const bool big = pl->path != DataPath::col && out_bytes >= kStreamingOutputBytes &&
                      p.flops() / double(out_bytes) < kStreamingFlopsPerByte;
     // Each line's stores come together or the write-combining buffers flush
-    // it in parts: a W stride interleaves the phases' pixels, and channel
-    // blocks are written by separate items (RegNetY 48 channels in groups
-    // of 8, 112 -> 56, bf16: 96-byte pixels, 1.21x with ordinary stores).
+    // it in parts: a W stride interleaves the phases' pixels (RegNetY 48
+    // channels in groups of 8, 112 -> 56, bf16: 96-byte pixels, 1.21x with
+    // ordinary stores), and channel blocks narrower than a line, written by
+    // separate items, leave every line in parts (AVX2 lane groups of 4,
+    // 32-byte blocks: 1.38x). Wider blocks split only some lines, and there
+    // streaming still won (ResNet-50 res4a_branch2a bf16, 96-byte blocks:
+    // 0.86x without).
     const int64_t es = static_cast<int64_t>(dtype_size(p.dt));
     const bool whole_lines = (pl->geo.stride[2] == 1 || p.ic() * es % kCacheLineBytes == 0) &&
-                             (pl->cb.per_group == 1 || pl->cb.block * es % kCacheLineBytes == 0);
+                             (pl->cb.per_group == 1 || pl->cb.block * es >= kCacheLineBytes);
     pl->nt_store = big && one_store && whole_lines &&
                    (pl->path == DataPath::depthwise || p.icg % pl->blk.vlen == 0) && p.ic() % pl->blk.vlen == 0;
     // Where streaming stores cannot serve (channels not whole vectors, or
