@@ -577,6 +577,32 @@ TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data
         }
 }
 
+// Under a W stride the taps of one phase (s kw and one diff_dst pixel
+// apart) share each entry's loads and permutes: lane groups of 2-8 and wide
+// depthwise rows, strides 2 and 3, phases with 1-3 taps; bit for bit as the
+// reference on every ISA and type.
+TEST_CASE("data: strided row taps", "[jit][data][dtype]") {
+    struct Shape {
+        int64_t g, c, in, k, s, pad;
+    };
+    for (const Shape& sh : {Shape{16, 128, 60, 3, 2, 1}, Shape{8, 32, 61, 7, 3, 3}, Shape{48, 48, 64, 5, 2, 2}})
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            DCase c;
+            c.dt = dt;
+            c.mb = 2;
+            c.g = sh.g;
+            c.ic = c.oc = sh.c;
+            c.in = {7, sh.in};
+            c.k = {3, sh.k};
+            c.s = {1, sh.s};
+            c.pb = c.pe = {1, sh.pad};
+            const auto jit = c.make(convgrad::max_isa());
+            INFO(jit.describe());
+            CHECK(jit.describe().find("taps of the phase") != std::string::npos);
+            check_exact(c, kAllIsas);
+        }
+}
+
 // 1024 channels put every diff_dst pixel 4 KiB apart, in one L1 set: the
 // padded rows space their pixels a line further apart (f16 widened into
 // them as f32), on every ISA, bit for bit as the reference.

@@ -68,12 +68,13 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "          for valid tap (kd, kh, kw): for oc: 1 W loads, 7 bcasts, 7 FMAs\n");
     // ResNeXt-50's grouped 3x3 layers: 32 groups of 8 (stride 2) and of 4.
     CHECK(plan_of(square(32, 256, 256, 56, 3, 2, 1, 28), Isa::avx512_core, 2).to_string() ==
-          "jit:avx512_core depthwise (lane groups of 8) m6 n4x16 threads 2\n"
+          "jit:avx512_core depthwise (lane groups of 8) m5 n4x16 threads 2\n"
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 4 (256 channels/group, tail 4 vec 0 lanes)\n"
           "      for oc chunk of 8\n"
-          "        for W phase in 2, block of 6 pixels (zero-padded rows), streaming stores\n"
-          "          for valid tap (kd, kh, kw): for o in 8: 4 W loads, 24 permuted dd loads + FMAs\n");
+          "        for W phase in 2, block of 5 pixels (zero-padded rows), streaming stores\n"
+          "          for valid tap (kd, kh, kw): per kh, up to 2 taps of the phase: for o in 8: 8 W loads, 24 permuted "
+          "dd loads, 40 FMAs\n");
     CHECK(plan_of(square(32, 128, 128, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 depthwise (lane groups of 4) m10 n1x8 threads 2\n"
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
@@ -124,7 +125,8 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(pl.lane_group == (lanes ? icg : 1));
             DataKernelTypes types = pl.types;
             types.lane_group = pl.lane_group;
-            if (pl.dw_row_taps) types.row_taps = static_cast<int>(pl.geo.k[2]);
+            if (pl.dw_row_taps)  // a phase's taps: all KW with a unit W stride
+                types.row_taps = static_cast<int>((pl.geo.k[2] + pl.geo.stride[2] - 1) / pl.geo.stride[2]);
             for (int m = 1; m <= pl.blk.m; ++m) {
                 CHECK(data_kernel_vregs(make_data_desc(isa, kind, m, pl.blk.n, 0, pl.blk.oc_unroll,
                                                        pl.blk.bcast_in_fma, 0, 0, types)) <= nregs);

@@ -32,6 +32,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.store = static_cast<int32_t>(types.store);
     d.row_taps = kind == DataKernelKind::depthwise ? types.row_taps : 1;
     d.tap_dil = d.row_taps > 1 ? types.tap_dil : 1;
+    d.w_tap_step = d.row_taps > 1 ? types.w_tap_step : 1;
     d.lane_group = kind == DataKernelKind::depthwise ? types.lane_group : 1;
     return d;
 }
@@ -49,6 +50,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.store == int32_t(DataStore::streaming)) os << "_nt";
     if (d.store == int32_t(DataStore::prefetched)) os << "_pfw";
     if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
+    if (d.w_tap_step > 1) os << "w" << d.w_tap_step;
     if (d.lane_group > 1) os << "_lg" << d.lane_group;
     return os.str();
 }
@@ -348,7 +350,8 @@ void DataKernel::odd_oc_step() {
 
 // Depthwise, one entry: for each of the G output channels o of a lane
 // group (one pass for G = 1; bf16_dot: each of the G / 2 pairs of them),
-// row_taps × n weight vectors (tap k at (k·passes + o)·n vectors from r11)
+// row_taps × n weight vectors (tap k at (k·w_tap_step·passes + o)·n vectors
+// from r11)
 // times the pixels' permuted diff_dst vectors. Reads r10, r11; clobbers rbx
 // (G >= 8, bf16_dot).
 void DataKernel::depthwise_taps() {
@@ -364,7 +367,7 @@ void DataKernel::depthwise_lane_group(int o) {
     for (int k = 0; k < taps; ++k)
         for (int v = 0; v < d_.n; ++v)
             vi_.load(vi_.vreg(mn + k * d_.n + v),
-                     ptr[kW + ((k * lane_group_passes() + o) * d_.n + v) * vi_.vbytes()]);
+                     ptr[kW + ((k * d_.w_tap_step * lane_group_passes() + o) * d_.n + v) * vi_.vbytes()]);
     if (embedded_lane_group()) {
         // Each (pixel, vector) FMA multiplies its own broadcast (a vector is
         // one group): read it inside the FMA, pair o at bytes 4o either way.

@@ -96,17 +96,21 @@ struct DataKernelDesc {
     int32_t out_dt = 0;           // data_type of the final store
     int32_t store = 0;            // DataStore of the final stores
     // Depthwise: W taps per entry (a kh row's kw taps, tap k reading the
-    // pixel tap_dil·k before tap 0's), each diff_dst vector loaded once for
-    // all of them; 1 = one tap per entry.
+    // pixel tap_dil·k before tap 0's and the W tap w_tap_step·k after tap
+    // 0's: a unit W stride's KW taps, or under a W stride s the taps of one
+    // phase, s kw apart and one pixel apart), each diff_dst vector loaded
+    // once for all of them; 1 = one tap per entry.
     int32_t row_taps = 1;
     int32_t tap_dil = 1;
+    int32_t w_tap_step = 1;
+    int32_t reserved = 0;         // keeps the struct free of padding
     int32_t lane_group = 1;       // depthwise: channels per group G, see the top of this file
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
     int64_t dd_block_bytes = 0;   // diff_dst bytes between blocks (m pixels of a row, or a whole row)
 };
-static_assert(sizeof(DataKernelDesc) == 88, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 96, "DataKernelDesc must have no padding");
 
 // The element types and compute form of a kernel; f32 by default.
 struct DataKernelTypes {
@@ -119,7 +123,7 @@ struct DataKernelTypes {
     // prefetched: PREFETCHW of every line the block will store, issued before
     // the block's FMAs, so the lines' reads for ownership overlap them.
     DataStore store = DataStore::plain;
-    int row_taps = 1, tap_dil = 1;  // depthwise: see DataKernelDesc
+    int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise: see DataKernelDesc
     int lane_group = 1;             // depthwise: see DataKernelDesc
 };
 

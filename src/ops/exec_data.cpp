@@ -286,8 +286,12 @@ public:
 
 private:
     void build_kernels();
-    const DataKernel& kernel(int64_t mb, bool last, bool nt = false) const {
-        return *kernels_[static_cast<size_t>((nt * (plan_.blk.m + 1) + mb) * 2 + last)];
+    // taps: a row-taps plan's taps in the phase (its entries' row_taps), else 0.
+    const DataKernel& kernel(int64_t mb, bool last, bool nt = false, int64_t taps = 0) const {
+        return *kernels_[kernel_slot(mb, last, nt, taps)];
+    }
+    size_t kernel_slot(int64_t mb, bool last, bool nt, int64_t taps) const {
+        return static_cast<size_t>(((taps * 2 + nt) * (plan_.blk.m + 1) + mb) * 2 + last);
     }
     void pack_weights(const void* w, char* wp, int threads) const;
     template <typename T>
@@ -346,30 +350,34 @@ void JitDataExecutor::build_kernels() {
     const DataBlocking& b = plan_.blk;
     const DataGeometry& g = plan_.geo;
     const bool col = plan_.path == DataPath::col;
-    std::vector<int64_t> sizes{b.m};
-    if (col) {
-        sizes.push_back(p_.out[2] % b.m);
-    } else {
-        for (int64_t r = 0; r < g.stride[2]; ++r) sizes.push_back(phase_pixel_count(g, r) % b.m);
+    // (block pixels, taps) of every phase: whole blocks and the remainder.
+    std::vector<std::pair<int64_t, int64_t>> sizes;
+    int64_t max_taps = 0;
+    for (int64_t r = 0; r < (col ? 1 : g.stride[2]); ++r) {
+        const int64_t taps = plan_.dw_row_taps ? static_cast<int64_t>(phases_[static_cast<size_t>(r)].size()) : 0;
+        max_taps = std::max(max_taps, taps);
+        sizes.push_back({b.m, taps});
+        sizes.push_back({(col ? p_.out[2] : phase_pixel_count(g, r)) % b.m, taps});
     }
-    kernels_.assign(static_cast<size_t>(4 * (b.m + 1)), nullptr);
+    kernels_.assign(static_cast<size_t>(4 * (b.m + 1) * (max_taps + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
     const int64_t dd_pix = plan_.dd_pitch;
     const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes : 0;  // the next row of the slab
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
     for (int nt = 0; nt <= plan_.nt_store; ++nt)
-    for (int64_t mb : sizes) {
+    for (const auto& [mb, taps] : sizes) {
         if (mb == 0) continue;
         for (int last = 0; last < 2; ++last) {
             if (!last && plan_.cb.per_group == 1) continue;
-            auto& slot = kernels_[static_cast<size_t>((nt * (b.m + 1) + mb) * 2 + last)];
+            auto& slot = kernels_[kernel_slot(mb, last, nt, taps)];
             if (slot) continue;
             DataKernelTypes types = plan_.types;
             if (col) types.out = data_type::f32;
             types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
-            if (plan_.dw_row_taps) {
-                types.row_taps = static_cast<int>(g.k[2]);
-                types.tap_dil = static_cast<int>(g.dil[2]);
+            if (plan_.dw_row_taps) {  // a phase's taps: s kw and one pixel apart under a W stride s
+                types.row_taps = static_cast<int>(std::max<int64_t>(1, taps));
+                types.tap_dil = static_cast<int>(g.stride[2] == 1 ? g.dil[2] : 1);
+                types.w_tap_step = static_cast<int>(g.stride[2]);
             }
             types.lane_group = plan_.lane_group;
             const DataKernelDesc d = make_data_desc(
@@ -692,7 +700,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
         for (const PhaseTap& pt : taps) {
             const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
             add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + (pt.base + j0) * pix_bytes, w);
-            if (plan_.dw_row_taps) break;  // tap kw = 0 stands for the row's taps
+            if (plan_.dw_row_taps) break;  // the phase's first tap stands for the row's taps
         }
     DataKernelArgs a;
     a.entries = ctx.entries.data();
@@ -704,7 +712,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     a.accumulate = chunk > 0;
     a.store_final = chunk + 1 == chunks();
     a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
-    kernel(mb, last, ctx.nt)(a);
+    kernel(mb, last, ctx.nt, plan_.dw_row_taps ? static_cast<int64_t>(taps.size()) : 0)(a);
 }
 
 // Col path: threads own contiguous ranges of diff_src rows (n, id, ih). A

@@ -59,6 +59,7 @@ constexpr double kRowBlockSlack = 1.1;
 constexpr int64_t kStreamingOutputBytes = 4 << 20;
 constexpr double kStreamingFlopsPerByte = 256.0;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
+constexpr int64_t kRowTapsMinPhasePixels = 28;   // depthwise under a W stride, see make_data_plan
 constexpr int kMaxM = 16, kMaxN = 8;
 // A block broadcasts from m pixel rows in step (problem.hpp, lines_per_l1_set):
 // AVX2 1x1 512<-1024 s2, 4 KiB rows: m14 x n1 ran at 56 GFLOP/s, m4 x n3 at
@@ -122,6 +123,12 @@ DataChannelBlocks make_channel_blocks(int64_t lanes, int64_t groups, int n, int 
     return c;
 }
 
+// Depthwise row taps: diff_dst pixels between consecutive taps of an entry
+// (a phase's taps under a W stride are one pixel apart), and the most taps
+// an entry carries.
+int64_t row_tap_pixels(const DataGeometry& g) { return g.stride[2] == 1 ? g.dil[2] : 1; }
+int64_t row_tap_count(const DataGeometry& g) { return div_up(g.k[2], g.stride[2]); }
+
 // Average (kd, kh) taps per diff_src row.
 double row_taps(const DataGeometry& g) {
     return double(g.k[0]) / double(g.stride[0]) * double(g.k[1]) / double(g.stride[1]);
@@ -157,7 +164,7 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                 if (!pl.dw_row_taps) return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat);
                 // One entry for the row's taps: each diff_dst vector loaded
                 // once; the entry's fixed cost (W loads, loop) favours long blocks.
-                const double loads = ((m + (taps - 1) * g.dil[2]) * n + taps * n) / kVecLoadsPerCycle;
+                const double loads = ((m + (taps - 1) * row_tap_pixels(g)) * n + taps * n) / kVecLoadsPerCycle;
                 return std::max({taps * m * n / kFmaPerCycle, loads, lat}) + kEntryCycles;
             };
             const double blocks = full * block(b.m) + (rem ? block(static_cast<int>(rem)) : 0);
@@ -187,8 +194,9 @@ double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, c
 DataKernelTypes kernel_types(const DataPlan& pl) {
     DataKernelTypes t = pl.types;
     if (pl.dw_row_taps) {
-        t.row_taps = static_cast<int>(pl.geo.k[2]);
-        t.tap_dil = static_cast<int>(pl.geo.dil[2]);
+        t.row_taps = static_cast<int>(row_tap_count(pl.geo));
+        t.tap_dil = static_cast<int>(row_tap_pixels(pl.geo));
+        t.w_tap_step = static_cast<int>(pl.geo.stride[2]);
     }
     t.lane_group = pl.lane_group;
     return t;
@@ -408,7 +416,20 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         pl->path = DataPath::depthwise;
         pl->lane_group = static_cast<int>(p.icg);
         choose_types(p, isa, pl);
-        pl->dw_row_taps = pl->geo.stride[2] == 1 && pl->geo.k[2] > 1;
+        // Under a W stride s (dilation 1) a phase's taps are s kw and one
+        // diff_dst pixel apart, and an entry carries them all when some
+        // phase has two. Measured (AMD Zen 4, 2 threads, against one entry
+        // per tap): permuting lane groups of 2-8 1.05-1.24x (RegNetY,
+        // ResNeXt-50 conv3_g3x3_s2, groups of 2 and 4 at 112 -> 56 and
+        // 56 -> 28); depthwise 1.08-1.56x on phases of 28-56 pixels
+        // (EfficientNet-B0 b2, b3) but 0.79-0.93x on 7 (b6) and even on 14;
+        // groups filling the vector 0.75-0.98x (they lose the broadcast
+        // inside the FMA).
+        const DataGeometry& g = pl->geo;
+        const bool strided_taps = g.stride[2] > 1 && g.dil[2] == 1 && g.k[2] > g.stride[2] &&
+                                  p.icg < (isa >= Isa::avx512_core ? 16 : 8) &&
+                                  (p.icg > 1 || phase_pixel_count(g, 0) >= kRowTapsMinPhasePixels);
+        pl->dw_row_taps = g.k[2] > 1 && (g.stride[2] == 1 || strided_taps);
         ok = choose_blocking(p, pl);
     } else {
         pl->path = DataPath::direct;
@@ -496,10 +517,14 @@ std::string DataPlan::body_text() const {
                               : is_dot(*this)  ? "for oc pair in " + std::to_string(lane_group / 2) + ": "
                                                : "for o in " + std::to_string(lane_group) + ": ";
     const std::string dd = lane_group > 1 ? " permuted dd loads" : " dd loads";
-    if (dw_row_taps)
-        return "per kh: " + per_o + std::to_string(geo.k[2] * blk.n) + " W loads, " +
-               std::to_string((blk.m + (geo.k[2] - 1) * geo.dil[2]) * blk.n) + dd + ", " +
-               std::to_string(geo.k[2] * blk.m * blk.n) + " FMAs";
+    if (dw_row_taps) {
+        const int64_t taps = row_tap_count(geo);
+        return std::string(geo.stride[2] > 1 ? "per kh, up to " + std::to_string(taps) + " taps of the phase: "
+                                             : "per kh: ") +
+               per_o + std::to_string(taps * blk.n) + " W loads, " +
+               std::to_string((blk.m + (taps - 1) * row_tap_pixels(geo)) * blk.n) + dd + ", " +
+               std::to_string(taps * blk.m * blk.n) + " FMAs";
+    }
     // A group filling the vector (AVX-512, f32 or bf16 pairs): the kernel
     // broadcasts each diff_dst value inside its FMA.
     if (lane_group == blk.vlen && blk.vlen == 16 && (dt == data_type::f32 || is_dot(*this)))
