@@ -424,11 +424,16 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         // 56 -> 28); depthwise 1.08-1.56x on phases of 28-56 pixels
         // (EfficientNet-B0 b2, b3) but 0.79-0.93x on 7 (b6) and even on 14;
         // groups filling the vector 0.75-0.98x (they lose the broadcast
-        // inside the FMA).
+        // inside the FMA). With AVX2's 16 registers the taps' W vectors
+        // shrink the blocks: 16-bit 0.70-0.93x, f32 lane groups and 3x3
+        // depthwise 0.93-1.00x, but f32 5x5 depthwise (3 taps a phase)
+        // 2.6-2.7x (EfficientNet-B0 b3, 240 channels at 56 -> 28).
         const DataGeometry& g = pl->geo;
-        const bool strided_taps = g.stride[2] > 1 && g.dil[2] == 1 && g.k[2] > g.stride[2] &&
-                                  p.icg < (isa >= Isa::avx512_core ? 16 : 8) &&
-                                  (p.icg > 1 || phase_pixel_count(g, 0) >= kRowTapsMinPhasePixels);
+        const bool avx512 = isa >= Isa::avx512_core;
+        const bool strided_taps =
+                g.stride[2] > 1 && g.dil[2] == 1 && g.k[2] > g.stride[2] &&
+                (avx512 ? p.icg < 16 && (p.icg > 1 || phase_pixel_count(g, 0) >= kRowTapsMinPhasePixels)
+                        : p.icg == 1 && p.dt == data_type::f32 && row_tap_count(g) >= 3);
         pl->dw_row_taps = g.k[2] > 1 && (g.stride[2] == 1 || strided_taps);
         ok = choose_blocking(p, pl);
     } else {
