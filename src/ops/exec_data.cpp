@@ -371,15 +371,9 @@ void JitDataExecutor::build_kernels() {
             if (!last && plan_.cb.per_group == 1) continue;
             auto& slot = kernels_[kernel_slot(mb, last, nt, taps)];
             if (slot) continue;
-            DataKernelTypes types = plan_.types;
+            DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
             if (col) types.out = data_type::f32;
             types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
-            if (plan_.dw_row_taps) {  // a phase's taps: s kw and one pixel apart under a W stride s
-                types.row_taps = static_cast<int>(std::max<int64_t>(1, taps));
-                types.tap_dil = static_cast<int>(g.stride[2] == 1 ? g.dil[2] : 1);
-                types.w_tap_step = static_cast<int>(g.stride[2]);
-            }
-            types.lane_group = plan_.lane_group;
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
                     last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma,

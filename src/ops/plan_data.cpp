@@ -190,22 +190,10 @@ double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, c
     return per_pixel * p.g * p.mb * p.out_sp();
 }
 
-// Depthwise kernel entries per (kh, kw) tap, or per kh row (dw_row_taps).
-DataKernelTypes kernel_types(const DataPlan& pl) {
-    DataKernelTypes t = pl.types;
-    if (pl.dw_row_taps) {
-        t.row_taps = static_cast<int>(row_tap_count(pl.geo));
-        t.tap_dil = static_cast<int>(row_tap_pixels(pl.geo));
-        t.w_tap_step = static_cast<int>(pl.geo.stride[2]);
-    }
-    t.lane_group = pl.lane_group;
-    return t;
-}
-
 int vregs(const DataPlan& pl, const DataBlocking& b, int tail) {
     const DataKernelKind kind = pl.path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
     return data_kernel_vregs(make_data_desc(pl.isa, kind, b.m, b.n, tail, b.oc_unroll, b.bcast_in_fma, 0, 0,
-                                            kernel_types(pl)));
+                                            data_kernel_types(pl, row_tap_count(pl.geo))));
 }
 
 // Searches m × n (× broadcast form) for the lowest estimated cycles.
@@ -386,6 +374,19 @@ void choose_types(const Problem& p, Isa isa, DataPlan* pl) {
 }
 
 }  // namespace
+
+// Depthwise kernel entries per (kh, kw) tap, or per kh row (dw_row_taps):
+// then `row_taps` taps s kw apart (see DataKernelDesc::row_taps).
+DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps) {
+    DataKernelTypes t = pl.types;
+    if (pl.dw_row_taps) {
+        t.row_taps = static_cast<int>(row_taps);
+        t.tap_dil = static_cast<int>(row_tap_pixels(pl.geo));
+        t.w_tap_step = static_cast<int>(pl.geo.stride[2]);
+    }
+    t.lane_group = pl.lane_group;
+    return t;
+}
 
 const char* data_path_name(DataPath p) {
     switch (p) {

@@ -156,6 +156,10 @@ inline int64_t phase_pixel_count(const DataGeometry& g, int64_t r) {
     return r < g.in[2] ? (g.in[2] - r + g.stride[2] - 1) / g.stride[2] : 0;
 }
 
+// The types of the plan's kernels: its compute form and lane group, and
+// for row-taps plans entries of `row_taps` taps (a phase's count).
+DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps);
+
 // Returns false (with *why) when no JIT plan exists for the problem.
 bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* plan, std::string* why);
 

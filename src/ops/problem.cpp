@@ -475,14 +475,14 @@ SpatialView fold_plain_axes(const Problem& p, int max_axes) {
 }
 
 int lines_per_l1_set(int64_t m, int64_t stride) {
-    std::array<int, kL1SetSpan / 64> count{};
+    std::array<int, kL1SetSpan / kCacheLineBytes> count{};
     int most = 0;
     int64_t last_line = -1;
     for (int64_t j = 0; j < m; ++j) {
-        const int64_t line = j * stride / 64;  // rows in one line share it
+        const int64_t line = j * stride / kCacheLineBytes;  // rows in one line share it
         if (line == last_line) continue;
         last_line = line;
-        most = std::max(most, ++count[static_cast<size_t>(line % (kL1SetSpan / 64))]);
+        most = std::max(most, ++count[static_cast<size_t>(line % (kL1SetSpan / kCacheLineBytes))]);
     }
     return most;
 }
