@@ -346,8 +346,8 @@ TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
 
 TEST_CASE("weights: depthwise taps mostly in the padding pre-pad src", "[jit][weights]") {
     // Large kernels on small planes run on a zero-padded copy of src (no
-    // edge kernels); planes where most pixels are interior keep the edge
-    // kernels. Both, with one-sided and wide pads, strides, dilation, 1D /
+    // edge kernels); planes where most pixels are interior, or whose edge
+    // pixels miss few taps (3x3 at 14x14), keep the edge kernels. Both, with one-sided and wide pads, strides, dilation, 1D /
     // 3D, NCX, all three types.
     auto dw = [](int64_t ch, dims in, dims k) {
         Case c = conv2d(ch, ch, std::move(in), std::move(k));
@@ -374,6 +374,9 @@ TEST_CASE("weights: depthwise taps mostly in the padding pre-pad src", "[jit][we
     c.wfmt = "OIX";
     cases.push_back({c, true});
     c = dw(24, {100, 101}, {3, 3});  // 96 % of the pixels interior: edge kernels for every type
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, false});
+    c = dw(24, {14, 14}, {3, 3});  // 73 % interior, 2.4 edge taps a pixel: edge kernels
     c.pb = c.pe = {1, 1};
     cases.push_back({c, false});
     c = dw(24, {7, 8}, {3, 3});  // unpadded: nothing to pre-pad

@@ -137,7 +137,7 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
     dwc.wfmt = "OIX";
     CHECK(plan_weights(problem(dwc), Isa::avx512_core, 2).to_string() ==
           "depthwise m3n2x16 tiles=1 (kw 1x3 last 3, ch 1x2v last 2v tail 0) rows=3584x112px chunk=9 rows "
-          "(399 chunks, 504 KiB) slices=16 grid=1x2 permute est=18cyc/px\n"
+          "(399 chunks, 504 KiB) slices=16 grid=1x2 permute prefetch 6 lines/px est=18cyc/px\n"
           "  parallel slice<16 (2 thr) x tile<1 (1 thr):\n"
           "    for chunk in slice (9 rows):\n"
           "      for kd<1 kh_tile<1 kw_tile<1 ch_tile<1:\n"
@@ -169,6 +169,11 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                     for (int kh : {b.kh, 1})
                         CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh)) <= budget);
             if (dw) CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).m == b.m * b.lane_group);  // rows (tap, ic)
+            // Prefetch distance: gemm one line a pixel, depthwise 2-16 (its
+            // calls read a few lines of each pixel), carried by every kernel.
+            if (dw) CHECK((base.pf_lines >= 2 && base.pf_lines <= 16));
+            else CHECK(base.pf_lines == 1);
+            CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).pf_lines == base.pf_lines);
             // Exact cover: rows of the tile (ic or kw taps) and its vectors.
             const int64_t channels = dw ? p.ic() : p.ocg;
             // kw folded into the rows: f32 in place, one group, no W dilation, few channels.

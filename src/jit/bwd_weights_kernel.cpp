@@ -49,6 +49,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.dot) os << "_dot";
     if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
     if (d.stage) os << "_s" << int(d.stage);
+    if (d.pf_lines != 1) os << "_pf" << int(d.pf_lines);
     return os.str();
 }
 
@@ -152,12 +153,12 @@ void WeightsSkeleton::row_loop() {
     L(done);
 }
 
-// rbx (> 0) pixels from r11/rax, stepping by r9/r10; weights_prefetch_lines
+// rbx (> 0) pixels from r11/rax, stepping by r9/r10; desc.pf_lines
 // prefetches per pixel at r13, then r13 += r14; the stage pointers move one
 // pixel's copy (they run on across rows). Clobbers rbx, r11, rax, r13.
 void WeightsSkeleton::pixel_loop() {
     Xbyak::Label pixel, done;
-    const int lines = weights_prefetch_lines(static_cast<WeightsKernelKind>(desc_.kind));
+    const int lines = desc_.pf_lines;
     if (block_pixels() > 1) {  // blocks first, then one pixel at a time
         Xbyak::Label block, singles;
         const int u = block_pixels();

@@ -61,8 +61,8 @@ struct WeightsKernelArgs {
     int64_t wei_row_stride = 0;  // bytes between tile rows: next ic (gemm), next kw tap (depthwise)
     int64_t wei_kh_stride = 0;   // depthwise with desc.kh > 1: bytes between kernel rows
     int64_t accumulate = 0;      // 0: store the tile, else add it to diff_weights
-    // weights_prefetch_lines(kind) consecutive lines per pixel (prefetcht1)
-    // from `prefetch`, advancing by prefetch_step:
+    // desc.pf_lines consecutive lines per pixel (prefetcht1) from
+    // `prefetch`, advancing by prefetch_step:
     // the executor points it at data of the thread's next chunk, so DRAM
     // traffic overlaps the FMAs instead of stalling the next chunk's first
     // tile. Prefetches never fault; step 0 repeats one line.
@@ -94,12 +94,6 @@ enum class WeightsKernelKind : uint8_t { gemm, depthwise };
 // later, and a slice needs one vector of slack after its last slot.
 enum WeightsStage : uint8_t { kCopySrc = 1, kCopyDst = 2 };
 
-// Lines of the next chunk a kernel prefetches per pixel: enough to pull it
-// in while the current one runs, without crowding DRAM with requests early
-// in the chunk. ResNet-50 1x1 at 2 threads, 1 line vs 2: bf16 +0..14 %,
-// f32 -2..+12 %, 3x3 even; depthwise (memory bound) keeps 2.
-inline int weights_prefetch_lines(WeightsKernelKind kind) { return kind == WeightsKernelKind::depthwise ? 2 : 1; }
-
 // Everything that changes the emitted bytes, and nothing else: the cache key
 // is the raw bytes, so fields are laid out without padding.
 struct WeightsKernelDesc {
@@ -124,7 +118,8 @@ struct WeightsKernelDesc {
     // (XIO: (kw, i) rows are consecutive); src vectors are permuted so lane
     // c holds the group's channel i (see VecIsa::permute_lane_group).
     uint8_t lane_group = 1;
-    uint8_t reserved = 0;
+    // Lines of the next chunk prefetched per pixel (WeightsPlan::pf_lines).
+    uint8_t pf_lines = 1;
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
 };

@@ -131,7 +131,7 @@ void copy_padded_run(int64_t iw0, int64_t width, int64_t in_w, int64_t px_bytes,
 
 // A thread's walk over the next chunk's memory (its diff_dst rows, then
 // the src rows it reads; per image of a bf16 pair), `lines` lines per pixel
-// the kernels process (weights_prefetch_lines of their kind): a list of
+// the kernels process (plan.pf_lines): a list of
 // walks, each `count` steps of `step` bytes (a contiguous range steps by
 // its lines; stage_in_kernel walks a pixel stride, one line a pixel). A
 // call takes the steps of its pixels from the current walk; the first
@@ -236,7 +236,15 @@ struct ThreadState {
     std::vector<uint8_t> src_filled, dst_filled;
     std::vector<RowPos> next_chunk;  // stage_in_kernel prefetch: the next chunk's rows
     std::vector<WeightsRow> next_rows;
-    std::vector<WeightsRow> rows;  // depthwise
+    // Depthwise: the row lists of one (kd, kernel-row block, kw tile) over
+    // the chunk, which its channel tiles (consecutive tiles) share: every
+    // kernel row of the block inside src, then per kernel row the rest where
+    // its taps are, then per (kernel row, tap) the W edges. key -1: none.
+    struct DwRows {
+        int64_t key = -1;
+        std::vector<WeightsRow> block;
+        std::vector<std::vector<WeightsRow>> edge, one_tap;
+    } dw;
     std::vector<float> edges;      // fold_kw: zero-padded src runs of the W edges, a slot per (row, kd, kh)
     StagedChunk staged;
     const StagedChunk* view = nullptr;  // staged chunk, or nullptr: user tensors
@@ -785,27 +793,39 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
                         b.lane_group > 1 ? wei_str_.i : wei_str_.k[2],  // lane groups: rows (kw, ic)
                         wei_str_.k[1]};
     };
-    std::vector<WeightsRow>& rows = ts.rows;
-    rows.clear();
-    if (lo < hi) build_rows(rows, ts.chunk, ts.view, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
-    call(*kernels_[last_tap_tile ? kLast : kFull][last_n][0], at_tap(kh0, kw0), rows, accumulate, pf);
-    for (int64_t kh = kh0; kh < kh0 + b.kh; ++kh) {
-        if (b.kh > 1 && lo < hi) {
-            rows.clear();
-            build_rows(rows, ts.chunk, ts.view, kd, kh, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
-            if (!rows.empty())
-                call(*kernels_[last_tap_tile ? kRowLast : kRowFull][last_n][0], at_tap(kh, kw0), rows, true, pf);
-        }
-        for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
-            const auto r = valid_ow(g, kw);
-            rows.clear();
-            if (lo < hi) {
-                build_rows(rows, ts.chunk, ts.view, kd, kh, kw, r[0], std::min(r[1], lo));
-                build_rows(rows, ts.chunk, ts.view, kd, kh, kw, std::max(r[0], hi), r[1]);
-            } else {
-                build_rows(rows, ts.chunk, ts.view, kd, kh, kw, r[0], r[1]);
+    ThreadState::DwRows& dw = ts.dw;
+    if (dw.key != tile / b.n_tiles) {  // rows do not depend on the channel tile
+        dw.key = tile / b.n_tiles;
+        dw.edge.resize(static_cast<size_t>(b.kh));
+        dw.one_tap.resize(static_cast<size_t>(b.kh * taps));
+        dw.block.clear();
+        if (lo < hi) build_rows(dw.block, ts.chunk, ts.view, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
+        for (int64_t i = 0; i < b.kh; ++i) {
+            const int64_t kh = kh0 + i;
+            std::vector<WeightsRow>& edge = dw.edge[static_cast<size_t>(i)];
+            edge.clear();
+            if (b.kh > 1 && lo < hi) build_rows(edge, ts.chunk, ts.view, kd, kh, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
+            for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
+                const auto r = valid_ow(g, kw);
+                std::vector<WeightsRow>& one = dw.one_tap[static_cast<size_t>(i * taps + kw - kw0)];
+                one.clear();
+                if (lo < hi) {
+                    build_rows(one, ts.chunk, ts.view, kd, kh, kw, r[0], std::min(r[1], lo));
+                    build_rows(one, ts.chunk, ts.view, kd, kh, kw, std::max(r[0], hi), r[1]);
+                } else {
+                    build_rows(one, ts.chunk, ts.view, kd, kh, kw, r[0], r[1]);
+                }
             }
-            if (!rows.empty()) call(*kernels_[kOneTap][last_n][0], at_tap(kh, kw), rows, true, pf);
+        }
+    }
+    call(*kernels_[last_tap_tile ? kLast : kFull][last_n][0], at_tap(kh0, kw0), dw.block, accumulate, pf);
+    for (int64_t i = 0; i < b.kh; ++i) {
+        const std::vector<WeightsRow>& edge = dw.edge[static_cast<size_t>(i)];
+        if (!edge.empty())
+            call(*kernels_[last_tap_tile ? kRowLast : kRowFull][last_n][0], at_tap(kh0 + i, kw0), edge, true, pf);
+        for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
+            const std::vector<WeightsRow>& one = dw.one_tap[static_cast<size_t>(i * taps + kw - kw0)];
+            if (!one.empty()) call(*kernels_[kOneTap][last_n][0], at_tap(kh0 + i, kw), one, true, pf);
         }
     }
 }
@@ -818,7 +838,6 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     const auto slices = balance(red.slices, grid.slice_threads, tid / grid.tile_threads);
     ThreadState ts;
     std::vector<float> row_buf;
-    ts.rows.reserve(static_cast<size_t>(red.chunk_rows * 2 + 2));
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
     if (plan_.fold_kw > 1 && !plan_.staged) {  // one edge slot per (chunk row, kd, kh), and a vector of slack
         const FoldEdges e = fold_edges();
@@ -870,6 +889,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             else if (has_next)
                 prefetch_chunk(pf, c + 1, src, diff_dst);
             ts.tap_built.assign(ts.tap_rows.size(), 0);
+            ts.dw.key = -1;
             std::fill(std::begin(ts.tm_built), std::end(ts.tm_built), 0);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)
@@ -910,7 +930,7 @@ void JitWeightsExecutor::prefetch_chunk(Prefetch& pf, int64_t chunk, const char*
     const int64_t last_seg = (q1 - 1) % g.segs_per_row;
     const int64_t last_len = std::min(g.segment, g.out[2] - last_seg * g.segment);
     const int images = plan_.pairs ? 2 : 1;
-    pf.lines = plan_.prefetch_lines();
+    pf.lines = plan_.pf_lines;
     for (int k = 0; k < images; ++k)
         if (image(q1 - 1, k) < p_.mb)
             pf.add(diff_dst + dst_pixel(q0, k) * p_.oc() * es, diff_dst + (dst_pixel(q1 - 1, k) + last_len) * p_.oc() * es);

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <sstream>
 
 namespace convgrad::detail {
@@ -318,12 +319,18 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 }
 
 // Depthwise with non-negative pads where fewer than dw_prepad_interior of
-// the output pixels have every tap inside src (see WeightsPlan::prepad).
-// A/B, 2 threads, f32 / bf16: ConvNeXt-T 768 channels 7x7 at 7x7 (1 of 49
-// pixels interior) +31 / +48 %, EfficientNet-B0 5x5 at 7x7 (9 of 49) +57 /
-// +86 %, at 14x14 (51 % interior) +70 / +108 %, at 28x28 (73 %) +39 / +70 %;
-// 7x7 at 28x28 (62 %) +10 / +41 %, at 56x56 (79 %) -3 / +22 %, 3x3 at 14x14
-// (73 %) -5 / +27 %, at 112x112 (98 %) even.
+// the output pixels have every tap inside src and the edge pixels carry
+// dw_prepad_edge_taps taps or more per output pixel ((1 - interior) x
+// taps: the work the edge kernels would do). A/B, 2 threads, f32 / bf16:
+// ConvNeXt-T 768 channels 7x7 at 7x7 (1 of 49 pixels interior) +31 / +48 %,
+// EfficientNet-B0 5x5 at 7x7 (9 of 49) +57 / +86 %, at 14x14 (51 %
+// interior) +70 / +108 %, at 28x28 (73 %, 6.8 edge taps) +39 / +70 %; 7x7
+// at 28x28 (62 %) +10 / +41 %, at 56x56 (79 %) -3 / +22 %. 3x3 kernels on
+// 14x14 planes (73 % interior, 2.4 edge taps) lose more by the copy than
+// they gain (AMD Zen 4, min of 5, 1 / 2 threads, with the planned prefetch
+// distance): 384-576 channels f32 -29..-32 %, bf16 -0..-12 %, 576 channels
+// s2 to 7x7 f32 -57..-61 %, bf16 -19..-25 %; at 7x7 (51 %, 4.4 edge taps)
+// f32 -6..+6 %, bf16 +13 %.
 bool prepad_src(const Problem& p, Isa isa) {
     if (!is_depthwise(p, isa)) return false;
     bool padded = false;
@@ -338,7 +345,35 @@ bool prepad_src(const Problem& p, Isa isa) {
         }
         interior *= double(inside) / double(p.out[a]);
     }
-    return padded && interior < (p.dt == data_type::f32 ? Cost::dw_prepad_interior : Cost::dw_prepad_interior_16bit);
+    const double edge_taps = (1 - interior) * double(p.k_sp());  // per output pixel
+    return padded && edge_taps >= Cost::dw_prepad_edge_taps &&
+           interior < (p.dt == data_type::f32 ? Cost::dw_prepad_interior : Cost::dw_prepad_interior_16bit);
+}
+
+// Lines of the next chunk the kernels prefetch per pixel (while a chunk
+// runs, the executor walks the thread's next chunk: its diff_dst rows,
+// then the src rows its taps read). gemm: 1 (ResNet-50 1x1 at 2 threads,
+// 1 line vs 2: bf16 +0..14 %, f32 -2..+12 %, 3x3 even). Depthwise calls
+// read a few lines of each pixel (one tile's channels), so a thread makes
+// tiles x pixels calls per chunk over the chunk's bytes: enough lines that
+// the next chunk is in L2 by about 4/5 of this one, at least 2 (memory
+// bound). EfficientNet-B0 480 channels 3x3 at 14x14 (10 tiles, 2 lines
+// then) ran its kernels on lines that missed L2.
+int plan_prefetch_lines(const WeightsPlan& plan, const Problem& p) {
+    if (plan.blk.kind != WeightsKernelKind::depthwise) return 1;
+    const WeightsGeometry& g = plan.geo;
+    const double es = plan.elem_bytes(), pixels = double(plan.red.chunk_rows * g.segment);
+    double src_rows = double(plan.red.chunk_rows);
+    for (int a = 0; a < 2; ++a) {  // the input rows (and planes) a run of output rows reads
+        const double ext = double((g.k[a] - 1) * g.dil[a] + 1);
+        src_rows *= double(std::min(g.stride[a], g.k[a]));
+        src_rows += std::max(0.0, ext - double(g.stride[a])) * (a == 1 ? 1.0 : double(g.in[1]));
+    }
+    const double src_w = double(std::min(g.in[2], g.segment * g.stride[2] + (g.k[2] - 1) * g.dil[2] + 1));
+    const double bytes = pixels * double(p.oc()) * es + src_rows * src_w * double(p.ic()) * es;
+    const double calls_px = pixels * double(div_up(plan.blk.tiles, plan.grid.tile_threads));
+    const double lines = std::ceil(Cost::prefetch_ahead * bytes / 64.0 / calls_px);
+    return static_cast<int>(std::clamp(lines, 2.0, double(Cost::max_prefetch_lines)));
 }
 
 }  // namespace
@@ -400,6 +435,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.kh = static_cast<uint8_t>(kh);
     d.row_disp = kh > 1 ? static_cast<int32_t>(row_disp) : 0;
     d.stage = static_cast<uint8_t>(stage);
+    d.pf_lines = static_cast<uint8_t>(pf_lines);
     return d;
 }
 
@@ -446,6 +482,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     choose_blocking(plan);
     choose_reduction(plan, p);
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
+    plan.pf_lines = plan_prefetch_lines(plan, p);
     return plan;
 }
 
@@ -469,6 +506,7 @@ std::string WeightsPlan::to_string() const {
        << (fold_kw > 1 ? " fold-kw" : "") << (prepad ? " prepad" : "")
        << (transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
+       << (pf_lines != 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())
        << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";
     os << "  parallel slice<" << red.slices << " (" << grid.slice_threads << " thr)";
     os << " x tile<" << blk.tiles << " (" << grid.tile_threads << " thr):\n";

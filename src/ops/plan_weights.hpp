@@ -135,8 +135,9 @@ struct WeightsPlan {
     // (f32, staged f32 or bf16 pairs), or 2 (depthwise on 16-bit in place).
     int elem_bytes() const { return staged || dt == data_type::f32 ? 4 : 2; }
 
-    // Lines of the next chunk the kernels prefetch per pixel.
-    int prefetch_lines() const { return weights_prefetch_lines(blk.kind); }
+    // Lines of the next chunk the kernels prefetch per pixel they process
+    // (prefetcht1; see plan_prefetch_lines in plan_weights.cpp).
+    int pf_lines = 1;
     // The kernel desc for a tile of `m` rows (x `kh` kernel rows) and `n`
     // vectors, `tail` lanes.
     WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp, int kh = 1, int64_t row_disp = 0,
@@ -194,7 +195,10 @@ struct WeightsCostModel {
     // tap inside src (the rest run tap by tap in the edge kernels); 16-bit
     // types copy half the bytes and widen in their edge kernels too.
     static constexpr double dw_prepad_interior = 0.75;
+    static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
+    static constexpr int max_prefetch_lines = 16;
     static constexpr double dw_prepad_interior_16bit = 0.95;
+    static constexpr double dw_prepad_edge_taps = 4;
 };
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads);
