@@ -227,9 +227,16 @@ void choose_blocking(WeightsPlan& plan) {
     const int kh_options[2] = {dw ? static_cast<int>(std::min<int64_t>(g.k[1], 32)) : 1, 1};
     // Depthwise with W stride and dilation 1 and kernels of 5 taps or more
     // (compute-heavy enough for load counts to matter): pixel windows (see
-    // dw_tile). ResNet-50-sized 3x3 layers measured 17-33 % slower with them.
-    const bool windows = dw && g.stride[2] == 1 && g.dil[2] == 1 &&
-                         g.k[2] >= (b.lane_group > 1 ? 2 : Cost::dw_window_min_kw);
+    // dw_tile). ResNet-50-sized 3x3 layers measured 17-33 % slower with them
+    // in f32. 16-bit tensors read in place widen every src load, which
+    // windows do once per vector instead of once per tap: from 3 taps there
+    // (AMD Zen 4, 1 thread, min of 5, bf16: EfficientNet-B0 32 channels at
+    // 112x112 1.37x, 480 at 14x14 1.15x, MobileNetV2 384-576 at 14x14
+    // 1.09-1.16x, 960 at 7x7 1.20x, 192 at 28x28 1.01x; f32 0.73-1.12x).
+    const int64_t window_min_kw = b.lane_group > 1        ? 2
+                                  : plan.elem_bytes() == 2 ? Cost::dw_window_min_kw_16bit
+                                                           : Cost::dw_window_min_kw;
+    const bool windows = dw && g.stride[2] == 1 && g.dil[2] == 1 && g.k[2] >= window_min_kw;
     const int window_options[] = {1, 2, 3, 4, 6, 8};
     double best = 1e300;
     int best_window = 1;

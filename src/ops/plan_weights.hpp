@@ -156,6 +156,7 @@ struct WeightsCostModel {
     // on one L1-resident row, 16 channels).
     static constexpr double vec_loads_per_cycle = 1;
     static constexpr int64_t dw_window_min_kw = 5;  // depthwise pixel windows from this kernel width
+    static constexpr int64_t dw_window_min_kw_16bit = 3;  // ... when 16-bit loads are widened in the kernel
     static constexpr double fma_latency = 4;
     // AVX2 counts it 6: with 16 registers its tiles are small, and one of 8
     // accumulators (4 chains in flight a cycle at most) leaves the FMA ports
