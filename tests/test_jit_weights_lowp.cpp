@@ -276,6 +276,40 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
         lg.s = {2, 2};
         check_exact(lg);
     }
+    // Windowed 16-bit depthwise covers its W edges with the block kernels
+    // over a zero-padded copy of the edge columns (all kernel rows, zeros
+    // for rows outside src): one- and two-sided pads, H-edge rows, a row
+    // with no interior pixel, 3D (a copy per kd), lane groups. Planes large
+    // enough not to be pre-padded.
+    {
+        std::vector<Case> edges;
+        Case e = conv2d(40, 40, {30, 40}, {3, 5});
+        e.g = 40;
+        e.pb = {2, 3};
+        e.pe = {0, 1};
+        edges.push_back(e);
+        e = conv2d(17, 17, {20, 2}, {1, 3});  // every output pixel an edge
+        e.g = 17;
+        e.pb = {0, 1};
+        e.pe = {0, 1};
+        edges.push_back(e);
+        e = conv2d(24, 24, {3, 24, 24}, {2, 3, 3});
+        e.g = 24;
+        e.pb = e.pe = {0, 1, 1};
+        edges.push_back(e);
+        e = conv2d(12, 12, {8, 10}, {3, 3});
+        e.g = 3;
+        e.pb = e.pe = {1, 1};
+        edges.push_back(e);
+        for (const Case& c : edges) {
+            Case t = c;
+            t.dt = data_type::bf16;
+            const std::string d = t.make("avx512_core").describe();
+            INFO(label(t, "avx512_core") << "\n" << d);
+            CHECK(d.find("W-edges-copied") != std::string::npos);
+            check_exact(c);
+        }
+    }
     for (bool nxc : {true, false}) {
         Case f = conv2d(6, 20, {7, 6}, {3, 2});
         f.g = 2;

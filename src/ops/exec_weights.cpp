@@ -245,6 +245,11 @@ struct ThreadState {
         std::vector<WeightsRow> block;
         std::vector<std::vector<WeightsRow>> edge, one_tap;
     } dw;
+    // plan.dw_edge_copy: the chunk's W-edge runs (all kernel rows, zeros
+    // outside src) for kd = edge_kd (-1: none yet), and their rows.
+    int64_t edge_kd = -1;
+    std::vector<char> edge_buf;
+    std::vector<WeightsRow> edge_rows;
     std::vector<float> edges;      // fold_kw: zero-padded src runs of the W edges, a slot per (row, kd, kh)
     StagedChunk staged;
     const StagedChunk* view = nullptr;  // staged chunk, or nullptr: user tensors
@@ -322,12 +327,11 @@ private:
     // src), written here.
     void build_folded_rows(std::vector<WeightsRow>& out, ThreadState& ts, const char* src, int64_t kd,
                            int64_t kh) const;
-    // fold_kw: output pixels [0, left) and [right, OW) are W edges; an
-    // edge slot holds both runs' src pixels (left_w + right_w of them).
-    struct FoldEdges {
-        int64_t left, right, left_w, right_w;
-    };
-    FoldEdges fold_edges() const;
+    // plan.dw_edge_copy: the W-edge runs of the chunk's rows for kd into
+    // ts.edge_buf (see WeightsPlan::dw_edge_copy) and their rows into
+    // ts.edge_rows: a run's src offset is into the copy (kernel row 0),
+    // its diff_dst offset into the user's tensor.
+    void build_dw_edges(ThreadState& ts, int64_t kd, const char* src) const;
     // Pixels of a staged src row: the input row (merged rows: a segment's
     // pixels), or with fold_kw every pixel the taps read, W padding
     // included as zeros, so the folded rows need no edges.
@@ -379,8 +383,10 @@ private:
     WeightStrides wei_str_;
     // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile (x blk.kh
     // kernel rows), 2 = one tap, 3 / 4 = full / last m tile of one kernel
-    // row (depthwise edges); n kind 0 = full tile, 1 = last (tail) tile.
-    enum RowsKind { kFull, kLast, kOneTap, kRowFull, kRowLast, kRowsKinds };
+    // row (depthwise edges), 5 / 6 = full / last m tile over the W-edge
+    // copy (its pitch between kernel rows); n kind 0 = full tile, 1 = last
+    // (tail) tile.
+    enum RowsKind { kFull, kLast, kOneTap, kRowFull, kRowLast, kEdgeFull, kEdgeLast, kRowsKinds };
     // [..][..][WeightsStage bits]: stage_in_kernel gemm only, else 0.
     std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][4];
     std::shared_ptr<const StageKernel> stager_;
@@ -391,10 +397,12 @@ void JitWeightsExecutor::load_kernels() {
     const bool dw = b.kind == WeightsKernelKind::depthwise;
     const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
     const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
-    const int row_kinds[kRowsKinds] = {b.m, b.m_last, 1, b.m, b.m_last};
+    const int row_kinds[kRowsKinds] = {b.m, b.m_last, 1, b.m, b.m_last, b.m, b.m_last};
     for (int r = 0; r < kRowsKinds; ++r) {
-        if ((r >= kOneTap && !dw) || (r >= kRowFull && b.kh == 1)) continue;
-        const int kh = r < kOneTap ? b.kh : 1;
+        if ((r >= kOneTap && !dw) || ((r == kRowFull || r == kRowLast) && b.kh == 1)) continue;
+        if (r >= kEdgeFull && !plan_.dw_edge_copy) continue;
+        const bool full_rows = r < kOneTap || r >= kEdgeFull;  // all b.kh kernel rows
+        const int kh = full_rows ? b.kh : 1;
         for (int last = 0; last < 2; ++last) {
             const int n = last ? b.n_last : b.n;
             const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
@@ -402,7 +410,8 @@ void JitWeightsExecutor::load_kernels() {
             for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage) {
                 bool hit = false;
                 auto& k = kernels_[r][last][stage];
-                k = get_weights_kernel(plan_.desc(row_kinds[r], n, tail, tap_disp, kh, row_disp, stage), &hit);
+                const int64_t rows_apart = r >= kEdgeFull ? plan_.dw_edge_pitch() : row_disp;
+                k = get_weights_kernel(plan_.desc(row_kinds[r], n, tail, tap_disp, kh, rows_apart, stage), &hit);
                 if (verbose())
                     std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
             }
@@ -496,20 +505,11 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
     }
 }
 
-JitWeightsExecutor::FoldEdges JitWeightsExecutor::fold_edges() const {
-    const WeightsGeometry& g = plan_.geo;
-    const int64_t left = std::min(valid_ow(g, 0)[0], g.out[2]);
-    const int64_t right = std::max(left, valid_ow(g, g.k[2] - 1)[1]);
-    // A run of q output pixels reads (q - 1) * stride + KW src pixels.
-    auto width = [&](int64_t q) { return q > 0 ? (q - 1) * g.stride[2] + g.k[2] : 0; };
-    return {left, right, width(left), width(g.out[2] - right)};
-}
-
 void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadState& ts, const char* src,
                                            int64_t kd, int64_t kh) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t ic = p_.ic(), oc = p_.oc(), s = g.stride[2];
-    const FoldEdges e = fold_edges();
+    const WeightsPlan::WEdges e = plan_.w_edges();
     const int64_t slot_floats = (e.left_w + e.right_w) * ic;
     const float* fsrc = reinterpret_cast<const float*>(src);
     // Bytes from the user's src to `to`, as a row's src_offset.
@@ -777,11 +777,20 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     const int taps = last_tap_tile ? b.m_last : b.m;
     const int64_t kw0 = kt * b.m, c0 = ct * b.n * b.vlen;
     const int last_n = ct == b.n_tiles - 1 || b.n_tiles == 1;
+    // The block kernels run on [lo, hi): where every tap of the tile reads
+    // inside src, or with the W-edge copy where every tap of the kernel does
+    // (the copy covers the rest for every tile).
     int64_t lo = 0, hi = g.out[2];
-    for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
-        const auto r = valid_ow(g, kw);
-        lo = std::max(lo, r[0]);
-        hi = std::min(hi, r[1]);
+    if (plan_.dw_edge_copy) {
+        const WeightsPlan::WEdges e = plan_.w_edges();
+        lo = e.left;
+        hi = e.right;
+    } else {
+        for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
+            const auto r = valid_ow(g, kw);
+            lo = std::max(lo, r[0]);
+            hi = std::min(hi, r[1]);
+        }
     }
     const int64_t es = plan_.elem_bytes();
     auto at_tap = [&](int64_t kh, int64_t kw) {
@@ -809,6 +818,7 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
                 const auto r = valid_ow(g, kw);
                 std::vector<WeightsRow>& one = dw.one_tap[static_cast<size_t>(i * taps + kw - kw0)];
                 one.clear();
+                if (plan_.dw_edge_copy) continue;
                 if (lo < hi) {
                     build_rows(one, ts.chunk, ts.view, kd, kh, kw, r[0], std::min(r[1], lo));
                     build_rows(one, ts.chunk, ts.view, kd, kh, kw, std::max(r[0], hi), r[1]);
@@ -828,6 +838,47 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
             if (!one.empty()) call(*kernels_[kOneTap][last_n][0], at_tap(kh0 + i, kw), one, true, pf);
         }
     }
+    if (plan_.dw_edge_copy) {
+        if (ts.edge_kd != kd) build_dw_edges(ts, kd, src);
+        if (ts.edge_rows.empty()) return;
+        TileCall c = at_tap(kh0, kw0);
+        c.src = ts.edge_buf.data() + kh0 * plan_.dw_edge_pitch() + (c0 + kw0 * g.dil[2] * p_.ic()) * es;
+        call(*kernels_[last_tap_tile ? kEdgeLast : kEdgeFull][last_n][0], c, ts.edge_rows, true, pf);
+    }
+}
+
+void JitWeightsExecutor::build_dw_edges(ThreadState& ts, int64_t kd, const char* src) const {
+    const WeightsGeometry& g = plan_.geo;
+    const WeightsPlan::WEdges e = plan_.w_edges();
+    const int64_t es = plan_.elem_bytes(), px = p_.ic() * es, pitch = plan_.dw_edge_pitch();
+    const int64_t s = g.stride[2], ext = (g.k[2] - 1) * g.dil[2] + 1;
+    ts.edge_rows.clear();
+    int64_t at = 0;  // pixels of each kernel row's region used so far
+    for (const RowPos& r : ts.chunk) {
+        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+        if (id < 0 || id >= g.in[0]) continue;
+        const int64_t runs[2][2] = {{0, e.left}, {e.right, g.out[2]}};
+        for (const auto& run : runs) {
+            const int64_t a = run[0], b = run[1], width = (b - a - 1) * s + ext;
+            if (a >= b) continue;
+            for (int64_t i = 0; i < g.k[1]; ++i) {  // every kernel row: zeros outside src
+                char* to = ts.edge_buf.data() + i * pitch + at * px;
+                const int64_t ih = r.oh * g.stride[1] - g.pad[1] + i * g.dil[1];
+                if (ih < 0 || ih >= g.in[1]) {
+                    std::memset(to, 0, static_cast<size_t>(width * px));
+                    continue;
+                }
+                const char* row = src + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * px;
+                copy_padded_run(a * s - g.pad[2], width, g.in[2], px, to, [&](int64_t first, int64_t count, char* dst) {
+                    std::memcpy(dst, row + first * px, static_cast<size_t>(count * px));
+                });
+            }
+            const int64_t dst = (((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a) * p_.oc() * es;
+            ts.edge_rows.push_back({at * px, dst, b - a});
+            at += width;
+        }
+    }
+    ts.edge_kd = kd;
 }
 
 void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src,
@@ -839,8 +890,10 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     ThreadState ts;
     std::vector<float> row_buf;
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
+    if (plan_.dw_edge_copy)  // every kernel row's region, and a vector of slack
+        ts.edge_buf.resize(static_cast<size_t>(plan_.geo.k[1] * plan_.dw_edge_pitch() + 64));
     if (plan_.fold_kw > 1 && !plan_.staged) {  // one edge slot per (chunk row, kd, kh), and a vector of slack
-        const FoldEdges e = fold_edges();
+        const WeightsPlan::WEdges e = plan_.w_edges();
         ts.edges.resize(static_cast<size_t>(red.chunk_rows * g.k[0] * g.k[1] * (e.left_w + e.right_w) * p_.ic() + 16));
     }
     if (plan_.staged) {
@@ -890,6 +943,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
                 prefetch_chunk(pf, c + 1, src, diff_dst);
             ts.tap_built.assign(ts.tap_rows.size(), 0);
             ts.dw.key = -1;
+            ts.edge_kd = -1;
             std::fill(std::begin(ts.tm_built), std::end(ts.tm_built), 0);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)
