@@ -108,16 +108,6 @@ void to_nxc(const T* in, T* out, int64_t mb, int64_t c, int64_t sp) {
     });
 }
 
-// Output pixels [lo, hi) of a W row that tap kw reads inside src.
-std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
-    const int64_t shift = kw * g.dil[2] - g.pad[2];  // iw = ow * s + shift
-    const int64_t s = g.stride[2];
-    const int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
-    const int64_t last = g.in[2] - 1 - shift;  // ow * s <= last
-    const int64_t hi = last < 0 ? 0 : std::min(g.out[2], last / s + 1);
-    return {lo, std::max(lo, hi)};
-}
-
 // Pixels [iw0, iw0 + width) of a W row of `in_w` pixels into `to`,
 // `px_bytes` a pixel: copy(first, count, at) writes the pixels inside the
 // row, the ones outside (the padding) are zeros.
@@ -127,6 +117,18 @@ void copy_padded_run(int64_t iw0, int64_t width, int64_t in_w, int64_t px_bytes,
     std::memset(to, 0, static_cast<size_t>(lo * px_bytes));
     if (lo < hi) copy(iw0 + lo, hi - lo, to + lo * px_bytes);
     std::memset(to + hi * px_bytes, 0, static_cast<size_t>((width - hi) * px_bytes));
+}
+
+// copy_padded_run from `row`, a W row of px_bytes pixels in memory; a null
+// row (outside src) gives zeros only.
+void copy_row_run(const char* row, int64_t iw0, int64_t width, int64_t in_w, int64_t px_bytes, char* to) {
+    if (!row) {
+        std::memset(to, 0, static_cast<size_t>(width * px_bytes));
+        return;
+    }
+    copy_padded_run(iw0, width, in_w, px_bytes, to, [&](int64_t first, int64_t count, char* at) {
+        std::memcpy(at, row + first * px_bytes, static_cast<size_t>(count * px_bytes));
+    });
 }
 
 // A thread's walk over the next chunk's memory (its diff_dst rows, then
@@ -361,6 +363,15 @@ private:
     }
     // The same in the user's tensors (NXC, or the NXC scratch).
     int64_t user_elem_bytes() const { return static_cast<int64_t>(dtype_size(p_.dt)); }
+    // Bytes from the user's (NXC) src / diff_dst to a pixel of an image.
+    int64_t user_src_bytes(int64_t n, int64_t id, int64_t ih, int64_t iw) const {
+        const WeightsGeometry& g = plan_.geo;
+        return (((n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * p_.ic() * user_elem_bytes();
+    }
+    int64_t user_dst_bytes(int64_t n, int64_t od, int64_t oh, int64_t ow) const {
+        const WeightsGeometry& g = plan_.geo;
+        return (((n * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow) * p_.oc() * user_elem_bytes();
+    }
     int64_t user_src_step() const { return plan_.geo.stride[2] * p_.ic() * user_elem_bytes(); }
     int64_t user_dst_step() const { return p_.oc() * user_elem_bytes(); }
     // bf16 pairs: bytes from an image to its partner (the next image).
@@ -467,7 +478,7 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
                                     const StagedChunk* st, int64_t kd, int64_t kh, int64_t kw, int64_t ow_lo,
                                     int64_t ow_hi, RowSet set, int64_t block_kh0, int64_t block_khs, int user) const {
     const WeightsGeometry& g = plan_.geo;
-    const int64_t ic = p_.ic(), oc = p_.oc(), es = plan_.elem_bytes(), user_es = user_elem_bytes();
+    const int64_t ic = p_.ic(), oc = p_.oc(), es = plan_.elem_bytes();
     int64_t slot = 0;  // tile-major: the chunk's pixels in row order
     for (size_t j = 0; j < chunk.size(); ++j) {
         const RowPos& r = chunk[j];
@@ -484,8 +495,8 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         if (a >= b) continue;
         const int64_t iw = a * g.stride[2] - g.pad[2] + kw * g.dil[2];
         const int64_t image = plan_.pairs ? 2 * r.n : r.n;  // a pair's first image
-        const int64_t user_src = (((image * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * ic * user_es;
-        const int64_t user_dst = (((image * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a) * oc * user_es;
+        const int64_t user_src = user_src_bytes(image, id, ih, iw);
+        const int64_t user_dst = user_dst_bytes(image, r.od, r.oh, a);
         if (plan_.tile_major) {  // slices: slot x tile step (see src_step_bytes)
             out.push_back({user & kCopySrc ? user_src : slot * src_step_bytes(),
                            user & kCopyDst ? user_dst : slot * dst_step_bytes(), b - a});
@@ -518,10 +529,7 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
     };
     // src pixels [iw0, iw0 + width) of an input row, zeros outside it.
     auto pad_copy = [&](const float* row, int64_t iw0, int64_t width, float* to) {
-        copy_padded_run(iw0, width, g.in[2], ic * 4, reinterpret_cast<char*>(to),
-                        [&](int64_t first, int64_t count, char* at) {
-                            std::memcpy(at, row + first * ic, static_cast<size_t>(count * ic * 4));
-                        });
+        copy_row_run(reinterpret_cast<const char*>(row), iw0, width, g.in[2], ic * 4, reinterpret_cast<char*>(to));
     };
     for (size_t j = 0; j < ts.chunk.size(); ++j) {
         const RowPos& r = ts.chunk[j];
@@ -850,7 +858,7 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
 void JitWeightsExecutor::build_dw_edges(ThreadState& ts, int64_t kd, const char* src) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsPlan::WEdges e = plan_.w_edges();
-    const int64_t es = plan_.elem_bytes(), px = p_.ic() * es, pitch = plan_.dw_edge_pitch();
+    const int64_t px = p_.ic() * user_elem_bytes(), pitch = plan_.dw_edge_pitch();
     const int64_t s = g.stride[2], ext = (g.k[2] - 1) * g.dil[2] + 1;
     ts.edge_rows.clear();
     int64_t at = 0;  // pixels of each kernel row's region used so far
@@ -859,22 +867,15 @@ void JitWeightsExecutor::build_dw_edges(ThreadState& ts, int64_t kd, const char*
         if (id < 0 || id >= g.in[0]) continue;
         const int64_t runs[2][2] = {{0, e.left}, {e.right, g.out[2]}};
         for (const auto& run : runs) {
-            const int64_t a = run[0], b = run[1], width = (b - a - 1) * s + ext;
+            const int64_t a = run[0], b = run[1];
             if (a >= b) continue;
+            const int64_t width = (b - a - 1) * s + ext;
             for (int64_t i = 0; i < g.k[1]; ++i) {  // every kernel row: zeros outside src
-                char* to = ts.edge_buf.data() + i * pitch + at * px;
                 const int64_t ih = r.oh * g.stride[1] - g.pad[1] + i * g.dil[1];
-                if (ih < 0 || ih >= g.in[1]) {
-                    std::memset(to, 0, static_cast<size_t>(width * px));
-                    continue;
-                }
-                const char* row = src + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * px;
-                copy_padded_run(a * s - g.pad[2], width, g.in[2], px, to, [&](int64_t first, int64_t count, char* dst) {
-                    std::memcpy(dst, row + first * px, static_cast<size_t>(count * px));
-                });
+                const char* row = ih >= 0 && ih < g.in[1] ? src + user_src_bytes(r.n, id, ih, 0) : nullptr;
+                copy_row_run(row, a * s - g.pad[2], width, g.in[2], px, ts.edge_buf.data() + i * pitch + at * px);
             }
-            const int64_t dst = (((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] + a) * p_.oc() * es;
-            ts.edge_rows.push_back({at * px, dst, b - a});
+            ts.edge_rows.push_back({at * px, user_dst_bytes(r.n, r.od, r.oh, a), b - a});
             at += width;
         }
     }
@@ -1089,14 +1090,9 @@ void JitWeightsExecutor::pad_src(const char* src, char* to) const {
     parallel_static(rows, [&](int64_t r) {
         char* out = to + r * row_bytes;
         const int64_t ih = r % p_.in[1] - pb[1], id = (r / p_.in[1]) % p_.in[0] - pb[0], n = r / (p_.in[1] * p_.in[0]);
-        if (id < 0 || id >= in[0] || ih < 0 || ih >= in[1]) {
-            std::memset(out, 0, static_cast<size_t>(row_bytes));
-            return;
-        }
-        const char* from = src + ((n * in[0] + id) * in[1] + ih) * in[2] * px;
-        copy_padded_run(-pb[2], p_.in[2], in[2], px, out, [&](int64_t first, int64_t count, char* at) {
-            std::memcpy(at, from + first * px, static_cast<size_t>(count * px));
-        });
+        const bool inside = id >= 0 && id < in[0] && ih >= 0 && ih < in[1];
+        const char* from = inside ? src + ((n * in[0] + id) * in[1] + ih) * in[2] * px : nullptr;
+        copy_row_run(from, -pb[2], p_.in[2], in[2], px, out);
     });
 }
 

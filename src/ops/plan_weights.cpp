@@ -446,16 +446,22 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     return d;
 }
 
+std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
+    const int64_t shift = kw * g.dil[2] - g.pad[2];  // iw = ow * s + shift
+    const int64_t s = g.stride[2];
+    const int64_t lo = shift >= 0 ? 0 : (-shift + s - 1) / s;
+    const int64_t last = g.in[2] - 1 - shift;  // ow * s <= last
+    const int64_t hi = last < 0 ? 0 : std::min(g.out[2], last / s + 1);
+    return {lo, std::max(lo, hi)};
+}
+
+// Tap 0 has the latest first valid pixel, the last tap the earliest end.
 WeightsPlan::WEdges WeightsPlan::w_edges() const {
-    const WeightsGeometry& g = geo;
-    const int64_t s = g.stride[2], ext = (g.k[2] - 1) * g.dil[2] + 1;
-    // tap 0 reads iw = ow * s - pad: inside from ow >= pad / s (rounded up)
-    const int64_t left = std::min(g.pad[2] > 0 ? div_up(g.pad[2], s) : 0, g.out[2]);
-    // the last tap reads iw = ow * s + ext - 1 - pad <= in - 1
-    const int64_t last = g.in[2] - ext + g.pad[2];
-    const int64_t right = std::max(left, last < 0 ? 0 : std::min(g.out[2], last / s + 1));
+    const int64_t s = geo.stride[2], ext = (geo.k[2] - 1) * geo.dil[2] + 1;
+    const int64_t left = std::min(valid_ow(geo, 0)[0], geo.out[2]);
+    const int64_t right = std::max(left, valid_ow(geo, geo.k[2] - 1)[1]);
     auto width = [&](int64_t q) { return q > 0 ? (q - 1) * s + ext : 0; };
-    return {left, right, width(left), width(g.out[2] - right)};
+    return {left, right, width(left), width(geo.out[2] - right)};
 }
 
 int64_t WeightsPlan::dw_edge_pitch() const {

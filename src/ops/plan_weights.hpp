@@ -211,12 +211,14 @@ struct WeightsCostModel {
     // tap inside src (the rest run tap by tap in the edge kernels); 16-bit
     // types copy half the bytes and widen in their edge kernels too.
     static constexpr double dw_prepad_interior = 0.75;
-    static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
-    static constexpr int max_prefetch_lines = 16;
     static constexpr double dw_prepad_interior_16bit = 0.95;
     static constexpr double dw_prepad_edge_taps = 4;
+    static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
+    static constexpr int max_prefetch_lines = 16;
 };
 
+// Output pixels [lo, hi) of a W row that tap kw reads inside src.
+std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw);
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads);
 // The problem with its pads made part of src: in + pads, no padding (the
 // same output, taps and weights).
