@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -31,8 +32,11 @@ std::string expected_impl(const Case& c, const std::string& isa) {
     // Groups of 8 take the lane groups only without bf16 pairs (and on rows of 14+ pixels).
     const bool lanes8 = icg == 8 && c.dt != data_type::bf16 && c.out(c.nsp() - 1) >= 14;
     const bool depthwise = c.g > 1 && icg == ocg && (icg == 1 || icg == 2 || icg == 4 || lanes8);
+    // bf16 depthwise pairs the pixels of W rows (stride and dilation 1, 3+ taps).
+    const size_t w = c.nsp() - 1;
+    const bool w_pairs = depthwise && icg == 1 && c.at(c.s, w, 1) == 1 && c.at(c.d, w, 1) == 1 && c.k[w] >= 3;
     if (isa == "avx512_core_bf16")
-        return c.dt == data_type::bf16 && !depthwise ? "jit:avx512_core_bf16" : "jit:avx512_core ";
+        return c.dt == data_type::bf16 && (!depthwise || w_pairs) ? "jit:avx512_core_bf16" : "jit:avx512_core ";
     return "jit:" + isa + " ";
 }
 
@@ -307,6 +311,51 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
             const std::string d = t.make("avx512_core").describe();
             INFO(label(t, "avx512_core") << "\n" << d);
             CHECK(d.find("W-edges-copied") != std::string::npos);
+            check_exact(c);
+        }
+    }
+    // bf16 depthwise on avx512_core_bf16: vdpbf16ps over pairs of
+    // consecutive pixels of a row. Odd rows (the last pixel pairs with
+    // zeros), rows shorter than a block, channel tails, H stride and
+    // dilation, asymmetric pads, pre-padded 7x7 at 7x7, the W-edge copy,
+    // 1D with an even kernel, 3D.
+    {
+        std::vector<Case> pairs;
+        Case e = conv2d(33, 33, {7, 9}, {3, 3});
+        e.mb = 3;
+        e.pb = e.pe = {1, 1};
+        pairs.push_back(e);
+        e = conv2d(16, 16, {11, 30}, {5, 5});
+        e.s = {2, 1};
+        e.d = {2, 1};
+        e.pb = {2, 1};
+        e.pe = {3, 3};
+        pairs.push_back(e);
+        e = conv2d(24, 24, {7, 7}, {7, 7});
+        e.mb = 3;
+        e.pb = e.pe = {3, 3};
+        pairs.push_back(e);
+        e = conv2d(20, 20, {41}, {4});
+        e.pb = {2};
+        e.pe = {1};
+        pairs.push_back(e);
+        e = conv2d(40, 40, {12, 31}, {3, 3});
+        e.pb = e.pe = {1, 1};
+        pairs.push_back(e);
+        e = conv2d(24, 24, {3, 10, 11}, {2, 3, 3});
+        e.pb = e.pe = {0, 1, 1};
+        pairs.push_back(e);
+        const std::vector<std::string> isas = jit_isas(true);
+        const bool bf16_isa = std::find(isas.begin(), isas.end(), "avx512_core_bf16") != isas.end();
+        for (Case& c : pairs) {
+            c.g = c.ic;
+            Case t = c;
+            t.dt = data_type::bf16;
+            if (bf16_isa) {
+                const std::string d = t.make("avx512_core_bf16").describe();
+                INFO(label(t, "avx512_core_bf16") << "\n" << d);
+                CHECK(d.find("W-pairs") != std::string::npos);
+            }
             check_exact(c);
         }
     }

@@ -5,7 +5,8 @@
 // 1) each src vector loaded is used by every tap that reads it within a
 // block of pixels too. The executor calls it only on the pixel range where
 // every tap of the tile reads inside src, and covers the edge pixels with
-// single-tap calls.
+// single-tap calls. bf16 on avx512_core_bf16 (desc.dot): vdpbf16ps over
+// pairs of consecutive pixels of a row (see pairs() below).
 #include "jit/bwd_weights_kernel.hpp"
 #include "jit/bwd_weights_skeleton.hpp"
 
@@ -33,12 +34,19 @@ private:
     // Lane groups (G > 1): all of the above once per input channel i of
     // the group, each src vector permuted as it is loaded; tile row
     // (tap k, i) is k * G + i.
-    int block_pixels() const override { return std::max<int>(1, desc_.window); }
+    int block_pixels() const override {
+        return desc_.window > 1 ? (pairs() ? 2 : 1) * desc_.window : 1;
+    }
     int64_t block_step() const override { return desc_.tap_disp; }
+    int body_pixels() const override { return pairs() ? 2 : 1; }
     int group() const { return desc_.lane_group; }
     int taps() const { return desc_.m / group(); }
-    Xbyak::Xmm index_reg() const { return temp(block_pixels() * vecs() + 1); }
+    Xbyak::Xmm index_reg() const { return temp(std::max<int>(1, desc_.window) * vecs() + 1); }
     void block_body() override {
+        if (pairs()) {
+            pair_block_body();
+            return;
+        }
         const int u_count = block_pixels(), n = vecs();
         const int64_t step = desc_.tap_disp;
         for (int u = 0; u < u_count; ++u)
@@ -55,6 +63,10 @@ private:
             }
     }
     void pixel_body() override {
+        if (pairs()) {
+            pair_pixel_body(true);
+            return;
+        }
         for (int v = 0; v < vecs(); ++v) load_vec(temp(1 + v), ptr[reg_dst_ + v * in_vbytes()], v);
         for (int i = 0; i < group(); ++i) {
             set_index(i);
@@ -74,6 +86,98 @@ private:
             }
         }
     }
+    // ---- W pixel pairs (desc.dot; bf16 on avx512_core_bf16, G = 1) ----
+    // Each dword lane c holds channel c of two consecutive pixels of a row
+    // (low half the first), in diff_dst and in src alike, so one vdpbf16ps
+    // adds both pixels' products: diff_dst pair (p, p+1) times, for tap k,
+    // src pair (p + k, p + k + 1) (src_step / dst_step apart; in a block,
+    // tap_disp). vpermt2w interleaves two 16-channel loads by the word
+    // index pair_index(); a row's odd last pixel pairs with zeros
+    // (vpmovzxwd). Lanes stay in channel order: the flush is the f32 one.
+    bool pairs() const { return dot(); }
+    Xbyak::Zmm pair_second() const { return Xbyak::Zmm(index_reg().getIdx()); }
+    Xbyak::Zmm pair_index() const { return Xbyak::Zmm(index_reg().getIdx() + 1); }
+    // 16 bf16 channels (vector v: the tail's live lanes) of a pixel at `a`
+    // into the low half of r (the rest zeros).
+    void load_words(const Xbyak::Xmm& r, const Xbyak::Address& a, int v) {
+        const Xbyak::Ymm y(r.getIdx());
+        if (is_tail(v))
+            vmovdqu16(y | Xbyak::util::k1 | T_z, a);
+        else
+            vmovdqu16(y, a);
+    }
+    // r := the pairs (a[c], b[c]) of vector v; no b: (a[c], 0).
+    void load_pair(const Xbyak::Xmm& r, const Xbyak::Address& a, const Xbyak::Address* b, int v) {
+        const Xbyak::Zmm z(r.getIdx());
+        if (!b) {
+            if (is_tail(v))
+                vpmovzxwd(z | Xbyak::util::k1 | T_z, a);
+            else
+                vpmovzxwd(z, a);
+            return;
+        }
+        load_words(z, a, v);
+        load_words(pair_second(), *b, v);
+        vpermt2w(z, pair_index(), pair_second());
+    }
+    // Two pixels (or the odd last one: `both` false) at reg_src_ / reg_dst_.
+    void pair_pixel_body(bool both) {
+        for (int v = 0; v < vecs(); ++v) {
+            const Xbyak::Address second = ptr[reg_dst_ + reg_dst_step_ + v * in_vbytes()];
+            load_pair(temp(1 + v), ptr[reg_dst_ + v * in_vbytes()], both ? &second : nullptr, v);
+        }
+        for (int ir = 0; ir < std::max<int>(1, desc_.kh); ++ir)
+            for (int k = 0; k < taps(); ++k) {
+                const int64_t disp = ir * int64_t(desc_.row_disp) + k * int64_t(desc_.tap_disp);
+                for (int v = 0; v < vecs(); ++v) {
+                    const Xbyak::Address second = ptr[reg_src_ + reg_src_step_ + disp + v * in_vbytes()];
+                    load_pair(temp(0), ptr[reg_src_ + disp + v * in_vbytes()], both ? &second : nullptr, v);
+                    vdpbf16ps(acc(ir * desc_.m + k, v), temp(1 + v), temp(0));
+                }
+            }
+    }
+    void odd_pixel_body() override { pair_pixel_body(false); }
+    // A block of `window` pairs (2 x window pixels, W stride 1): the
+    // diff_dst pairs D(u) in temp(1 + u*n + v); per kernel row and vector,
+    // the row's src vectors s_0, s_1, ... are loaded once each, and pair
+    // P_j = (s_j, s_{j+1}) feeds every (pair u, tap k) with 2u + k = j.
+    void pair_block_body() {
+        const int w = desc_.window, n = vecs();
+        const int64_t step = desc_.tap_disp;
+        for (int u = 0; u < w; ++u)
+            for (int v = 0; v < n; ++v) {
+                const Xbyak::Address second = ptr[reg_dst_ + (2 * u + 1) * step + v * in_vbytes()];
+                load_pair(temp(1 + u * n + v), ptr[reg_dst_ + 2 * u * step + v * in_vbytes()], &second, v);
+            }
+        for (int ir = 0; ir < std::max<int>(1, desc_.kh); ++ir)
+            for (int v = 0; v < n; ++v) {
+                auto src_at = [&](int j) { return ptr[reg_src_ + ir * int64_t(desc_.row_disp) + j * step + v * in_vbytes()]; };
+                Xbyak::Zmm cur(temp(0).getIdx()), next = pair_second();
+                load_words(cur, src_at(0), v);
+                for (int j = 0; j <= 2 * (w - 1) + taps() - 1; ++j) {
+                    load_words(next, src_at(j + 1), v);
+                    vpermt2w(cur, pair_index(), next);  // cur := P_j
+                    for (int k = j % 2; k < taps(); k += 2) {
+                        const int u = (j - k) / 2;
+                        if (u >= 0 && u < w) vdpbf16ps(acc(ir * desc_.m + k, v), temp(1 + u * n + v), cur);
+                    }
+                    std::swap(cur, next);
+                }
+            }
+    }
+    // Pairs: the word index of vpermt2w (word 2c from the first source's
+    // word c, word 2c + 1 from the second's: table index 32 + c), once.
+    // Clobbers r12.
+    void prologue() override {
+        if (!pairs()) return;
+        if (static_cast<Isa>(desc_.isa) < Isa::avx512_core_bf16 || group() > 1 || in_dt() != data_type::bf16)
+            throw error("JIT kernel " + name() + ": W pairs need bf16 depthwise on avx512_core_bf16");
+        static const uint16_t kIndex[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                                            8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+        mov(reg_scratch_, reinterpret_cast<uintptr_t>(kIndex));
+        vmovdqu16(pair_index(), ptr[reg_scratch_]);
+    }
+
     // Lane groups of 8: the index of input channel i. Clobbers r12 (free
     // outside the flush in a depthwise kernel, which never stages).
     void set_index(int i) {

@@ -25,8 +25,9 @@ int gemm_temps(const WeightsKernelDesc& d) {
 }
 // depthwise: n diff_dst vectors + one src register (AVX2 loads through it)
 // + the permutation index of a lane group of 8.
+// W pixel pairs (desc.dot): a second src register and the interleave index.
 int dw_temps(const WeightsKernelDesc& d) {
-    return std::max<int>(1, d.window) * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group);
+    return std::max<int>(1, d.window) * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group) + (d.dot ? 2 : 0);
 }
 
 }  // namespace
@@ -110,6 +111,7 @@ void WeightsSkeleton::generate() {
         kmovw(Xbyak::util::k2, reg_scratch_.cvt32());
     }
     load_args();
+    prologue();
     for (int r = 0; r < rows(); ++r)
         for (int v = 0; v < vecs(); ++v) vec_.zero(acc(r, v));
     row_loop();
@@ -181,6 +183,28 @@ void WeightsSkeleton::pixel_loop() {
     }
     align(16);
     L(pixel);
+    if (body_pixels() == 2) {  // pairs while two pixels are left, then the odd one
+        Xbyak::Label odd;
+        cmp(reg_npix_, 2);
+        jl(odd, T_NEAR);
+        for (int p = 0; p < 2; ++p) {
+            for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
+            add(reg_prefetch_, reg_prefetch_step_);
+        }
+        pixel_body();
+        for (int p = 0; p < 2; ++p) {
+            add(reg_src_, reg_src_step_);
+            add(reg_dst_, reg_dst_step_);
+        }
+        sub(reg_npix_, 2);
+        jmp(pixel, T_NEAR);
+        L(odd);
+        test(reg_npix_, reg_npix_);
+        jz(done, T_NEAR);
+        odd_pixel_body();
+        L(done);
+        return;
+    }
     for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
     add(reg_prefetch_, reg_prefetch_step_);
     pixel_body();

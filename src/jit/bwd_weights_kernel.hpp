@@ -8,6 +8,10 @@
 //    same channel and pixel of two images, low half the first; vdpbf16ps
 //    adds both products into one f32 lane, so one instruction covers two
 //    pixels of the reduction. Addressing is identical to f32.
+//  - bf16 W pairs (depthwise with desc.dot, avx512_core_bf16): the kernel
+//    reads bf16 in place and interleaves two consecutive pixels of a row
+//    (vpermt2w) into one 32-bit element per channel, in diff_dst and src
+//    alike; vdpbf16ps then adds both pixels' products into one f32 lane.
 //  - bf16 / f16 read in place (desc.in_dt, depthwise only): each vector is
 //    widened to f32 as it is loaded (2 bytes per channel and pixel). The
 //    depthwise kernel does one FMA per loaded src vector and is bound by
@@ -102,7 +106,7 @@ struct WeightsKernelDesc {
     uint8_t m = 0;     // gemm: input channels per tile; depthwise: kw taps x lane_group per tile
     uint8_t n = 0;     // vectors of output channels (gemm) / channels (depthwise)
     uint8_t tail = 0;  // live lanes of the last vector, 0 = all
-    uint8_t dot = 0;    // 1: bf16 pairs with vdpbf16ps (see the header comment), 0: f32 FMA
+    uint8_t dot = 0;    // 1: bf16 pairs with vdpbf16ps (gemm: of images; depthwise: W pixels), 0: f32 FMA
     uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise; gemm: its stage copies); 0 = f32
     uint8_t kh = 1;     // depthwise: kernel rows per tile (src rows row_disp apart)
     uint8_t stage = 0;  // gemm: WeightsStage bits

@@ -40,6 +40,13 @@ protected:
     virtual int block_pixels() const { return 1; }
     virtual int64_t block_step() const { return 0; }
     virtual void block_body() {}
+    // Pixels pixel_body() takes (1 or 2: consecutive pixels, src_step /
+    // dst_step apart); with 2, a row's odd last pixel goes to
+    // odd_pixel_body().
+    virtual int body_pixels() const { return 1; }
+    // Emitted once before the row loop (after the arguments are loaded).
+    virtual void prologue() {}
+    virtual void odd_pixel_body() {}
 
     // Tile rows (ic, or taps: kh kernel rows of m kw taps, row-major).
     int rows() const { return desc_.m * std::max<int>(1, desc_.kh); }

@@ -173,8 +173,15 @@ double gemm_tile(int r, int v, double pixels, double latency) {
 // lane group, each src vector loaded and permuted once per channel); a
 // window of w pixels loads each kernel row's w + m - 1 src vectors once
 // (per pixel: (w + m - 1) / w of them, against m).
-double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double latency, int group) {
+double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double latency, int group, bool w_pairs) {
     const int r = m * kh * group;
+    if (w_pairs) {  // per pixel: half a vdpbf16ps per (tap, vector), and the vpermt2w that pair the loads
+        const double src_loads = windows ? kh * v * double(2 * w + m - 1) / (2 * w) : double(r * v);
+        const double perms = (windows ? src_loads : src_loads / 2) + v / 2.0, dots = r * v / 2.0;
+        const double px = std::max({(dots + perms) / Cost::dot_shuffle_per_cycle, (v + src_loads) / Cost::loads_per_cycle,
+                                    latency, (dots + perms + v + src_loads + 4) / Cost::instr_per_cycle});
+        return px + (1.5 * r * v + Cost::call_cycles) / pixels;
+    }
     const double src_loads = kh * v * double(w + m - 1) / w * group;
     const double px = windows ? std::max(tile_cycles(r * v, v, r * v + v + src_loads + 4, latency),
                                          (v + src_loads) / Cost::vec_loads_per_cycle)
@@ -206,7 +213,8 @@ int64_t dw_row_disp(const WeightsPlan& plan) {
 // The kernel's largest displacement, (kh-1)*row + (m-1)*tap + n vectors,
 // must fit in 32 bits.
 bool dw_disp_fits(const WeightsPlan& plan, int m, int n, int kh, int window) {
-    return (kh - 1) * dw_row_disp(plan) + (m + window - 1) * dw_tap_disp(plan) + 64 * n <= INT32_MAX;
+    const int block = plan.w_pairs ? 2 * window : window;  // pixels
+    return (kh - 1) * dw_row_disp(plan) + (m + block - 1) * dw_tap_disp(plan) + 64 * n <= INT32_MAX;
 }
 
 // Search over (m, n) (and, depthwise, kh: all kernel rows in one tile or
@@ -221,7 +229,7 @@ void choose_blocking(WeightsPlan& plan) {
     const int64_t vecs = div_up(channels, b.vlen);
     const int64_t rows_total = dw ? g.k[2] : plan.gemm_rows();  // depthwise tile rows are kw taps
     b.tail = static_cast<int>(channels % b.vlen);
-    const double latency = plan.pairs               ? Cost::dot_latency
+    const double latency = plan.pairs || plan.w_pairs ? Cost::dot_latency
                            : plan.isa == Isa::avx2 ? Cost::fma_latency_avx2
                                                    : Cost::fma_latency;
     const int kh_options[2] = {dw ? static_cast<int>(std::min<int64_t>(g.k[1], 32)) : 1, 1};
@@ -254,7 +262,7 @@ void choose_blocking(WeightsPlan& plan) {
                         return over_tiles(vecs, n, [&](int v) {
                             if (!dw) return gemm_tile(r, v, pixels, latency);
                             const double l2 = 2.0 * v * b.vlen * plan.elem_bytes() / Cost::l2_bytes_per_cycle;
-                            return dw_tile(r, kh, v, w, windows, pixels, latency, b.lane_group) + l2;
+                            return dw_tile(r, kh, v, w, windows, pixels, latency, b.lane_group, plan.w_pairs) + l2;
                         });
                     };
                     const double cost = over_tiles(rows_total, m, row_cost) * (dw ? passes : g.g);
@@ -430,7 +438,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.lane_group = static_cast<uint8_t>(dw ? blk.lane_group : 1);
     d.n = static_cast<uint8_t>(n);
     d.tail = static_cast<uint8_t>(tail_lanes);
-    d.dot = pairs ? 1 : 0;
+    d.dot = pairs || w_pairs ? 1 : 0;
     // The kernels read 32-bit elements (f32, staged, pairs), or widen 16-bit
     // ones as they load them (depthwise in place; gemm stage copies).
     d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 && !stage ? data_type::f32 : dt);
@@ -478,10 +486,25 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     }
     WeightsPlan plan;
     plan.dt = p.dt;
-    // Depthwise reads 16-bit tensors in place (memory bound: no staging, no pairs).
+    // Depthwise reads 16-bit tensors in place (memory bound: no staging, no
+    // image pairs). bf16 with vdpbf16ps pairs consecutive pixels of a row
+    // instead, where a pixel window shares each paired src vector between
+    // taps (W stride and dilation 1, kernels of 3 taps or more; depthwise
+    // only, lane groups permute their loads): the widened FMAs of a 3x3
+    // depthwise tile are bound by the FMA pipe, and W pairs halve its work
+    // (AMD Zen 4, bf16, 1 thread, min of 5 at mb 8: MobileNetV2 / EfficientNet
+    // 32 channels at 112x112 1.33-1.34x, 144 at 56x56 1.26x; 2 threads, mb
+    // 32: 3x3 at 7x7-28x28 1.13-1.18x, 5x5 1.15-1.24x, ConvNeXt 7x7 1.09-1.50x,
+    // the DRAM-bound 112x112 layers 0.94-1.01x). Strided rows share no src
+    // pair between taps (two loads and a vpermt2w per product pair): 0.75-0.89x
+    // with the tiles the cost model picked.
     const bool dw = is_depthwise(p, isa);
     plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
-    plan.isa = plan.pairs ? Isa::avx512_core_bf16 : isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
+    plan.w_pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && dw && p.icg == 1 && p.stride[2] == 1 &&
+                   p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit;
+    plan.isa = plan.pairs || plan.w_pairs ? Isa::avx512_core_bf16
+               : isa >= Isa::avx512_core  ? Isa::avx512_core
+                                          : Isa::avx2;
     plan.geo = make_geometry(p, plan.pairs);
     plan.blk.kind = dw ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
     if (dw) plan.blk.lane_group = static_cast<int>(p.icg);
@@ -545,7 +568,7 @@ std::string WeightsPlan::to_string() const {
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
        << (stage_in_kernel ? " tile-major(in-kernel)" : tile_major ? " tile-major" : "")
        << (fold_kw > 1 ? " fold-kw" : "") << (prepad ? " prepad" : "")
-       << (dw_edge_copy ? " W-edges-copied" : "")
+       << (dw_edge_copy ? " W-edges-copied" : "") << (w_pairs ? " W-pairs" : "")
        << (transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
        << (pf_lines != 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())

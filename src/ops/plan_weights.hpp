@@ -79,9 +79,13 @@ struct WeightsThreadGrid {
 };
 
 struct WeightsPlan {
-    Isa isa = Isa::avx2;            // avx512_core_bf16 only for bf16 pairs
+    Isa isa = Isa::avx2;            // avx512_core_bf16 only for bf16 pairs (of images, or w_pairs)
     data_type dt = data_type::f32;  // of the user's tensors
     bool pairs = false;             // bf16 pairs of images + vdpbf16ps kernels
+    // Depthwise bf16 on avx512_core_bf16: vdpbf16ps over pairs of
+    // consecutive pixels of a row, interleaved in the kernels as they load
+    // the user's tensors (WeightsKernelDesc::dot on a depthwise kernel).
+    bool w_pairs = false;
     WeightsGeometry geo;
     WeightsBlocking blk;
     WeightsReduction red;
@@ -170,6 +174,9 @@ struct WeightsCostModel {
     // its data in L1 (about 0.9 loads a cycle; a probe calling the kernel
     // on one L1-resident row, 16 channels).
     static constexpr double vec_loads_per_cycle = 1;
+    // vdpbf16ps and vpermt2w issue to one pipe, one a cycle together (AMD
+    // Zen 4: a 1:1 mix of independent ones ran at 1 a cycle; each alone 1).
+    static constexpr double dot_shuffle_per_cycle = 1;
     static constexpr int64_t dw_window_min_kw = 5;  // depthwise pixel windows from this kernel width
     static constexpr int64_t dw_window_min_kw_16bit = 3;  // ... when 16-bit loads are widened in the kernel
     static constexpr double fma_latency = 4;
