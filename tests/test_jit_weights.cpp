@@ -266,6 +266,39 @@ TEST_CASE("weights: groups and depthwise", "[jit][weights]") {
     check_exact(dw);
 }
 
+// Depthwise W edges: the pixels where only taps [a, b) of a tile read
+// inside src run kernels of b - a taps (per kernel row in the rows where
+// some kernel rows fall outside src). Prefix and suffix intervals (7 taps,
+// pad 3; planes large enough not to be pre-padded), middle ones (a dilated 1D kernel wider than its row), W and H
+// strides with uneven pads; AVX2 splits the 7 taps over kw tiles.
+TEST_CASE("weights: depthwise W edges run the taps that read inside src", "[jit][weights]") {
+    std::vector<Case> cs;
+    Case c = conv2d(20, 20, {16, 48}, {3, 7});
+    c.pb = c.pe = {1, 3};
+    cs.push_back(c);
+    c = conv2d(17, 17, {5}, {3});
+    c.d = {4};
+    c.pb = c.pe = {4};
+    cs.push_back(c);
+    c = conv2d(33, 33, {20, 41}, {3, 5});
+    c.s = {2, 2};
+    c.pb = {1, 2};
+    c.pe = {0, 1};
+    cs.push_back(c);
+    for (Case& k : cs) {
+        k.g = k.ic;
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = k.make(isa).describe();
+            INFO(label(k, isa) << "\n" << d);
+            CHECK(d.find("prepad") == std::string::npos);
+        }
+        check_exact(k);
+        Case h = k;
+        h.dt = convgrad::data_type::f16;  // widened as loaded, the same edge calls
+        check_exact_any_type(h);
+    }
+}
+
 // Grouped f32 layers with a spatial kernel read the user's tensors in place
 // on AVX-512 (a tile takes ICg / OCg of each pixel's channels), unless the
 // pixels of a row crowd one L1 set, which keep staging. Groups of 16 with a

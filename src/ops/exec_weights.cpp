@@ -241,11 +241,32 @@ struct ThreadState {
     // Depthwise: the row lists of one (kd, kernel-row block, kw tile) over
     // the chunk, which its channel tiles (consecutive tiles) share: every
     // kernel row of the block inside src, then per kernel row the rest where
-    // its taps are, then per (kernel row, tap) the W edges. key -1: none.
+    // its taps are; then the W edges: per set of taps [a, b) of the tile
+    // (a TapRun's) and kernel row (-1: the block's rows), the pixels where
+    // only those taps read inside src. key -1: none.
     struct DwRows {
         int64_t key = -1;
         std::vector<WeightsRow> block;
-        std::vector<std::vector<WeightsRow>> edge, one_tap;
+        std::vector<std::vector<WeightsRow>> edge;
+        struct Part {
+            int a = 0, b = 0;
+            int64_t row = -1;
+            std::vector<WeightsRow> rows;
+        };
+        std::vector<Part> parts;  // the first `nparts` are this key's
+        size_t nparts = 0;
+        // The part of taps [a, b) and kernel row `row`, added if new.
+        std::vector<WeightsRow>& part(int a, int b, int64_t row) {
+            for (size_t i = 0; i < nparts; ++i)
+                if (parts[i].a == a && parts[i].b == b && parts[i].row == row) return parts[i].rows;
+            if (nparts == parts.size()) parts.emplace_back();
+            Part& p = parts[nparts++];
+            p.a = a;
+            p.b = b;
+            p.row = row;
+            p.rows.clear();
+            return p.rows;
+        }
     } dw;
     // plan.dw_edge_copy: the chunk's W-edge runs (all kernel rows, zeros
     // outside src) for kd = edge_kd (-1: none yet), and their rows.
@@ -270,6 +291,8 @@ public:
             wei_str_.k[1] = wei_str_.k[2] * p.k[2];
             wei_str_.k[0] = wei_str_.k[1] * p.k[1];
         }
+        if (plan.dw_edge_copy) edge_pitch_ = plan.dw_edge_pitch();
+        if (plan.blk.kind == WeightsKernelKind::depthwise && !plan.dw_edge_copy) plan_tap_runs();
         load_kernels();
     }
 
@@ -392,14 +415,27 @@ private:
     Problem p_;     // as the kernels walk them: the pads in src with plan.prepad
     WeightsPlan plan_;
     WeightStrides wei_str_;
+    int64_t edge_pitch_ = 0;  // plan.dw_edge_copy: WeightsPlan::dw_edge_pitch()
     // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile (x blk.kh
-    // kernel rows), 2 = one tap, 3 / 4 = full / last m tile of one kernel
-    // row (depthwise edges), 5 / 6 = full / last m tile over the W-edge
-    // copy (its pitch between kernel rows); n kind 0 = full tile, 1 = last
+    // kernel rows), 2 / 3 = full / last m tile of one kernel row
+    // (depthwise edges), 4 / 5 = full / last m tile over the W-edge copy
+    // (its pitch between kernel rows); n kind 0 = full tile, 1 = last
     // (tail) tile.
-    enum RowsKind { kFull, kLast, kOneTap, kRowFull, kRowLast, kEdgeFull, kEdgeLast, kRowsKinds };
+    enum RowsKind { kFull, kLast, kRowFull, kRowLast, kEdgeFull, kEdgeLast, kRowsKinds };
     // [..][..][WeightsStage bits]: stage_in_kernel gemm only, else 0.
     std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][4];
+    // Depthwise W edges (without the W-edge copy): per kw tile, the runs of
+    // output pixels of a row where only taps [a, b) of the tile (0 < b - a
+    // < its taps) read inside src; each tap's valid pixels are an interval
+    // that shrinks as the tap moves right, so a pixel's taps are an
+    // interval too. Their kernels: [b - a][blk.kh kernel rows, or one][n kind].
+    struct TapRun {
+        int64_t ow_lo, ow_hi;
+        int a, b;
+    };
+    std::vector<std::vector<TapRun>> tap_runs_;
+    std::shared_ptr<const WeightsKernel> part_kernels_[33][2][2];
+    void plan_tap_runs();
     std::shared_ptr<const StageKernel> stager_;
 };
 
@@ -408,26 +444,32 @@ void JitWeightsExecutor::load_kernels() {
     const bool dw = b.kind == WeightsKernelKind::depthwise;
     const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
     const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
-    const int row_kinds[kRowsKinds] = {b.m, b.m_last, 1, b.m, b.m_last, b.m, b.m_last};
+    const int row_kinds[kRowsKinds] = {b.m, b.m_last, b.m, b.m_last, b.m, b.m_last};
+    auto get = [&](std::shared_ptr<const WeightsKernel>& k, int m, int last, int kh, int64_t rows_apart, int stage) {
+        bool hit = false;
+        const int n = last ? b.n_last : b.n;
+        const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
+        k = get_weights_kernel(plan_.desc(m, n, tail, tap_disp, kh, rows_apart, stage), &hit);
+        if (verbose()) std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
+    };
     for (int r = 0; r < kRowsKinds; ++r) {
-        if ((r >= kOneTap && !dw) || ((r == kRowFull || r == kRowLast) && b.kh == 1)) continue;
+        if ((r >= kRowFull && !dw) || ((r == kRowFull || r == kRowLast) && b.kh == 1)) continue;
         if (r >= kEdgeFull && !plan_.dw_edge_copy) continue;
-        const bool full_rows = r < kOneTap || r >= kEdgeFull;  // all b.kh kernel rows
-        const int kh = full_rows ? b.kh : 1;
+        const bool full_rows = r < kRowFull || r >= kEdgeFull;  // all b.kh kernel rows
         for (int last = 0; last < 2; ++last) {
-            const int n = last ? b.n_last : b.n;
-            const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
             if (!last && b.n_tiles == 1) continue;  // the only n tile is the last
-            for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage) {
-                bool hit = false;
-                auto& k = kernels_[r][last][stage];
-                const int64_t rows_apart = r >= kEdgeFull ? plan_.dw_edge_pitch() : row_disp;
-                k = get_weights_kernel(plan_.desc(row_kinds[r], n, tail, tap_disp, kh, rows_apart, stage), &hit);
-                if (verbose())
-                    std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
-            }
+            for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage)
+                get(kernels_[r][last][stage], row_kinds[r], last, full_rows ? b.kh : 1,
+                    r >= kEdgeFull ? edge_pitch_ : row_disp, stage);
         }
     }
+    for (const std::vector<TapRun>& runs : tap_runs_)
+        for (const TapRun& run : runs)
+            for (int one_row = 0; one_row < (b.kh > 1 ? 2 : 1); ++one_row)
+                for (int last = b.n_tiles == 1 ? 1 : 0; last < 2; ++last) {
+                    auto& k = part_kernels_[run.b - run.a][one_row][last];
+                    if (!k) get(k, run.b - run.a, last, one_row ? 1 : b.kh, row_disp, 0);
+                }
     if (plan_.rounded() && plan_.staged) {
         const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
                                : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
@@ -765,13 +807,39 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     call(kernel(m, ot == b.n_tiles - 1, stage), c, rows, accumulate, pf);
 }
 
+void JitWeightsExecutor::plan_tap_runs() {
+    const WeightsGeometry& g = plan_.geo;
+    const WeightsBlocking& b = plan_.blk;
+    tap_runs_.resize(static_cast<size_t>(b.m_tiles));
+    for (int64_t kt = 0; kt < b.m_tiles; ++kt) {
+        const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
+        std::vector<std::array<int64_t, 2>> valid;  // per tap of the tile
+        for (int k = 0; k < taps; ++k) valid.push_back(valid_ow(g, kt * b.m + k));
+        std::vector<TapRun>& runs = tap_runs_[static_cast<size_t>(kt)];
+        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
+            int a = taps, e = 0;  // the taps reading inside src: [a, e)
+            for (int k = 0; k < taps; ++k)
+                if (valid[static_cast<size_t>(k)][0] <= ow && ow < valid[static_cast<size_t>(k)][1]) {
+                    a = std::min(a, k);
+                    e = k + 1;
+                }
+            if (a >= e || e - a == taps) continue;  // none (no work), or all (the block kernels)
+            if (!runs.empty() && runs.back().ow_hi == ow && runs.back().a == a && runs.back().b == e)
+                ++runs.back().ow_hi;
+            else
+                runs.push_back({ow, ow + 1, a, e});
+        }
+    }
+}
+
 // Tile order: kd, kernel-row block, kw tile, channel tile. A tile covers
 // blk.kh kernel rows x (m taps) x (n vectors). Its interior (rows where
 // every kernel row of the block reads inside src, pixels where every tap
 // does) goes to the block kernel; rows where only some kernel rows read
-// inside src go to one-row kernels; the edge pixels of each tap to the
-// single-tap kernel. Only the first call may store (not accumulate): it
-// writes the whole tile, even with no rows.
+// inside src go to one-row kernels; the W-edge pixels, where only taps
+// [a, b) do, to kernels of b - a taps (per kernel row in the latter
+// rows). Only the first call may store (not accumulate): it writes the
+// whole tile, even with no rows.
 void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src,
                                      const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
@@ -785,21 +853,6 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     const int taps = last_tap_tile ? b.m_last : b.m;
     const int64_t kw0 = kt * b.m, c0 = ct * b.n * b.vlen;
     const int last_n = ct == b.n_tiles - 1 || b.n_tiles == 1;
-    // The block kernels run on [lo, hi): where every tap of the tile reads
-    // inside src, or with the W-edge copy where every tap of the kernel does
-    // (the copy covers the rest for every tile).
-    int64_t lo = 0, hi = g.out[2];
-    if (plan_.dw_edge_copy) {
-        const WeightsPlan::WEdges e = plan_.w_edges();
-        lo = e.left;
-        hi = e.right;
-    } else {
-        for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
-            const auto r = valid_ow(g, kw);
-            lo = std::max(lo, r[0]);
-            hi = std::min(hi, r[1]);
-        }
-    }
     const int64_t es = plan_.elem_bytes();
     auto at_tap = [&](int64_t kh, int64_t kw) {
         return TileCall{src + c0 * es,
@@ -813,27 +866,37 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     ThreadState::DwRows& dw = ts.dw;
     if (dw.key != tile / b.n_tiles) {  // rows do not depend on the channel tile
         dw.key = tile / b.n_tiles;
-        dw.edge.resize(static_cast<size_t>(b.kh));
-        dw.one_tap.resize(static_cast<size_t>(b.kh * taps));
-        dw.block.clear();
-        if (lo < hi) build_rows(dw.block, ts.chunk, ts.view, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
-        for (int64_t i = 0; i < b.kh; ++i) {
-            const int64_t kh = kh0 + i;
-            std::vector<WeightsRow>& edge = dw.edge[static_cast<size_t>(i)];
-            edge.clear();
-            if (b.kh > 1 && lo < hi) build_rows(edge, ts.chunk, ts.view, kd, kh, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
+        // The block kernels run on [lo, hi): where every tap of the tile
+        // reads inside src, or with the W-edge copy where every tap of the
+        // kernel does (the copy covers the rest for every tile).
+        int64_t lo = 0, hi = g.out[2];
+        if (plan_.dw_edge_copy) {
+            const WeightsPlan::WEdges e = plan_.w_edges();
+            lo = e.left;
+            hi = e.right;
+        } else {
             for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
                 const auto r = valid_ow(g, kw);
-                std::vector<WeightsRow>& one = dw.one_tap[static_cast<size_t>(i * taps + kw - kw0)];
-                one.clear();
-                if (plan_.dw_edge_copy) continue;
-                if (lo < hi) {
-                    build_rows(one, ts.chunk, ts.view, kd, kh, kw, r[0], std::min(r[1], lo));
-                    build_rows(one, ts.chunk, ts.view, kd, kh, kw, std::max(r[0], hi), r[1]);
-                } else {
-                    build_rows(one, ts.chunk, ts.view, kd, kh, kw, r[0], r[1]);
-                }
+                lo = std::max(lo, r[0]);
+                hi = std::min(hi, r[1]);
             }
+        }
+        dw.edge.resize(static_cast<size_t>(b.kh));
+        dw.block.clear();
+        dw.nparts = 0;
+        if (lo < hi) build_rows(dw.block, ts.chunk, ts.view, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
+        for (int64_t i = 0; i < b.kh; ++i) {
+            std::vector<WeightsRow>& edge = dw.edge[static_cast<size_t>(i)];
+            edge.clear();
+            if (b.kh > 1 && lo < hi)
+                build_rows(edge, ts.chunk, ts.view, kd, kh0 + i, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
+        }
+        for (const TapRun& run : plan_.dw_edge_copy ? std::vector<TapRun>{} : tap_runs_[static_cast<size_t>(kt)]) {
+            build_rows(dw.part(run.a, run.b, -1), ts.chunk, ts.view, kd, kh0, kw0 + run.a, run.ow_lo, run.ow_hi,
+                       RowSet::block_valid, kh0, b.kh);
+            for (int64_t i = 0; b.kh > 1 && i < b.kh; ++i)
+                build_rows(dw.part(run.a, run.b, i), ts.chunk, ts.view, kd, kh0 + i, kw0 + run.a, run.ow_lo,
+                           run.ow_hi, RowSet::block_edge, kh0, b.kh);
         }
     }
     call(*kernels_[last_tap_tile ? kLast : kFull][last_n][0], at_tap(kh0, kw0), dw.block, accumulate, pf);
@@ -841,16 +904,18 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
         const std::vector<WeightsRow>& edge = dw.edge[static_cast<size_t>(i)];
         if (!edge.empty())
             call(*kernels_[last_tap_tile ? kRowLast : kRowFull][last_n][0], at_tap(kh0 + i, kw0), edge, true, pf);
-        for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
-            const std::vector<WeightsRow>& one = dw.one_tap[static_cast<size_t>(i * taps + kw - kw0)];
-            if (!one.empty()) call(*kernels_[kOneTap][last_n][0], at_tap(kh0 + i, kw), one, true, pf);
-        }
+    }
+    for (size_t i = 0; i < dw.nparts; ++i) {  // the W edges, a call per set of taps (and kernel row)
+        const ThreadState::DwRows::Part& part = dw.parts[i];
+        if (part.rows.empty()) continue;
+        const WeightsKernel& k = *part_kernels_[part.b - part.a][part.row < 0 ? 0 : 1][last_n];
+        call(k, at_tap(kh0 + std::max<int64_t>(part.row, 0), kw0 + part.a), part.rows, true, pf);
     }
     if (plan_.dw_edge_copy) {
         if (ts.edge_kd != kd) build_dw_edges(ts, kd, src);
         if (ts.edge_rows.empty()) return;
         TileCall c = at_tap(kh0, kw0);
-        c.src = ts.edge_buf.data() + kh0 * plan_.dw_edge_pitch() + (c0 + kw0 * g.dil[2] * p_.ic()) * es;
+        c.src = ts.edge_buf.data() + kh0 * edge_pitch_ + (c0 + kw0 * g.dil[2] * p_.ic()) * es;
         call(*kernels_[last_tap_tile ? kEdgeLast : kEdgeFull][last_n][0], c, ts.edge_rows, true, pf);
     }
 }
@@ -858,7 +923,7 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
 void JitWeightsExecutor::build_dw_edges(ThreadState& ts, int64_t kd, const char* src) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsPlan::WEdges e = plan_.w_edges();
-    const int64_t px = p_.ic() * user_elem_bytes(), pitch = plan_.dw_edge_pitch();
+    const int64_t px = p_.ic() * user_elem_bytes(), pitch = edge_pitch_;
     const int64_t s = g.stride[2], ext = (g.k[2] - 1) * g.dil[2] + 1;
     ts.edge_rows.clear();
     int64_t at = 0;  // pixels of each kernel row's region used so far
@@ -892,7 +957,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     std::vector<float> row_buf;
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
     if (plan_.dw_edge_copy)  // every kernel row's region, and a vector of slack
-        ts.edge_buf.resize(static_cast<size_t>(plan_.geo.k[1] * plan_.dw_edge_pitch() + 64));
+        ts.edge_buf.resize(static_cast<size_t>(plan_.geo.k[1] * edge_pitch_ + 64));
     if (plan_.fold_kw > 1 && !plan_.staged) {  // one edge slot per (chunk row, kd, kh), and a vector of slack
         const WeightsPlan::WEdges e = plan_.w_edges();
         ts.edges.resize(static_cast<size_t>(red.chunk_rows * g.k[0] * g.k[1] * (e.left_w + e.right_w) * p_.ic() + 16));
