@@ -3,9 +3,9 @@
 // vectors x `taps` consecutive kw taps, so each diff_dst vector loaded is
 // used by `taps` FMAs; with desc.window (W stride
 // 1) each src vector loaded is used by every tap that reads it within a
-// block of pixels too. The executor calls it only on the pixel range where
-// every tap of the tile reads inside src, and covers the edge pixels with
-// single-tap calls. bf16 on avx512_core_bf16 (desc.dot): vdpbf16ps over
+// block of pixels too. The executor calls it on the pixel range where
+// every tap of the tile reads inside src, and covers each edge pixel with a
+// tile of the taps that do. bf16 on avx512_core_bf16 (desc.dot): vdpbf16ps over
 // pairs of consecutive pixels of a row (see pairs() below).
 #include "jit/bwd_weights_kernel.hpp"
 #include "jit/bwd_weights_skeleton.hpp"

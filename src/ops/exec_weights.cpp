@@ -268,11 +268,6 @@ struct ThreadState {
             return p.rows;
         }
     } dw;
-    // plan.dw_edge_copy: the chunk's W-edge runs (all kernel rows, zeros
-    // outside src) for kd = edge_kd (-1: none yet), and their rows.
-    int64_t edge_kd = -1;
-    std::vector<char> edge_buf;
-    std::vector<WeightsRow> edge_rows;
     std::vector<float> edges;      // fold_kw: zero-padded src runs of the W edges, a slot per (row, kd, kh)
     StagedChunk staged;
     const StagedChunk* view = nullptr;  // staged chunk, or nullptr: user tensors
@@ -291,8 +286,7 @@ public:
             wei_str_.k[1] = wei_str_.k[2] * p.k[2];
             wei_str_.k[0] = wei_str_.k[1] * p.k[1];
         }
-        if (plan.dw_edge_copy) edge_pitch_ = plan.dw_edge_pitch();
-        if (plan.blk.kind == WeightsKernelKind::depthwise && !plan.dw_edge_copy) plan_tap_runs();
+        if (plan.blk.kind == WeightsKernelKind::depthwise) plan_tap_runs();
         load_kernels();
     }
 
@@ -352,11 +346,6 @@ private:
     // src), written here.
     void build_folded_rows(std::vector<WeightsRow>& out, ThreadState& ts, const char* src, int64_t kd,
                            int64_t kh) const;
-    // plan.dw_edge_copy: the W-edge runs of the chunk's rows for kd into
-    // ts.edge_buf (see WeightsPlan::dw_edge_copy) and their rows into
-    // ts.edge_rows: a run's src offset is into the copy (kernel row 0),
-    // its diff_dst offset into the user's tensor.
-    void build_dw_edges(ThreadState& ts, int64_t kd, const char* src) const;
     // Pixels of a staged src row: the input row (merged rows: a segment's
     // pixels), or with fold_kw every pixel the taps read, W padding
     // included as zeros, so the folded rows need no edges.
@@ -415,16 +404,13 @@ private:
     Problem p_;     // as the kernels walk them: the pads in src with plan.prepad
     WeightsPlan plan_;
     WeightStrides wei_str_;
-    int64_t edge_pitch_ = 0;  // plan.dw_edge_copy: WeightsPlan::dw_edge_pitch()
     // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile (x blk.kh
     // kernel rows), 2 / 3 = full / last m tile of one kernel row
-    // (depthwise edges), 4 / 5 = full / last m tile over the W-edge copy
-    // (its pitch between kernel rows); n kind 0 = full tile, 1 = last
-    // (tail) tile.
-    enum RowsKind { kFull, kLast, kRowFull, kRowLast, kEdgeFull, kEdgeLast, kRowsKinds };
+    // (depthwise edges); n kind 0 = full tile, 1 = last (tail) tile.
+    enum RowsKind { kFull, kLast, kRowFull, kRowLast, kRowsKinds };
     // [..][..][WeightsStage bits]: stage_in_kernel gemm only, else 0.
     std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][4];
-    // Depthwise W edges (without the W-edge copy): per kw tile, the runs of
+    // Depthwise W edges: per kw tile, the runs of
     // output pixels of a row where only taps [a, b) of the tile (0 < b - a
     // < its taps) read inside src; each tap's valid pixels are an interval
     // that shrinks as the tap moves right, so a pixel's taps are an
@@ -444,7 +430,7 @@ void JitWeightsExecutor::load_kernels() {
     const bool dw = b.kind == WeightsKernelKind::depthwise;
     const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
     const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
-    const int row_kinds[kRowsKinds] = {b.m, b.m_last, b.m, b.m_last, b.m, b.m_last};
+    const int row_kinds[kRowsKinds] = {b.m, b.m_last, b.m, b.m_last};
     auto get = [&](std::shared_ptr<const WeightsKernel>& k, int m, int last, int kh, int64_t rows_apart, int stage) {
         bool hit = false;
         const int n = last ? b.n_last : b.n;
@@ -454,13 +440,11 @@ void JitWeightsExecutor::load_kernels() {
     };
     for (int r = 0; r < kRowsKinds; ++r) {
         if ((r >= kRowFull && !dw) || ((r == kRowFull || r == kRowLast) && b.kh == 1)) continue;
-        if (r >= kEdgeFull && !plan_.dw_edge_copy) continue;
-        const bool full_rows = r < kRowFull || r >= kEdgeFull;  // all b.kh kernel rows
+        const bool full_rows = r < kRowFull;  // all b.kh kernel rows
         for (int last = 0; last < 2; ++last) {
             if (!last && b.n_tiles == 1) continue;  // the only n tile is the last
             for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage)
-                get(kernels_[r][last][stage], row_kinds[r], last, full_rows ? b.kh : 1,
-                    r >= kEdgeFull ? edge_pitch_ : row_disp, stage);
+                get(kernels_[r][last][stage], row_kinds[r], last, full_rows ? b.kh : 1, row_disp, stage);
         }
     }
     for (const std::vector<TapRun>& runs : tap_runs_)
@@ -867,19 +851,12 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     if (dw.key != tile / b.n_tiles) {  // rows do not depend on the channel tile
         dw.key = tile / b.n_tiles;
         // The block kernels run on [lo, hi): where every tap of the tile
-        // reads inside src, or with the W-edge copy where every tap of the
-        // kernel does (the copy covers the rest for every tile).
+        // reads inside src.
         int64_t lo = 0, hi = g.out[2];
-        if (plan_.dw_edge_copy) {
-            const WeightsPlan::WEdges e = plan_.w_edges();
-            lo = e.left;
-            hi = e.right;
-        } else {
-            for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
-                const auto r = valid_ow(g, kw);
-                lo = std::max(lo, r[0]);
-                hi = std::min(hi, r[1]);
-            }
+        for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
+            const auto r = valid_ow(g, kw);
+            lo = std::max(lo, r[0]);
+            hi = std::min(hi, r[1]);
         }
         dw.edge.resize(static_cast<size_t>(b.kh));
         dw.block.clear();
@@ -891,7 +868,7 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
             if (b.kh > 1 && lo < hi)
                 build_rows(edge, ts.chunk, ts.view, kd, kh0 + i, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
         }
-        for (const TapRun& run : plan_.dw_edge_copy ? std::vector<TapRun>{} : tap_runs_[static_cast<size_t>(kt)]) {
+        for (const TapRun& run : tap_runs_[static_cast<size_t>(kt)]) {
             build_rows(dw.part(run.a, run.b, -1), ts.chunk, ts.view, kd, kh0, kw0 + run.a, run.ow_lo, run.ow_hi,
                        RowSet::block_valid, kh0, b.kh);
             for (int64_t i = 0; b.kh > 1 && i < b.kh; ++i)
@@ -911,40 +888,6 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
         const WeightsKernel& k = *part_kernels_[part.b - part.a][part.row < 0 ? 0 : 1][last_n];
         call(k, at_tap(kh0 + std::max<int64_t>(part.row, 0), kw0 + part.a), part.rows, true, pf);
     }
-    if (plan_.dw_edge_copy) {
-        if (ts.edge_kd != kd) build_dw_edges(ts, kd, src);
-        if (ts.edge_rows.empty()) return;
-        TileCall c = at_tap(kh0, kw0);
-        c.src = ts.edge_buf.data() + kh0 * edge_pitch_ + (c0 + kw0 * g.dil[2] * p_.ic()) * es;
-        call(*kernels_[last_tap_tile ? kEdgeLast : kEdgeFull][last_n][0], c, ts.edge_rows, true, pf);
-    }
-}
-
-void JitWeightsExecutor::build_dw_edges(ThreadState& ts, int64_t kd, const char* src) const {
-    const WeightsGeometry& g = plan_.geo;
-    const WeightsPlan::WEdges e = plan_.w_edges();
-    const int64_t px = p_.ic() * user_elem_bytes(), pitch = edge_pitch_;
-    const int64_t s = g.stride[2], ext = (g.k[2] - 1) * g.dil[2] + 1;
-    ts.edge_rows.clear();
-    int64_t at = 0;  // pixels of each kernel row's region used so far
-    for (const RowPos& r : ts.chunk) {
-        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
-        if (id < 0 || id >= g.in[0]) continue;
-        const int64_t runs[2][2] = {{0, e.left}, {e.right, g.out[2]}};
-        for (const auto& run : runs) {
-            const int64_t a = run[0], b = run[1];
-            if (a >= b) continue;
-            const int64_t width = (b - a - 1) * s + ext;
-            for (int64_t i = 0; i < g.k[1]; ++i) {  // every kernel row: zeros outside src
-                const int64_t ih = r.oh * g.stride[1] - g.pad[1] + i * g.dil[1];
-                const char* row = ih >= 0 && ih < g.in[1] ? src + user_src_bytes(r.n, id, ih, 0) : nullptr;
-                copy_row_run(row, a * s - g.pad[2], width, g.in[2], px, ts.edge_buf.data() + i * pitch + at * px);
-            }
-            ts.edge_rows.push_back({at * px, user_dst_bytes(r.n, r.od, r.oh, a), b - a});
-            at += width;
-        }
-    }
-    ts.edge_kd = kd;
 }
 
 void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src,
@@ -956,8 +899,6 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     ThreadState ts;
     std::vector<float> row_buf;
     ts.tap_rows.resize(static_cast<size_t>(p_.k_sp()));
-    if (plan_.dw_edge_copy)  // every kernel row's region, and a vector of slack
-        ts.edge_buf.resize(static_cast<size_t>(plan_.geo.k[1] * edge_pitch_ + 64));
     if (plan_.fold_kw > 1 && !plan_.staged) {  // one edge slot per (chunk row, kd, kh), and a vector of slack
         const WeightsPlan::WEdges e = plan_.w_edges();
         ts.edges.resize(static_cast<size_t>(red.chunk_rows * g.k[0] * g.k[1] * (e.left_w + e.right_w) * p_.ic() + 16));
@@ -1009,7 +950,6 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
                 prefetch_chunk(pf, c + 1, src, diff_dst);
             ts.tap_built.assign(ts.tap_rows.size(), 0);
             ts.dw.key = -1;
-            ts.edge_kd = -1;
             std::fill(std::begin(ts.tm_built), std::end(ts.tm_built), 0);
             for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)

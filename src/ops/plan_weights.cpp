@@ -472,12 +472,6 @@ WeightsPlan::WEdges WeightsPlan::w_edges() const {
     return {left, right, width(left), width(geo.out[2] - right)};
 }
 
-int64_t WeightsPlan::dw_edge_pitch() const {
-    const WEdges e = w_edges();
-    const int64_t bytes = red.chunk_rows * (e.left_w + e.right_w) * geo.g * geo.icg * elem_bytes();
-    return (bytes + 63) / 64 * 64;
-}
-
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     if (prepad_src(p, isa)) {
         WeightsPlan plan = plan_weights(padded_problem(p), isa, nthreads);
@@ -537,16 +531,6 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     choose_reduction(plan, p);
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
     plan.pf_lines = plan_prefetch_lines(plan, p);
-    // The W-edge copy where its tiles widen 16-bit loads in windowed kernels
-    // (the one-tap edge calls widen every load; 3x3, AMD Zen 4, 1 thread,
-    // min of 5, bf16: MobileNetV2 / EfficientNet-B0 32-960 channels at
-    // 7x7-112x112 1.01-1.21x). f32 measured 0.81-1.08x (its one-tap calls
-    // multiply from memory), strided 16-bit 0.89-1.09x.
-    if (dw && !plan.geo.merged && plan.elem_bytes() == 2 && plan.blk.window > 1) {
-        const WeightsPlan::WEdges e = plan.w_edges();
-        plan.dw_edge_copy = (e.left > 0 || e.right < plan.geo.out[2]) &&
-                            (plan.geo.k[1] - 1) * plan.dw_edge_pitch() <= INT32_MAX / 2;
-    }
     return plan;
 }
 
@@ -568,7 +552,7 @@ std::string WeightsPlan::to_string() const {
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
        << (stage_in_kernel ? " tile-major(in-kernel)" : tile_major ? " tile-major" : "")
        << (fold_kw > 1 ? " fold-kw" : "") << (prepad ? " prepad" : "")
-       << (dw_edge_copy ? " W-edges-copied" : "") << (w_pairs ? " W-pairs" : "")
+       << (w_pairs ? " W-pairs" : "")
        << (transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
        << (pf_lines != 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())

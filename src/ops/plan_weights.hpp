@@ -123,15 +123,8 @@ struct WeightsPlan {
     // small planes): the executor first copies src into a zero-padded NXC
     // scratch, and this plan is for that unpadded problem (padded_problem),
     // so every tap of every pixel runs in the block kernels instead of the
-    // one-tap edge kernels (ConvNeXt 7x7 at 7x7: most pixels are edges).
+    // edge kernels (ConvNeXt 7x7 at 7x7: most pixels are edges).
     bool prepad = false;
-    // Depthwise with W edges (output pixels where some kw tap reads the W
-    // padding): per chunk, the executor copies the src pixels each edge run
-    // reads, with zeros for the padding and for kernel rows outside src,
-    // into per-thread scratch (dw_edge_pitch bytes per kernel row), and
-    // covers the edges with the block kernels over that copy (row_disp =
-    // the pitch) instead of one call per tap.
-    bool dw_edge_copy = false;
     // Output pixels [0, left) and [right, OW) of a W row are its edges (some
     // kw tap reads outside src); a run of q of them reads (q - 1) * stride +
     // the dilated kernel width src pixels: left_w, right_w.
@@ -139,7 +132,6 @@ struct WeightsPlan {
         int64_t left, right, left_w, right_w;
     };
     WEdges w_edges() const;
-    int64_t dw_edge_pitch() const;
     // Rows of the gemm tile space per group: input channels (x KW folded).
     int64_t gemm_rows() const { return geo.icg * fold_kw; }
     // Chunk pixels (tile_major): rows x segment, the staged slices' length.
