@@ -266,12 +266,13 @@ TEST_CASE("weights: groups and depthwise", "[jit][weights]") {
     check_exact(dw);
 }
 
-// Depthwise W edges: the pixels where only taps [a, b) of a tile read
-// inside src run kernels of b - a taps (per kernel row in the rows where
-// some kernel rows fall outside src). Prefix and suffix intervals (7 taps,
-// pad 3; planes large enough not to be pre-padded), middle ones (a dilated 1D kernel wider than its row), W and H
-// strides with uneven pads; AVX2 splits the 7 taps over kw tiles.
-TEST_CASE("weights: depthwise W edges run the taps that read inside src", "[jit][weights]") {
+// Depthwise edges: the pixels where only taps [a, b) and kernel rows
+// [ia, ib) of a tile read inside src run kernels of that shape. Prefix and
+// suffix intervals (7 taps, pad 3), middle ones (a dilated 1D kernel wider
+// than its row), W and H strides with uneven pads, row intervals of two
+// lengths (5x5) and of three (7x7, run one kernel row at a time); planes
+// large enough not to be pre-padded; AVX2 splits the 7 taps over kw tiles.
+TEST_CASE("weights: depthwise edges run the taps and kernel rows that read inside src", "[jit][weights]") {
     std::vector<Case> cs;
     Case c = conv2d(20, 20, {16, 48}, {3, 7});
     c.pb = c.pe = {1, 3};
@@ -284,6 +285,12 @@ TEST_CASE("weights: depthwise W edges run the taps that read inside src", "[jit]
     c.s = {2, 2};
     c.pb = {1, 2};
     c.pe = {0, 1};
+    cs.push_back(c);
+    c = conv2d(18, 18, {34, 34}, {5, 5});
+    c.pb = c.pe = {2, 2};
+    cs.push_back(c);
+    c = conv2d(12, 12, {48, 48}, {7, 7});
+    c.pb = c.pe = {3, 3};
     cs.push_back(c);
     for (Case& k : cs) {
         k.g = k.ic;

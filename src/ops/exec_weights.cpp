@@ -213,8 +213,8 @@ struct TileCall {
 
 // Which rows of a chunk a call takes: every row whose tap reads inside src,
 // or (depthwise tiles of a block of kernel rows) the rows where every
-// kernel row of the block does, or those where the tap's does but not all.
-enum class RowSet { any, block_valid, block_edge };
+// kernel row of the block does.
+enum class RowSet { any, block_valid };
 
 // A thread's staged chunk (16-bit types): the chunk's diff_dst rows in
 // chunk order, and every src row some tap of the chunk reads, each once.
@@ -239,34 +239,41 @@ struct ThreadState {
     std::vector<RowPos> next_chunk;  // stage_in_kernel prefetch: the next chunk's rows
     std::vector<WeightsRow> next_rows;
     // Depthwise: the row lists of one (kd, kernel-row block, kw tile) over
-    // the chunk, which its channel tiles (consecutive tiles) share: every
-    // kernel row of the block inside src, then per kernel row the rest where
-    // its taps are; then the W edges: per set of taps [a, b) of the tile
-    // (a TapRun's) and kernel row (-1: the block's rows), the pixels where
-    // only those taps read inside src. key -1: none.
+    // the chunk, which its channel tiles (consecutive tiles) share: the
+    // block's interior (every kernel row and tap inside src), then its edges
+    // as parts, each the pixels where only taps [a, b) and kernel rows
+    // [ia, ib) of the tile read inside src (per TapRun, per interval of
+    // kernel rows). key -1: none.
     struct DwRows {
         int64_t key = -1;
         std::vector<WeightsRow> block;
-        std::vector<std::vector<WeightsRow>> edge;
         struct Part {
-            int a = 0, b = 0;
-            int64_t row = -1;
+            int a = 0, b = 0, ia = 0, ib = 0;
             std::vector<WeightsRow> rows;
         };
         std::vector<Part> parts;  // the first `nparts` are this key's
         size_t nparts = 0;
-        // The part of taps [a, b) and kernel row `row`, added if new.
-        std::vector<WeightsRow>& part(int a, int b, int64_t row) {
+        // The part of taps [a, b) and kernel rows [ia, ib), added if new.
+        std::vector<WeightsRow>& part(int a, int b, int ia, int ib) {
             for (size_t i = 0; i < nparts; ++i)
-                if (parts[i].a == a && parts[i].b == b && parts[i].row == row) return parts[i].rows;
+                if (parts[i].a == a && parts[i].b == b && parts[i].ia == ia && parts[i].ib == ib) return parts[i].rows;
             if (nparts == parts.size()) parts.emplace_back();
             Part& p = parts[nparts++];
             p.a = a;
             p.b = b;
-            p.row = row;
+            p.ia = ia;
+            p.ib = ib;
             p.rows.clear();
             return p.rows;
         }
+        // Chunk rows whose kernel rows inside src are one interval [ia, ib)
+        // short of the block: per interval.
+        struct Span {
+            int ia = 0, ib = 0;
+            std::vector<RowPos> rows;
+        };
+        std::vector<Span> spans;
+        size_t nspans = 0;
     } dw;
     std::vector<float> edges;      // fold_kw: zero-padded src runs of the W edges, a slot per (row, kd, kh)
     StagedChunk staged;
@@ -286,7 +293,7 @@ public:
             wei_str_.k[1] = wei_str_.k[2] * p.k[2];
             wei_str_.k[0] = wei_str_.k[1] * p.k[1];
         }
-        if (plan.blk.kind == WeightsKernelKind::depthwise) plan_tap_runs();
+        if (plan.blk.kind == WeightsKernelKind::depthwise) plan_dw_edges();
         load_kernels();
     }
 
@@ -405,23 +412,36 @@ private:
     WeightsPlan plan_;
     WeightStrides wei_str_;
     // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile (x blk.kh
-    // kernel rows), 2 / 3 = full / last m tile of one kernel row
-    // (depthwise edges); n kind 0 = full tile, 1 = last (tail) tile.
-    enum RowsKind { kFull, kLast, kRowFull, kRowLast, kRowsKinds };
+    // kernel rows); n kind 0 = full tile, 1 = last (tail) tile.
+    enum RowsKind { kFull, kLast, kRowsKinds };
     // [..][..][WeightsStage bits]: stage_in_kernel gemm only, else 0.
     std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][4];
-    // Depthwise W edges: per kw tile, the runs of
-    // output pixels of a row where only taps [a, b) of the tile (0 < b - a
-    // < its taps) read inside src; each tap's valid pixels are an interval
-    // that shrinks as the tap moves right, so a pixel's taps are an
-    // interval too. Their kernels: [b - a][blk.kh kernel rows, or one][n kind].
+    // Depthwise edges. Per kw tile, the runs of output pixels of a row where
+    // only taps [a, b) of the tile (0 < b - a < its taps) read inside src;
+    // each tap's valid pixels are an interval that shrinks as the tap moves
+    // right, so a pixel's taps are an interval too (and so are an output
+    // row's kernel rows inside src). The edge kernels: taps x kernel rows x
+    // n kind, for the shapes the edges need (edge_kernel).
     struct TapRun {
         int64_t ow_lo, ow_hi;
         int a, b;
     };
     std::vector<std::vector<TapRun>> tap_runs_;
-    std::shared_ptr<const WeightsKernel> part_kernels_[33][2][2];
-    void plan_tap_runs();
+    // Rows short of the block run one kernel row at a time (more than
+    // kMaxSpanShapes interval lengths: each shape is a kernel to build).
+    static constexpr int kMaxSpanShapes = 2;
+    bool split_spans_ = false;
+    std::vector<std::shared_ptr<const WeightsKernel>> edge_kernels_;
+    void plan_dw_edges();
+    // The kernel row interval [ia, ib) of block kh0 inside src for output row oh.
+    std::array<int, 2> kernel_rows_inside(int64_t kh0, int64_t oh) const;
+    size_t edge_index(int taps, int khs, int last) const {
+        return (static_cast<size_t>(taps) * static_cast<size_t>(plan_.blk.kh + 1) + static_cast<size_t>(khs)) * 2 +
+               static_cast<size_t>(last);
+    }
+    const WeightsKernel& edge_kernel(int taps, int khs, int last) const {
+        return *edge_kernels_[edge_index(taps, khs, last)];
+    }
     std::shared_ptr<const StageKernel> stager_;
 };
 
@@ -430,7 +450,7 @@ void JitWeightsExecutor::load_kernels() {
     const bool dw = b.kind == WeightsKernelKind::depthwise;
     const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
     const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
-    const int row_kinds[kRowsKinds] = {b.m, b.m_last, b.m, b.m_last};
+    const int row_kinds[kRowsKinds] = {b.m, b.m_last};
     auto get = [&](std::shared_ptr<const WeightsKernel>& k, int m, int last, int kh, int64_t rows_apart, int stage) {
         bool hit = false;
         const int n = last ? b.n_last : b.n;
@@ -439,27 +459,45 @@ void JitWeightsExecutor::load_kernels() {
         if (verbose()) std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
     };
     for (int r = 0; r < kRowsKinds; ++r) {
-        if ((r >= kRowFull && !dw) || ((r == kRowFull || r == kRowLast) && b.kh == 1)) continue;
-        const bool full_rows = r < kRowFull;  // all b.kh kernel rows
         for (int last = 0; last < 2; ++last) {
             if (!last && b.n_tiles == 1) continue;  // the only n tile is the last
             for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage)
-                get(kernels_[r][last][stage], row_kinds[r], last, full_rows ? b.kh : 1, row_disp, stage);
+                get(kernels_[r][last][stage], row_kinds[r], last, dw ? b.kh : 1, row_disp, stage);
         }
     }
-    for (const std::vector<TapRun>& runs : tap_runs_)
-        for (const TapRun& run : runs)
-            for (int one_row = 0; one_row < (b.kh > 1 ? 2 : 1); ++one_row)
-                for (int last = b.n_tiles == 1 ? 1 : 0; last < 2; ++last) {
-                    auto& k = part_kernels_[run.b - run.a][one_row][last];
-                    if (!k) get(k, run.b - run.a, last, one_row ? 1 : b.kh, row_disp, 0);
-                }
-    if (plan_.rounded() && plan_.staged) {
-        const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
-                               : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
-                                                             : StageMode::widen_f16;
-        stager_ = get_stage_kernel(plan_.isa, mode);
+    if (!dw) {
+        if (plan_.rounded() && plan_.staged) {
+            const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
+                                   : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
+                                                                 : StageMode::widen_f16;
+            stager_ = get_stage_kernel(plan_.isa, mode);
+        }
+        return;
     }
+    // Edge shapes: taps (a run's, or all of a kw tile's) x kernel rows (a
+    // short interval's, or the block's).
+    std::vector<char> taps_used(33), rows_used(static_cast<size_t>(b.kh + 1));
+    for (const std::vector<TapRun>& runs : tap_runs_)
+        for (const TapRun& run : runs) taps_used[static_cast<size_t>(run.b - run.a)] = 1;
+    taps_used[static_cast<size_t>(b.m)] = taps_used[static_cast<size_t>(b.m_last)] = 1;
+    for (int64_t kh0 = 0; kh0 < plan_.geo.k[1]; kh0 += b.kh)
+        for (int64_t oh = 0; oh < plan_.geo.out[1]; ++oh) {
+            const auto span = kernel_rows_inside(kh0, oh);
+            if (span[0] < span[1] && span[1] - span[0] < b.kh) rows_used[static_cast<size_t>(span[1] - span[0])] = 1;
+        }
+    split_spans_ = std::count(rows_used.begin(), rows_used.end(), 1) > kMaxSpanShapes;
+    if (split_spans_) {
+        std::fill(rows_used.begin(), rows_used.end(), 0);
+        rows_used[1] = 1;
+    }
+    rows_used[static_cast<size_t>(b.kh)] = 1;
+    edge_kernels_.resize(edge_index(32, b.kh, 1) + 1);
+    for (int taps = 1; taps <= 32; ++taps)
+        for (int khs = 1; khs <= b.kh; ++khs) {
+            if (!taps_used[static_cast<size_t>(taps)] || !rows_used[static_cast<size_t>(khs)]) continue;
+            for (int last = b.n_tiles == 1 ? 1 : 0; last < 2; ++last)
+                get(edge_kernels_[edge_index(taps, khs, last)], taps, last, khs, row_disp, 0);
+        }
 }
 
 const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n, int stage) const {
@@ -511,10 +549,9 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
         const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
-        if (set != RowSet::any) {  // ih is monotonic in the kernel row: check the block's ends
+        if (set == RowSet::block_valid) {  // ih is monotonic in the kernel row: check the block's ends
             const int64_t ih0 = r.oh * g.stride[1] - g.pad[1] + block_kh0 * g.dil[1];
-            const bool block_valid = ih0 >= 0 && ih0 + (block_khs - 1) * g.dil[1] < g.in[1];
-            if (block_valid != (set == RowSet::block_valid)) continue;
+            if (ih0 < 0 || ih0 + (block_khs - 1) * g.dil[1] >= g.in[1]) continue;
         }
         const int64_t a = std::max(ow_lo, r.seg * g.segment);
         const int64_t b = std::min(ow_hi, (r.seg + 1) * g.segment);
@@ -791,7 +828,20 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     call(kernel(m, ot == b.n_tiles - 1, stage), c, rows, accumulate, pf);
 }
 
-void JitWeightsExecutor::plan_tap_runs() {
+std::array<int, 2> JitWeightsExecutor::kernel_rows_inside(int64_t kh0, int64_t oh) const {
+    const WeightsGeometry& g = plan_.geo;
+    int ia = plan_.blk.kh, ib = 0;
+    for (int i = 0; i < plan_.blk.kh; ++i) {
+        const int64_t ih = oh * g.stride[1] - g.pad[1] + (kh0 + i) * g.dil[1];
+        if (ih >= 0 && ih < g.in[1]) {
+            ia = std::min(ia, i);
+            ib = i + 1;
+        }
+    }
+    return {ia, ib};
+}
+
+void JitWeightsExecutor::plan_dw_edges() {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     tap_runs_.resize(static_cast<size_t>(b.m_tiles));
@@ -819,11 +869,10 @@ void JitWeightsExecutor::plan_tap_runs() {
 // Tile order: kd, kernel-row block, kw tile, channel tile. A tile covers
 // blk.kh kernel rows x (m taps) x (n vectors). Its interior (rows where
 // every kernel row of the block reads inside src, pixels where every tap
-// does) goes to the block kernel; rows where only some kernel rows read
-// inside src go to one-row kernels; the W-edge pixels, where only taps
-// [a, b) do, to kernels of b - a taps (per kernel row in the latter
-// rows). Only the first call may store (not accumulate): it writes the
-// whole tile, even with no rows.
+// does) goes to the block kernel; the edges, where only kernel rows
+// [ia, ib) and taps [a, b) do, to kernels of that shape, a call per shape.
+// Only the first call may store (not accumulate): it writes the whole
+// tile, even with no rows.
 void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src,
                                      const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
@@ -858,35 +907,43 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
             lo = std::max(lo, r[0]);
             hi = std::min(hi, r[1]);
         }
-        dw.edge.resize(static_cast<size_t>(b.kh));
         dw.block.clear();
         dw.nparts = 0;
-        if (lo < hi) build_rows(dw.block, ts.chunk, ts.view, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
-        for (int64_t i = 0; i < b.kh; ++i) {
-            std::vector<WeightsRow>& edge = dw.edge[static_cast<size_t>(i)];
-            edge.clear();
-            if (b.kh > 1 && lo < hi)
-                build_rows(edge, ts.chunk, ts.view, kd, kh0 + i, kw0, lo, hi, RowSet::block_edge, kh0, b.kh);
+        dw.nspans = 0;
+        const std::vector<TapRun>& runs = tap_runs_[static_cast<size_t>(kt)];
+        if (lo < hi) build_rows(dw.block, ts.chunk, nullptr, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
+        for (const TapRun& run : runs)
+            build_rows(dw.part(run.a, run.b, 0, b.kh), ts.chunk, nullptr, kd, kh0, kw0 + run.a, run.ow_lo,
+                       run.ow_hi, RowSet::block_valid, kh0, b.kh);
+        auto add_span = [&](int ia, int ib, const RowPos& r) {
+            size_t i = 0;
+            while (i < dw.nspans && (dw.spans[i].ia != ia || dw.spans[i].ib != ib)) ++i;
+            if (i == dw.nspans) {
+                if (dw.nspans == dw.spans.size()) dw.spans.emplace_back();
+                dw.spans[dw.nspans++] = {ia, ib, {}};
+            }
+            dw.spans[i].rows.push_back(r);
+        };
+        for (const RowPos& r : ts.chunk) {  // rows with kernel rows [ia, ib) inside src, short of the block
+            const auto [ia, ib] = kernel_rows_inside(kh0, r.oh);
+            if (ia >= ib || ib - ia == b.kh) continue;
+            if (!split_spans_) add_span(ia, ib, r);
+            for (int i = ia; split_spans_ && i < ib; ++i) add_span(i, i + 1, r);
         }
-        for (const TapRun& run : tap_runs_[static_cast<size_t>(kt)]) {
-            build_rows(dw.part(run.a, run.b, -1), ts.chunk, ts.view, kd, kh0, kw0 + run.a, run.ow_lo, run.ow_hi,
-                       RowSet::block_valid, kh0, b.kh);
-            for (int64_t i = 0; b.kh > 1 && i < b.kh; ++i)
-                build_rows(dw.part(run.a, run.b, i), ts.chunk, ts.view, kd, kh0 + i, kw0 + run.a, run.ow_lo,
-                           run.ow_hi, RowSet::block_edge, kh0, b.kh);
+        for (size_t i = 0; i < dw.nspans; ++i) {
+            const ThreadState::DwRows::Span& sp = dw.spans[i];
+            if (lo < hi) build_rows(dw.part(0, taps, sp.ia, sp.ib), sp.rows, nullptr, kd, kh0 + sp.ia, kw0, lo, hi);
+            for (const TapRun& run : runs)
+                build_rows(dw.part(run.a, run.b, sp.ia, sp.ib), sp.rows, nullptr, kd, kh0 + sp.ia, kw0 + run.a,
+                           run.ow_lo, run.ow_hi);
         }
     }
     call(*kernels_[last_tap_tile ? kLast : kFull][last_n][0], at_tap(kh0, kw0), dw.block, accumulate, pf);
-    for (int64_t i = 0; i < b.kh; ++i) {
-        const std::vector<WeightsRow>& edge = dw.edge[static_cast<size_t>(i)];
-        if (!edge.empty())
-            call(*kernels_[last_tap_tile ? kRowLast : kRowFull][last_n][0], at_tap(kh0 + i, kw0), edge, true, pf);
-    }
-    for (size_t i = 0; i < dw.nparts; ++i) {  // the W edges, a call per set of taps (and kernel row)
+    for (size_t i = 0; i < dw.nparts; ++i) {  // the edges, a call per set of taps and kernel rows
         const ThreadState::DwRows::Part& part = dw.parts[i];
         if (part.rows.empty()) continue;
-        const WeightsKernel& k = *part_kernels_[part.b - part.a][part.row < 0 ? 0 : 1][last_n];
-        call(k, at_tap(kh0 + std::max<int64_t>(part.row, 0), kw0 + part.a), part.rows, true, pf);
+        call(edge_kernel(part.b - part.a, part.ib - part.ia, last_n), at_tap(kh0 + part.ia, kw0 + part.a), part.rows,
+             true, pf);
     }
 }
 
