@@ -53,7 +53,8 @@ struct WeightsRow {
 };
 
 // Runtime arguments: everything that depends on the shape but not on the
-// emitted bytes. Offsets are in bytes.
+// emitted bytes. Offsets are in bytes. The executor fills every field in
+// declaration order (aggregate initialisation): keep the order.
 struct WeightsKernelArgs {
     const float* src = nullptr;       // tile's first channel (and tap, for depthwise)
     const float* diff_dst = nullptr;  // tile's first output channel

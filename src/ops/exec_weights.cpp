@@ -293,6 +293,7 @@ public:
             wei_str_.k[1] = wei_str_.k[2] * p.k[2];
             wei_str_.k[0] = wei_str_.k[1] * p.k[1];
         }
+        user_es_ = static_cast<int64_t>(dtype_size(p_.dt));
         if (plan.blk.kind == WeightsKernelKind::depthwise) plan_dw_edges();
         load_kernels();
     }
@@ -381,7 +382,7 @@ private:
         return plan_.tile_major ? plan_.blk.n * plan_.blk.vlen * 4 : p_.oc() * plan_.elem_bytes();
     }
     // The same in the user's tensors (NXC, or the NXC scratch).
-    int64_t user_elem_bytes() const { return static_cast<int64_t>(dtype_size(p_.dt)); }
+    int64_t user_elem_bytes() const { return user_es_; }
     // Bytes from the user's (NXC) src / diff_dst to a pixel of an image.
     int64_t user_src_bytes(int64_t n, int64_t id, int64_t ih, int64_t iw) const {
         const WeightsGeometry& g = plan_.geo;
@@ -411,6 +412,7 @@ private:
     Problem p_;     // as the kernels walk them: the pads in src with plan.prepad
     WeightsPlan plan_;
     WeightStrides wei_str_;
+    int64_t user_es_ = 4;  // bytes of an element of the user's (NXC) activations
     // [rows kind][n kind]: rows kind 0 = full m, 1 = last m tile (x blk.kh
     // kernel rows); n kind 0 = full tile, 1 = last (tail) tile.
     enum RowsKind { kFull, kLast, kRowsKinds };
@@ -728,28 +730,29 @@ void JitWeightsExecutor::stage_tile_major(StagedChunk& st, const std::vector<Row
 
 void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               const std::vector<WeightsRow>& rows, bool accumulate, Prefetch& pf) const {
-    WeightsKernelArgs a;
     int64_t pixels = 0;
     for (const WeightsRow& r : rows) pixels += r.pixels;
     const auto [at, step] = pf.take(pixels);
-    a.prefetch = at ? at : c.diff_dst;
-    a.prefetch_step = at ? step : 0;
-    a.src = reinterpret_cast<const float*>(c.src);
-    a.diff_dst = reinterpret_cast<const float*>(c.diff_dst);
-    a.diff_weights = c.diff_weights;
-    a.rows = rows.data();
-    a.nrows = static_cast<int64_t>(rows.size());
-    a.src_step = c.src_step;
-    a.dst_step = c.dst_step;
-    a.wei_row_stride = c.wei_row_stride * 4;
-    a.wei_kh_stride = c.wei_kh_stride * 4;
-    a.accumulate = accumulate ? 1 : 0;
-    a.src_stage = reinterpret_cast<float*>(c.src_stage);
-    a.dst_stage = reinterpret_cast<float*>(c.dst_stage);
-    a.src_stage_step = src_step_bytes();  // a tile-major slice's slot
-    a.dst_stage_step = dst_step_bytes();
-    a.src_pair = src_pair_bytes();
-    a.dst_pair = dst_pair_bytes();
+    // Every field, in declaration order (a default-initialised struct is
+    // cleared first: a rep stos per call).
+    const WeightsKernelArgs a{reinterpret_cast<const float*>(c.src),
+                              reinterpret_cast<const float*>(c.diff_dst),
+                              c.diff_weights,
+                              rows.data(),
+                              static_cast<int64_t>(rows.size()),
+                              c.src_step,
+                              c.dst_step,
+                              c.wei_row_stride * 4,
+                              c.wei_kh_stride * 4,
+                              accumulate ? 1 : 0,
+                              at ? at : c.diff_dst,
+                              at ? step : 0,
+                              reinterpret_cast<float*>(c.src_stage),
+                              reinterpret_cast<float*>(c.dst_stage),
+                              src_step_bytes(),  // a tile-major slice's slot
+                              dst_step_bytes(),
+                              src_pair_bytes(),
+                              dst_pair_bytes()};
     k.run(a);
 }
 
