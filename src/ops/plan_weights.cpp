@@ -345,7 +345,18 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 // they gain (AMD Zen 4, min of 5, 1 / 2 threads, with the planned prefetch
 // distance): 384-576 channels f32 -29..-32 %, bf16 -0..-12 %, 576 channels
 // s2 to 7x7 f32 -57..-61 %, bf16 -19..-25 %; at 7x7 (51 %, 4.4 edge taps)
-// f32 -6..+6 %, bf16 +13 %.
+// f32 -6..+6 %, bf16 +13 %. Since edges run as one call per interval of
+// taps and kernel rows (12297e6, 4071880), f32 on AVX-512 pre-pads below
+// 45 % interior only (pre-padding off against on, 1 thread mb 8 min of 5 / 2
+// threads mb 32 min of 3: 3x3 at 7x7 (51 %) 1.14x / 1.09-1.59x, 5x5 at
+// 28x28 (73 %) 1.31x, 5x5 s2 14 -> 7 (51 %) 1.26x / 2.60x, 7x7 at 28x28
+// (62 %) 1.15x / 1.44x; it still loses at 5x5 on 7x7 (18 %) 0.55x and 7x7
+// at 14x14 / 7x7 (33 % / 2 %) 0.62-0.70x). 16-bit keeps 95 %: its windows
+// and W pairs want the long rows of the padded copy (3x3 at 7x7 without it
+// 0.85-1.04x, 7x7 at 28x28 0.74-0.78x, 5x5 at 28x28 0.94-0.96x; only the
+// strided 5x5, without windows, 1.11-1.44x). AVX2 f32 keeps 75 %: its
+// smaller tiles make more edge calls (without the copy, 1 thread: 3x3 at
+// 7x7 0.76x, 7x7 at 28x28 0.85x, 5x5 at 28x28 1.29x, 5x5 s2 1.31x).
 bool prepad_src(const Problem& p, Isa isa) {
     if (!is_depthwise(p, isa)) return false;
     bool padded = false;
@@ -362,7 +373,9 @@ bool prepad_src(const Problem& p, Isa isa) {
     }
     const double edge_taps = (1 - interior) * double(p.k_sp());  // per output pixel
     return padded && edge_taps >= Cost::dw_prepad_edge_taps &&
-           interior < (p.dt == data_type::f32 ? Cost::dw_prepad_interior : Cost::dw_prepad_interior_16bit);
+           interior < (p.dt != data_type::f32 ? Cost::dw_prepad_interior_16bit
+                       : isa >= Isa::avx512_core ? Cost::dw_prepad_interior
+                                                 : Cost::dw_prepad_interior_avx2);
 }
 
 // Lines of the next chunk the kernels prefetch per pixel (while a chunk

@@ -209,7 +209,8 @@ struct WeightsCostModel {
     // Depthwise: pre-pad src when fewer output pixels than this have every
     // tap inside src (the rest run tap by tap in the edge kernels); 16-bit
     // types copy half the bytes and widen in their edge kernels too.
-    static constexpr double dw_prepad_interior = 0.75;
+    static constexpr double dw_prepad_interior = 0.45;  // f32 on AVX-512
+    static constexpr double dw_prepad_interior_avx2 = 0.75;
     static constexpr double dw_prepad_interior_16bit = 0.95;
     static constexpr double dw_prepad_edge_taps = 4;
     static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
