@@ -161,6 +161,12 @@ void WeightsSkeleton::row_loop() {
 void WeightsSkeleton::pixel_loop() {
     Xbyak::Label pixel, done;
     const int lines = desc_.pf_lines;
+    auto prefetch_pixels = [&](int count) {  // desc.pf_lines lines for each of `count` pixels
+        for (int p = 0; p < count; ++p) {
+            for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
+            add(reg_prefetch_, reg_prefetch_step_);
+        }
+    };
     if (block_pixels() > 1) {  // blocks first, then one pixel at a time
         Xbyak::Label block, singles;
         const int u = block_pixels();
@@ -168,10 +174,7 @@ void WeightsSkeleton::pixel_loop() {
         L(block);
         cmp(reg_npix_, u);
         jl(singles);
-        for (int p = 0; p < u; ++p) {
-            for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
-            add(reg_prefetch_, reg_prefetch_step_);
-        }
+        prefetch_pixels(u);
         block_body();
         add(reg_src_, static_cast<uint32_t>(u * block_step()));
         add(reg_dst_, static_cast<uint32_t>(u * block_step()));
@@ -187,10 +190,7 @@ void WeightsSkeleton::pixel_loop() {
         Xbyak::Label odd;
         cmp(reg_npix_, 2);
         jl(odd, T_NEAR);
-        for (int p = 0; p < 2; ++p) {
-            for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
-            add(reg_prefetch_, reg_prefetch_step_);
-        }
+        prefetch_pixels(2);
         pixel_body();
         for (int p = 0; p < 2; ++p) {
             add(reg_src_, reg_src_step_);
@@ -205,8 +205,7 @@ void WeightsSkeleton::pixel_loop() {
         L(done);
         return;
     }
-    for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
-    add(reg_prefetch_, reg_prefetch_step_);
+    prefetch_pixels(1);
     pixel_body();
     add(reg_src_, reg_src_step_);
     add(reg_dst_, reg_dst_step_);

@@ -418,17 +418,22 @@ private:
     enum RowsKind { kFull, kLast, kRowsKinds };
     // [..][..][WeightsStage bits]: stage_in_kernel gemm only, else 0.
     std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][4];
-    // Depthwise edges. Per kw tile, the runs of output pixels of a row where
-    // only taps [a, b) of the tile (0 < b - a < its taps) read inside src;
-    // each tap's valid pixels are an interval that shrinks as the tap moves
-    // right, so a pixel's taps are an interval too (and so are an output
-    // row's kernel rows inside src). The edge kernels: taps x kernel rows x
-    // n kind, for the shapes the edges need (edge_kernel).
+    // Depthwise edges. Per kw tile, the output pixels [lo, hi) of a row
+    // where every tap of the tile reads inside src, and the runs of pixels
+    // where only taps [a, b) do (0 < b - a < its taps); each tap's valid
+    // pixels are an interval that shrinks as the tap moves right, so a
+    // pixel's taps are an interval too (and so are an output row's kernel
+    // rows inside src). The edge kernels: taps x kernel rows x n kind, for
+    // the shapes the edges need (edge_kernel).
     struct TapRun {
         int64_t ow_lo, ow_hi;
         int a, b;
     };
-    std::vector<std::vector<TapRun>> tap_runs_;
+    struct KwTileEdges {
+        int64_t lo = 0, hi = 0;
+        std::vector<TapRun> runs;
+    };
+    std::vector<KwTileEdges> kw_edges_;
     // Rows short of the block run one kernel row at a time (more than
     // kMaxSpanShapes interval lengths: each shape is a kernel to build).
     static constexpr int kMaxSpanShapes = 2;
@@ -479,8 +484,8 @@ void JitWeightsExecutor::load_kernels() {
     // Edge shapes: taps (a run's, or all of a kw tile's) x kernel rows (a
     // short interval's, or the block's).
     std::vector<char> taps_used(33), rows_used(static_cast<size_t>(b.kh + 1));
-    for (const std::vector<TapRun>& runs : tap_runs_)
-        for (const TapRun& run : runs) taps_used[static_cast<size_t>(run.b - run.a)] = 1;
+    for (const KwTileEdges& e : kw_edges_)
+        for (const TapRun& run : e.runs) taps_used[static_cast<size_t>(run.b - run.a)] = 1;
     taps_used[static_cast<size_t>(b.m)] = taps_used[static_cast<size_t>(b.m_last)] = 1;
     for (int64_t kh0 = 0; kh0 < plan_.geo.k[1]; kh0 += b.kh)
         for (int64_t oh = 0; oh < plan_.geo.out[1]; ++oh) {
@@ -847,12 +852,18 @@ std::array<int, 2> JitWeightsExecutor::kernel_rows_inside(int64_t kh0, int64_t o
 void JitWeightsExecutor::plan_dw_edges() {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    tap_runs_.resize(static_cast<size_t>(b.m_tiles));
+    kw_edges_.resize(static_cast<size_t>(b.m_tiles));
     for (int64_t kt = 0; kt < b.m_tiles; ++kt) {
         const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
+        KwTileEdges& edges = kw_edges_[static_cast<size_t>(kt)];
+        edges.hi = g.out[2];
         std::vector<std::array<int64_t, 2>> valid;  // per tap of the tile
-        for (int k = 0; k < taps; ++k) valid.push_back(valid_ow(g, kt * b.m + k));
-        std::vector<TapRun>& runs = tap_runs_[static_cast<size_t>(kt)];
+        for (int k = 0; k < taps; ++k) {
+            valid.push_back(valid_ow(g, kt * b.m + k));
+            edges.lo = std::max(edges.lo, valid.back()[0]);
+            edges.hi = std::min(edges.hi, valid.back()[1]);
+        }
+        std::vector<TapRun>& runs = edges.runs;
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
             int a = taps, e = 0;  // the taps reading inside src: [a, e)
             for (int k = 0; k < taps; ++k)
@@ -902,18 +913,13 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     ThreadState::DwRows& dw = ts.dw;
     if (dw.key != tile / b.n_tiles) {  // rows do not depend on the channel tile
         dw.key = tile / b.n_tiles;
-        // The block kernels run on [lo, hi): where every tap of the tile
-        // reads inside src.
-        int64_t lo = 0, hi = g.out[2];
-        for (int64_t kw = kw0; kw < kw0 + taps; ++kw) {
-            const auto r = valid_ow(g, kw);
-            lo = std::max(lo, r[0]);
-            hi = std::min(hi, r[1]);
-        }
+        // The block kernels run on [lo, hi), the edges on the tile's runs.
+        const KwTileEdges& edges = kw_edges_[static_cast<size_t>(kt)];
+        const int64_t lo = edges.lo, hi = edges.hi;
+        const std::vector<TapRun>& runs = edges.runs;
         dw.block.clear();
         dw.nparts = 0;
         dw.nspans = 0;
-        const std::vector<TapRun>& runs = tap_runs_[static_cast<size_t>(kt)];
         if (lo < hi) build_rows(dw.block, ts.chunk, nullptr, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
         for (const TapRun& run : runs)
             build_rows(dw.part(run.a, run.b, 0, b.kh), ts.chunk, nullptr, kd, kh0, kw0 + run.a, run.ow_lo,
@@ -923,7 +929,10 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
             while (i < dw.nspans && (dw.spans[i].ia != ia || dw.spans[i].ib != ib)) ++i;
             if (i == dw.nspans) {
                 if (dw.nspans == dw.spans.size()) dw.spans.emplace_back();
-                dw.spans[dw.nspans++] = {ia, ib, {}};
+                ThreadState::DwRows::Span& sp = dw.spans[dw.nspans++];
+                sp.ia = ia;
+                sp.ib = ib;
+                sp.rows.clear();
             }
             dw.spans[i].rows.push_back(r);
         };

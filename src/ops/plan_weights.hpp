@@ -207,8 +207,9 @@ struct WeightsCostModel {
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
     static constexpr int64_t tile_major_stride_bytes = 4096;  // staged pixel stride from which 1x1 goes tile-major
     // Depthwise: pre-pad src when fewer output pixels than this have every
-    // tap inside src (the rest run tap by tap in the edge kernels); 16-bit
-    // types copy half the bytes and widen in their edge kernels too.
+    // tap inside src (the rest run in the edge kernels, a call per set of
+    // taps and kernel rows inside src); 16-bit types keep it for the long
+    // rows their windows and W pairs want (see prepad_src).
     static constexpr double dw_prepad_interior = 0.45;  // f32 on AVX-512
     static constexpr double dw_prepad_interior_avx2 = 0.75;
     static constexpr double dw_prepad_interior_16bit = 0.95;
