@@ -267,11 +267,12 @@ TEST_CASE("weights: groups and depthwise", "[jit][weights]") {
 }
 
 // Depthwise edges: the pixels where only taps [a, b) and kernel rows
-// [ia, ib) of a tile read inside src run kernels of that shape. Prefix and
-// suffix intervals (7 taps, pad 3), middle ones (a dilated 1D kernel wider
-// than its row), W and H strides with uneven pads, row intervals of two
-// lengths (5x5) and of three (7x7, run one kernel row at a time); planes
-// large enough not to be pre-padded; AVX2 splits the 7 taps over kw tiles.
+// [ia, ib) of a tile read inside src run only those (kernel row, tap)
+// pairs (WeightsRow::mask), in the call that runs the tile's interior.
+// Prefix and suffix intervals (7 taps, pad 3), middle ones (a dilated 1D
+// kernel wider than its row), W and H strides with uneven pads, row
+// intervals of two lengths (5x5) and of three (7x7); planes large enough
+// not to be pre-padded; AVX2 splits the 7 taps over kw tiles.
 TEST_CASE("weights: depthwise edges run the taps and kernel rows that read inside src", "[jit][weights]") {
     std::vector<Case> cs;
     Case c = conv2d(20, 20, {16, 48}, {3, 7});
@@ -301,7 +302,7 @@ TEST_CASE("weights: depthwise edges run the taps and kernel rows that read insid
         }
         check_exact(k);
         Case h = k;
-        h.dt = convgrad::data_type::f16;  // widened as loaded, the same edge calls
+        h.dt = convgrad::data_type::f16;  // widened as loaded, the same edge masks
         check_exact_any_type(h);
     }
 }

@@ -3,10 +3,11 @@
 // vectors x `taps` consecutive kw taps, so each diff_dst vector loaded is
 // used by `taps` FMAs; with desc.window (W stride
 // 1) each src vector loaded is used by every tap that reads it within a
-// block of pixels too. The executor calls it on the pixel range where
-// every tap of the tile reads inside src, and covers each edge pixel with a
-// tile of the taps that do. bf16 on avx512_core_bf16 (desc.dot): vdpbf16ps over
-// pairs of consecutive pixels of a row (see pairs() below).
+// block of pixels too. With desc.edges a row runs only the (kernel row,
+// tap) pairs its mask names: the interior of a chunk and its edges in one
+// call, one flush (see WeightsSkeleton::gate_row). bf16 on
+// avx512_core_bf16 (desc.dot): vdpbf16ps over pairs of consecutive pixels
+// of a row (see pairs() below).
 #include "jit/bwd_weights_kernel.hpp"
 #include "jit/bwd_weights_skeleton.hpp"
 
@@ -52,15 +53,17 @@ private:
         for (int u = 0; u < u_count; ++u)
             for (int v = 0; v < n; ++v) load_vec(temp(1 + u * n + v), ptr[reg_dst_ + u * step + v * in_vbytes()], v);
         for (int ir = 0; ir < std::max<int>(1, desc_.kh); ++ir)
-            for (int i = 0; i < group(); ++i) {
-                set_index(i);
-                for (int j = 0; j < u_count + taps() - 1; ++j)
-                    for (int v = 0; v < n; ++v) {
-                        load_src(ptr[reg_src_ + ir * int64_t(desc_.row_disp) + j * step + v * in_vbytes()], v, i);
-                        for (int u = std::max(0, j - taps() + 1); u <= std::min(j, u_count - 1); ++u)
-                            mac(acc(ir * desc_.m + (j - u) * group() + i, v), temp(1 + u * n + v), temp(0));
-                    }
-            }
+            gate_row(ir, [&] {
+                for (int i = 0; i < group(); ++i) {
+                    set_index(i);
+                    for (int j = 0; j < u_count + taps() - 1; ++j)
+                        for (int v = 0; v < n; ++v) {
+                            load_src(ptr[reg_src_ + ir * int64_t(desc_.row_disp) + j * step + v * in_vbytes()], v, i);
+                            for (int u = std::max(0, j - taps() + 1); u <= std::min(j, u_count - 1); ++u)
+                                mac(acc(ir * desc_.m + (j - u) * group() + i, v), temp(1 + u * n + v), temp(0));
+                        }
+                }
+            });
     }
     void pixel_body() override {
         if (pairs()) {
@@ -70,19 +73,24 @@ private:
         for (int v = 0; v < vecs(); ++v) load_vec(temp(1 + v), ptr[reg_dst_ + v * in_vbytes()], v);
         for (int i = 0; i < group(); ++i) {
             set_index(i);
-            for (int tr = 0; tr < rows() / group(); ++tr) {  // (kernel row, tap)
-                const int ir = tr / taps(), k = tr % taps();
-                const int64_t disp = ir * int64_t(desc_.row_disp) + k * int64_t(desc_.tap_disp);
-                for (int v = 0; v < vecs(); ++v) {
-                    const Xbyak::Address s = ptr[reg_src_ + disp + v * in_vbytes()];
-                    const Xbyak::Xmm a = acc(ir * desc_.m + k * group() + i, v);
-                    if (in_dt() == data_type::f32 && group() == 1) {
-                        mac_mem(a, temp(1 + v), s, v, temp(0));
-                    } else {  // widened and / or permuted through temp(0); a masked tail lane reads 0
-                        load_src(s, v, i);
-                        mac(a, temp(1 + v), temp(0));
-                    }
-                }
+            for (int ir = 0; ir < std::max<int>(1, desc_.kh); ++ir)
+                gate_row(ir, [&] {
+                    for (int k = 0; k < taps(); ++k)
+                        gate_pair(ir, k, [&] { tap_body(ir, k, i); });
+                });
+        }
+    }
+    // Pixel body of (kernel row ir, tap k, group channel i).
+    void tap_body(int ir, int k, int i) {
+        const int64_t disp = ir * int64_t(desc_.row_disp) + k * int64_t(desc_.tap_disp);
+        for (int v = 0; v < vecs(); ++v) {
+            const Xbyak::Address s = ptr[reg_src_ + disp + v * in_vbytes()];
+            const Xbyak::Xmm a = acc(ir * desc_.m + k * group() + i, v);
+            if (in_dt() == data_type::f32 && group() == 1) {
+                mac_mem(a, temp(1 + v), s, v, temp(0));
+            } else {  // widened and / or permuted through temp(0); a masked tail lane reads 0
+                load_src(s, v, i);
+                mac(a, temp(1 + v), temp(0));
             }
         }
     }
@@ -127,14 +135,17 @@ private:
             load_pair(temp(1 + v), ptr[reg_dst_ + v * in_vbytes()], both ? &second : nullptr, v);
         }
         for (int ir = 0; ir < std::max<int>(1, desc_.kh); ++ir)
-            for (int k = 0; k < taps(); ++k) {
-                const int64_t disp = ir * int64_t(desc_.row_disp) + k * int64_t(desc_.tap_disp);
-                for (int v = 0; v < vecs(); ++v) {
-                    const Xbyak::Address second = ptr[reg_src_ + reg_src_step_ + disp + v * in_vbytes()];
-                    load_pair(temp(0), ptr[reg_src_ + disp + v * in_vbytes()], both ? &second : nullptr, v);
-                    vdpbf16ps(acc(ir * desc_.m + k, v), temp(1 + v), temp(0));
-                }
-            }
+            gate_row(ir, [&] {
+                for (int k = 0; k < taps(); ++k)
+                    gate_pair(ir, k, [&] {
+                        const int64_t disp = ir * int64_t(desc_.row_disp) + k * int64_t(desc_.tap_disp);
+                        for (int v = 0; v < vecs(); ++v) {
+                            const Xbyak::Address second = ptr[reg_src_ + reg_src_step_ + disp + v * in_vbytes()];
+                            load_pair(temp(0), ptr[reg_src_ + disp + v * in_vbytes()], both ? &second : nullptr, v);
+                            vdpbf16ps(acc(ir * desc_.m + k, v), temp(1 + v), temp(0));
+                        }
+                    });
+            });
     }
     void odd_pixel_body() override { pair_pixel_body(false); }
     // A block of `window` pairs (2 x window pixels, W stride 1): the
@@ -150,20 +161,24 @@ private:
                 load_pair(temp(1 + u * n + v), ptr[reg_dst_ + 2 * u * step + v * in_vbytes()], &second, v);
             }
         for (int ir = 0; ir < std::max<int>(1, desc_.kh); ++ir)
-            for (int v = 0; v < n; ++v) {
-                auto src_at = [&](int j) { return ptr[reg_src_ + ir * int64_t(desc_.row_disp) + j * step + v * in_vbytes()]; };
-                Xbyak::Zmm cur(temp(0).getIdx()), next = pair_second();
-                load_words(cur, src_at(0), v);
-                for (int j = 0; j <= 2 * (w - 1) + taps() - 1; ++j) {
-                    load_words(next, src_at(j + 1), v);
-                    vpermt2w(cur, pair_index(), next);  // cur := P_j
-                    for (int k = j % 2; k < taps(); k += 2) {
-                        const int u = (j - k) / 2;
-                        if (u >= 0 && u < w) vdpbf16ps(acc(ir * desc_.m + k, v), temp(1 + u * n + v), cur);
+            gate_row(ir, [&] {
+                for (int v = 0; v < n; ++v) {
+                    auto src_at = [&](int j) {
+                        return ptr[reg_src_ + ir * int64_t(desc_.row_disp) + j * step + v * in_vbytes()];
+                    };
+                    Xbyak::Zmm cur(temp(0).getIdx()), next = pair_second();
+                    load_words(cur, src_at(0), v);
+                    for (int j = 0; j <= 2 * (w - 1) + taps() - 1; ++j) {
+                        load_words(next, src_at(j + 1), v);
+                        vpermt2w(cur, pair_index(), next);  // cur := P_j
+                        for (int k = j % 2; k < taps(); k += 2) {
+                            const int u = (j - k) / 2;
+                            if (u >= 0 && u < w) vdpbf16ps(acc(ir * desc_.m + k, v), temp(1 + u * n + v), cur);
+                        }
+                        std::swap(cur, next);
                     }
-                    std::swap(cur, next);
                 }
-            }
+            });
     }
     // Pairs: the word index of vpermt2w (word 2c from the first source's
     // word c, word 2c + 1 from the second's: table index 32 + c), once.

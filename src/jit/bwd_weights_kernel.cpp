@@ -51,6 +51,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
     if (d.stage) os << "_s" << int(d.stage);
     if (d.pf_lines != 1) os << "_pf" << int(d.pf_lines);
+    if (d.edges) os << "_e";
     return os.str();
 }
 
@@ -104,7 +105,10 @@ void WeightsSkeleton::generate() {
     if (desc_.stage && (!vec_.avx512() || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::gemm) ||
                         (dot() && in_dt() != data_type::bf16)))
         throw error("JIT kernel " + name() + ": stage copies need a gemm kernel on AVX-512 (pairs: of bf16)");
-    preamble(desc_.stage ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
+    if (desc_.edges && (desc_.stage || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::depthwise) ||
+                        rows() / std::max<int>(1, desc_.lane_group) > 31))
+        throw error("JIT kernel " + name() + ": edge masks need a depthwise kernel of at most 31 (row, tap) pairs");
+    preamble(desc_.stage || desc_.edges ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
     if (stage_src() && desc_.m % vec_.vlen()) {
         mov(reg_scratch_.cvt32(), (1u << (desc_.m % vec_.vlen())) - 1);
@@ -130,10 +134,22 @@ void WeightsSkeleton::load_args() {
     mov(reg_nrows_, field(offsetof(WeightsKernelArgs, nrows)));
     mov(reg_src_step_, field(offsetof(WeightsKernelArgs, src_step)));
     mov(reg_dst_step_, field(offsetof(WeightsKernelArgs, dst_step)));
-    mov(reg_prefetch_, field(offsetof(WeightsKernelArgs, prefetch)));
-    mov(reg_prefetch_step_, field(offsetof(WeightsKernelArgs, prefetch_step)));
+    if (dw()) {
+        mov(reg_dst_pair_, field(offsetof(WeightsKernelArgs, prefetch_walks)));
+        next_walk();
+    } else {
+        mov(reg_prefetch_, field(offsetof(WeightsKernelArgs, prefetch)));
+        mov(reg_prefetch_step_, field(offsetof(WeightsKernelArgs, prefetch_step)));
+    }
     if (stage_src()) mov(reg_src_stage_, field(offsetof(WeightsKernelArgs, src_stage)));
     if (stage_dst()) mov(reg_dst_stage_, field(offsetof(WeightsKernelArgs, dst_stage)));
+}
+
+void WeightsSkeleton::next_walk() {
+    mov(reg_prefetch_, qword[reg_dst_pair_ + offsetof(PrefetchWalk, pos)]);
+    mov(reg_prefetch_step_, qword[reg_dst_pair_ + offsetof(PrefetchWalk, step)]);
+    mov(reg_src_pair_, qword[reg_dst_pair_ + offsetof(PrefetchWalk, count)]);
+    add(reg_dst_pair_, sizeof(PrefetchWalk));
 }
 
 // For every row: point r11/rax at its first pixel, rbx = its pixel count,
@@ -148,7 +164,27 @@ void WeightsSkeleton::row_loop() {
     mov(reg_dst_, qword[reg_args_ + offsetof(WeightsKernelArgs, diff_dst)]);
     add(reg_dst_, qword[reg_row_ + offsetof(WeightsRow, dst_offset)]);
     mov(reg_npix_, qword[reg_row_ + offsetof(WeightsRow, pixels)]);
-    pixel_loop();
+    if (desc_.edges) {  // a pixel loop per Gate (see gate_row)
+        Xbyak::Label some_rows, some_pairs, next;
+        mov(reg_mask_, qword[reg_row_ + offsetof(WeightsRow, mask)]);
+        cmp(reg_mask_, static_cast<uint32_t>((uint64_t(1) << (rows() / std::max<int>(1, desc_.lane_group))) - 1));
+        jne(some_rows, T_NEAR);
+        pixel_loop();
+        jmp(next, T_NEAR);
+        L(some_rows);
+        bt(reg_mask_, 63);
+        jc(some_pairs, T_NEAR);
+        gate_ = Gate::kernel_row;
+        pixel_loop();
+        jmp(next, T_NEAR);
+        L(some_pairs);
+        gate_ = Gate::pair;
+        pixel_loop();
+        gate_ = Gate::none;
+        L(next);
+    } else {
+        pixel_loop();
+    }
     add(reg_row_, sizeof(WeightsRow));
     dec(reg_nrows_);
     jnz(row);
@@ -156,7 +192,8 @@ void WeightsSkeleton::row_loop() {
 }
 
 // rbx (> 0) pixels from r11/rax, stepping by r9/r10; desc.pf_lines
-// prefetches per pixel at r13, then r13 += r14; the stage pointers move one
+// prefetches per pixel at r13, then r13 += r14 (depthwise: rsi steps, then
+// the next walk); the stage pointers move one
 // pixel's copy (they run on across rows). Clobbers rbx, r11, rax, r13.
 void WeightsSkeleton::pixel_loop() {
     Xbyak::Label pixel, done;
@@ -165,9 +202,16 @@ void WeightsSkeleton::pixel_loop() {
         for (int p = 0; p < count; ++p) {
             for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
             add(reg_prefetch_, reg_prefetch_step_);
+            if (dw()) {  // the walk's last step: on to the next walk
+                Xbyak::Label same_walk;
+                dec(reg_src_pair_);
+                jnz(same_walk);
+                next_walk();
+                L(same_walk);
+            }
         }
     };
-    if (block_pixels() > 1) {  // blocks first, then one pixel at a time
+    if (block_pixels() > 1 && gate_ != Gate::pair) {  // blocks first, then one pixel at a time
         Xbyak::Label block, singles;
         const int u = block_pixels();
         align(16);

@@ -50,6 +50,20 @@ struct WeightsRow {
     int64_t src_offset = 0;  // bytes from WeightsKernelArgs::src to the row's first pixel
     int64_t dst_offset = 0;  // bytes from WeightsKernelArgs::diff_dst
     int64_t pixels = 0;      // > 0
+    // desc.edges (depthwise): the (kernel row, tap) pairs of the tile these
+    // pixels read inside src, bit ir * taps + k (taps = the tile's kw taps),
+    // plus kPartialTaps when some kernel row has only part of its taps.
+    // src_offset is then the tile's first pair's pixel, inside src or not.
+    uint64_t mask = 0;
+};
+constexpr uint64_t kPartialTaps = uint64_t(1) << 63;
+
+// `count` prefetch steps of `step` bytes from `pos` (see
+// WeightsKernelArgs::prefetch_walks).
+struct PrefetchWalk {
+    const char* pos = nullptr;
+    int64_t step = 0;
+    int64_t count = 0;
 };
 
 // Runtime arguments: everything that depends on the shape but not on the
@@ -73,6 +87,11 @@ struct WeightsKernelArgs {
     // tile. Prefetches never fault; step 0 repeats one line.
     const char* prefetch = nullptr;
     int64_t prefetch_step = 0;
+    // Depthwise instead: the walks to follow, one after the other (a call
+    // covers a whole chunk, whose next-chunk memory is many walks: strided
+    // layers prefetch only the src rows the taps read); the last has
+    // count > the call's pixels.
+    const PrefetchWalk* prefetch_walks = nullptr;
     // desc.stage (gemm): where the pixels this call reads from the user's
     // tensors are copied to, pixel after pixel (m floats / n vectors each,
     // in slots of *_stage_step bytes): the tile's slice of a tile-major
@@ -125,10 +144,15 @@ struct WeightsKernelDesc {
     uint8_t lane_group = 1;
     // Lines of the next chunk prefetched per pixel (WeightsPlan::pf_lines).
     uint8_t pf_lines = 1;
+    // depthwise: 1 = rows carry a WeightsRow::mask, and the kernel runs
+    // only the pairs it names (the tile's W and H edges in the call that
+    // does its interior); 0 = every pair of every row.
+    uint8_t edges = 0;
+    uint8_t unused[3] = {};
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
 };
-static_assert(sizeof(WeightsKernelDesc) == 20, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 24, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);

@@ -10,8 +10,10 @@
 //   rbx  pixels left      r12  scratch (tail mask set-up, flush pointer)
 //   (flush: rcx row stride, r8 kernel-row block pointer)
 //   r13  prefetch ptr     r14  prefetch step
+//   depthwise: rsi the walk's steps left, rdx the next PrefetchWalk
 //   desc.stage: r15 src stage ptr, r12 diff_dst stage ptr (during the
-//   loops), k2 the mask of a copied src pixel's last vector; bf16 pairs:
+//   loops), k2 the mask of a copied src pixel's last vector; desc.edges:
+//   r15 the row's mask (WeightsRow::mask); bf16 pairs:
 //   rsi / rdx the bytes from an image's src / diff_dst to its partner's
 //   vregs [0, rows*n): accumulators, acc(row, v) = rows-major;
 //   vregs [rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
@@ -47,6 +49,32 @@ protected:
     // Emitted once before the row loop (after the arguments are loaded).
     virtual void prologue() {}
     virtual void odd_pixel_body() {}
+
+    // desc.edges: the bodies emit the work of kernel row ir through
+    // gate_row(ir, ...) and of its tap k through gate_pair(ir, k, ...);
+    // the skeleton emits the pixel loop once per Gate. A row whose mask
+    // names every pair runs ungated; one with whole kernel rows (no
+    // kPartialTaps) tests each kernel row once per block; the others, a
+    // pixel at a time, test each pair.
+    enum class Gate { none, kernel_row, pair };
+    template <typename F>
+    void gate_row(int ir, F&& emit) {
+        if (gate_ == Gate::none) return emit();
+        Xbyak::Label skip;
+        test(reg_mask_, static_cast<uint32_t>(((uint64_t(1) << mask_taps()) - 1) << (ir * mask_taps())));
+        jz(skip, T_NEAR);
+        emit();
+        L(skip);
+    }
+    template <typename F>
+    void gate_pair(int ir, int k, F&& emit) {
+        if (gate_ != Gate::pair) return emit();
+        Xbyak::Label skip;
+        test(reg_mask_, static_cast<uint32_t>(uint64_t(1) << (ir * mask_taps() + k)));
+        jz(skip, T_NEAR);
+        emit();
+        L(skip);
+    }
 
     // Tile rows (ic, or taps: kh kernel rows of m kw taps, row-major).
     int rows() const { return desc_.m * std::max<int>(1, desc_.kh); }
@@ -85,8 +113,15 @@ protected:
     bool stage_dst() const { return (desc_.stage & kCopyDst) != 0; }
     // Copies build bf16 pairs from two images (dot kernels read pairs).
     bool stage_pairs() const { return desc_.stage && dot(); }
+    const Xbyak::Reg64 reg_mask_ = r15;
+    Gate gate_ = Gate::none;
 
 private:
+    // Mask bits per kernel row: the tile's kw taps.
+    int mask_taps() const { return desc_.m / std::max<int>(1, desc_.lane_group); }
+    bool dw() const { return desc_.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise); }
+    // Depthwise: r13, r14, rsi := the walk at rdx; rdx := the next one.
+    void next_walk();
     void load_args();
     void row_loop();
     void pixel_loop();

@@ -28,6 +28,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -139,14 +140,12 @@ void copy_row_run(const char* row, int64_t iw0, int64_t width, int64_t in_w, int
 // call takes the steps of its pixels from the current walk; the first
 // `skip` calls take nothing.
 struct Prefetch {
-    struct Walk {
-        const char* pos;
-        int64_t step, count;
-    };
+    using Walk = PrefetchWalk;
     std::vector<Walk> walks;  // reused from chunk to chunk
     size_t at = 0;
     int lines = 1;
     int64_t skip = 0;
+    std::vector<Walk> call_walks;  // take_walks' list
 
     void clear() {
         walks.clear();
@@ -191,6 +190,27 @@ struct Prefetch {
         w.count -= pixels;
         return r;
     }
+    // The next call's `pixels` steps across walks (depthwise kernels), and
+    // after them a walk of step 0 at `idle` that never ends.
+    const Walk* take_walks(int64_t pixels, const char* idle) {
+        call_walks.clear();
+        if (skip > 0) {
+            --skip;
+            pixels = 0;
+        }
+        for (; pixels > 0 && at < walks.size(); ++at) {
+            Walk& w = walks[at];
+            const int64_t n = std::min(pixels, w.count);
+            if (n <= 0) continue;
+            call_walks.push_back({w.pos, w.step, n});
+            w.pos += n * w.step;
+            w.count -= n;
+            pixels -= n;
+            if (w.count > 0) break;
+        }
+        call_walks.push_back({idle, 0, std::numeric_limits<int64_t>::max()});
+        return call_walks.data();
+    }
 };
 
 // An output row (segment) of the chunk; n counts image pairs with bf16 pairs.
@@ -210,11 +230,6 @@ struct TileCall {
     char* src_stage = nullptr;   // the kernel's WeightsStage copies, if any
     char* dst_stage = nullptr;
 };
-
-// Which rows of a chunk a call takes: every row whose tap reads inside src,
-// or (depthwise tiles of a block of kernel rows) the rows where every
-// kernel row of the block does.
-enum class RowSet { any, block_valid };
 
 // A thread's staged chunk (16-bit types): the chunk's diff_dst rows in
 // chunk order, and every src row some tap of the chunk reads, each once.
@@ -238,42 +253,13 @@ struct ThreadState {
     std::vector<uint8_t> src_filled, dst_filled;
     std::vector<RowPos> next_chunk;  // stage_in_kernel prefetch: the next chunk's rows
     std::vector<WeightsRow> next_rows;
-    // Depthwise: the row lists of one (kd, kernel-row block, kw tile) over
-    // the chunk, which its channel tiles (consecutive tiles) share: the
-    // block's interior (every kernel row and tap inside src), then its edges
-    // as parts, each the pixels where only taps [a, b) and kernel rows
-    // [ia, ib) of the tile read inside src (per TapRun, per interval of
-    // kernel rows). key -1: none.
+    // Depthwise: the row list of one (kd, kernel-row block, kw tile) over
+    // the chunk, which its channel tiles (consecutive tiles) share; each row
+    // a run of pixels with one set of (kernel row, tap) pairs inside src
+    // (WeightsRow::mask). key -1: none.
     struct DwRows {
         int64_t key = -1;
-        std::vector<WeightsRow> block;
-        struct Part {
-            int a = 0, b = 0, ia = 0, ib = 0;
-            std::vector<WeightsRow> rows;
-        };
-        std::vector<Part> parts;  // the first `nparts` are this key's
-        size_t nparts = 0;
-        // The part of taps [a, b) and kernel rows [ia, ib), added if new.
-        std::vector<WeightsRow>& part(int a, int b, int ia, int ib) {
-            for (size_t i = 0; i < nparts; ++i)
-                if (parts[i].a == a && parts[i].b == b && parts[i].ia == ia && parts[i].ib == ib) return parts[i].rows;
-            if (nparts == parts.size()) parts.emplace_back();
-            Part& p = parts[nparts++];
-            p.a = a;
-            p.b = b;
-            p.ia = ia;
-            p.ib = ib;
-            p.rows.clear();
-            return p.rows;
-        }
-        // Chunk rows whose kernel rows inside src are one interval [ia, ib)
-        // short of the block: per interval.
-        struct Span {
-            int ia = 0, ib = 0;
-            std::vector<RowPos> rows;
-        };
-        std::vector<Span> spans;
-        size_t nspans = 0;
+        std::vector<WeightsRow> rows;
     } dw;
     std::vector<float> edges;      // fold_kw: zero-padded src runs of the W edges, a slot per (row, kd, kh)
     StagedChunk staged;
@@ -346,8 +332,12 @@ private:
     // (WeightsStage bits) names, which are read from the user's tensors.
     void build_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, const StagedChunk* st,
                     int64_t kd, int64_t kh, int64_t kw,
-                    int64_t ow_lo, int64_t ow_hi, RowSet set = RowSet::any, int64_t block_kh0 = 0,
-                    int64_t block_khs = 1, int user = 0) const;
+                    int64_t ow_lo, int64_t ow_hi, int user = 0) const;
+    // Depthwise: the rows of the chunk for kw tile kt of kernel-row block
+    // kh0 at depth tap kd, as WeightsRow::mask runs from the tile's first
+    // (kernel row, tap) pair.
+    void build_dw_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, int64_t kd, int64_t kh0,
+                       int64_t kt) const;
     // fold_kw: the rows of tap (kd, kh) over the chunk. Output pixels where
     // every kw tap reads inside src read the user's src; the W edges read
     // zero-padded copies of their src runs in ts.edges (pixel stride as in
@@ -418,37 +408,22 @@ private:
     enum RowsKind { kFull, kLast, kRowsKinds };
     // [..][..][WeightsStage bits]: stage_in_kernel gemm only, else 0.
     std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][4];
-    // Depthwise edges. Per kw tile, the output pixels [lo, hi) of a row
-    // where every tap of the tile reads inside src, and the runs of pixels
-    // where only taps [a, b) do (0 < b - a < its taps); each tap's valid
-    // pixels are an interval that shrinks as the tap moves right, so a
-    // pixel's taps are an interval too (and so are an output row's kernel
-    // rows inside src). The edge kernels: taps x kernel rows x n kind, for
-    // the shapes the edges need (edge_kernel).
+    // Depthwise edges. Per kw tile, its pieces: the runs of an output
+    // row's pixels where taps [a, b) of the tile read inside src, in pixel
+    // order (each tap's valid pixels are an interval that shrinks as the
+    // tap moves right, so a pixel's taps are an interval too, and so are an
+    // output row's kernel rows inside src).
     struct TapRun {
         int64_t ow_lo, ow_hi;
         int a, b;
     };
-    struct KwTileEdges {
-        int64_t lo = 0, hi = 0;
-        std::vector<TapRun> runs;
-    };
-    std::vector<KwTileEdges> kw_edges_;
-    // Rows short of the block run one kernel row at a time (more than
-    // kMaxSpanShapes interval lengths: each shape is a kernel to build).
-    static constexpr int kMaxSpanShapes = 2;
-    bool split_spans_ = false;
-    std::vector<std::shared_ptr<const WeightsKernel>> edge_kernels_;
+    std::vector<std::vector<TapRun>> kw_pieces_;
+    // Some pixel reads outside src with some pair of its tile: the kernels
+    // take WeightsRow::mask (desc.edges).
+    bool dw_edges_ = false;
     void plan_dw_edges();
     // The kernel row interval [ia, ib) of block kh0 inside src for output row oh.
     std::array<int, 2> kernel_rows_inside(int64_t kh0, int64_t oh) const;
-    size_t edge_index(int taps, int khs, int last) const {
-        return (static_cast<size_t>(taps) * static_cast<size_t>(plan_.blk.kh + 1) + static_cast<size_t>(khs)) * 2 +
-               static_cast<size_t>(last);
-    }
-    const WeightsKernel& edge_kernel(int taps, int khs, int last) const {
-        return *edge_kernels_[edge_index(taps, khs, last)];
-    }
     std::shared_ptr<const StageKernel> stager_;
 };
 
@@ -462,7 +437,9 @@ void JitWeightsExecutor::load_kernels() {
         bool hit = false;
         const int n = last ? b.n_last : b.n;
         const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
-        k = get_weights_kernel(plan_.desc(m, n, tail, tap_disp, kh, rows_apart, stage), &hit);
+        WeightsKernelDesc d = plan_.desc(m, n, tail, tap_disp, kh, rows_apart, stage);
+        d.edges = dw_edges_ ? 1 : 0;
+        k = get_weights_kernel(d, &hit);
         if (verbose()) std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
     };
     for (int r = 0; r < kRowsKinds; ++r) {
@@ -472,39 +449,12 @@ void JitWeightsExecutor::load_kernels() {
                 get(kernels_[r][last][stage], row_kinds[r], last, dw ? b.kh : 1, row_disp, stage);
         }
     }
-    if (!dw) {
-        if (plan_.rounded() && plan_.staged) {
-            const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
-                                   : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
-                                                                 : StageMode::widen_f16;
-            stager_ = get_stage_kernel(plan_.isa, mode);
-        }
-        return;
+    if (!dw && plan_.rounded() && plan_.staged) {
+        const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
+                               : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
+                                                             : StageMode::widen_f16;
+        stager_ = get_stage_kernel(plan_.isa, mode);
     }
-    // Edge shapes: taps (a run's, or all of a kw tile's) x kernel rows (a
-    // short interval's, or the block's).
-    std::vector<char> taps_used(33), rows_used(static_cast<size_t>(b.kh + 1));
-    for (const KwTileEdges& e : kw_edges_)
-        for (const TapRun& run : e.runs) taps_used[static_cast<size_t>(run.b - run.a)] = 1;
-    taps_used[static_cast<size_t>(b.m)] = taps_used[static_cast<size_t>(b.m_last)] = 1;
-    for (int64_t kh0 = 0; kh0 < plan_.geo.k[1]; kh0 += b.kh)
-        for (int64_t oh = 0; oh < plan_.geo.out[1]; ++oh) {
-            const auto span = kernel_rows_inside(kh0, oh);
-            if (span[0] < span[1] && span[1] - span[0] < b.kh) rows_used[static_cast<size_t>(span[1] - span[0])] = 1;
-        }
-    split_spans_ = std::count(rows_used.begin(), rows_used.end(), 1) > kMaxSpanShapes;
-    if (split_spans_) {
-        std::fill(rows_used.begin(), rows_used.end(), 0);
-        rows_used[1] = 1;
-    }
-    rows_used[static_cast<size_t>(b.kh)] = 1;
-    edge_kernels_.resize(edge_index(32, b.kh, 1) + 1);
-    for (int taps = 1; taps <= 32; ++taps)
-        for (int khs = 1; khs <= b.kh; ++khs) {
-            if (!taps_used[static_cast<size_t>(taps)] || !rows_used[static_cast<size_t>(khs)]) continue;
-            for (int last = b.n_tiles == 1 ? 1 : 0; last < 2; ++last)
-                get(edge_kernels_[edge_index(taps, khs, last)], taps, last, khs, row_disp, 0);
-        }
 }
 
 const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n, int stage) const {
@@ -547,7 +497,7 @@ int64_t JitWeightsExecutor::src_row_width(int64_t seg) const {
 
 void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk,
                                     const StagedChunk* st, int64_t kd, int64_t kh, int64_t kw, int64_t ow_lo,
-                                    int64_t ow_hi, RowSet set, int64_t block_kh0, int64_t block_khs, int user) const {
+                                    int64_t ow_hi, int user) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t ic = p_.ic(), oc = p_.oc(), es = plan_.elem_bytes();
     int64_t slot = 0;  // tile-major: the chunk's pixels in row order
@@ -556,10 +506,6 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
         const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
-        if (set == RowSet::block_valid) {  // ih is monotonic in the kernel row: check the block's ends
-            const int64_t ih0 = r.oh * g.stride[1] - g.pad[1] + block_kh0 * g.dil[1];
-            if (ih0 < 0 || ih0 + (block_khs - 1) * g.dil[1] >= g.in[1]) continue;
-        }
         const int64_t a = std::max(ow_lo, r.seg * g.segment);
         const int64_t b = std::min(ow_hi, (r.seg + 1) * g.segment);
         if (a >= b) continue;
@@ -737,7 +683,8 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               const std::vector<WeightsRow>& rows, bool accumulate, Prefetch& pf) const {
     int64_t pixels = 0;
     for (const WeightsRow& r : rows) pixels += r.pixels;
-    const auto [at, step] = pf.take(pixels);
+    const bool dw = plan_.blk.kind == WeightsKernelKind::depthwise;
+    const auto [at, step] = dw ? std::pair<const char*, int64_t>{} : pf.take(pixels);
     // Every field, in declaration order (a default-initialised struct is
     // cleared first: a rep stos per call).
     const WeightsKernelArgs a{reinterpret_cast<const float*>(c.src),
@@ -752,6 +699,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               accumulate ? 1 : 0,
                               at ? at : c.diff_dst,
                               at ? step : 0,
+                              dw ? pf.take_walks(pixels, c.diff_dst) : nullptr,
                               reinterpret_cast<float*>(c.src_stage),
                               reinterpret_cast<float*>(c.dst_stage),
                               src_step_bytes(),  // a tile-major slice's slot
@@ -808,7 +756,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
         else if (plan_.fold_kw > 1)  // staged rows hold the W padding: every pixel reads inside them
             build_rows(rows, ts.chunk, ts.view, kd, kh, 0, 0, g.out[2]);
         else
-            build_rows(rows, ts.chunk, ts.view, kd, kh, kw, ow[0], ow[1], RowSet::any, 0, 1, stage);
+            build_rows(rows, ts.chunk, ts.view, kd, kh, kw, ow[0], ow[1], stage);
         built = 1;
     }
     TileCall c{};
@@ -852,18 +800,12 @@ std::array<int, 2> JitWeightsExecutor::kernel_rows_inside(int64_t kh0, int64_t o
 void JitWeightsExecutor::plan_dw_edges() {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    kw_edges_.resize(static_cast<size_t>(b.m_tiles));
+    kw_pieces_.resize(static_cast<size_t>(b.m_tiles));
     for (int64_t kt = 0; kt < b.m_tiles; ++kt) {
         const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
-        KwTileEdges& edges = kw_edges_[static_cast<size_t>(kt)];
-        edges.hi = g.out[2];
         std::vector<std::array<int64_t, 2>> valid;  // per tap of the tile
-        for (int k = 0; k < taps; ++k) {
-            valid.push_back(valid_ow(g, kt * b.m + k));
-            edges.lo = std::max(edges.lo, valid.back()[0]);
-            edges.hi = std::min(edges.hi, valid.back()[1]);
-        }
-        std::vector<TapRun>& runs = edges.runs;
+        for (int k = 0; k < taps; ++k) valid.push_back(valid_ow(g, kt * b.m + k));
+        std::vector<TapRun>& pieces = kw_pieces_[static_cast<size_t>(kt)];
         for (int64_t ow = 0; ow < g.out[2]; ++ow) {
             int a = taps, e = 0;  // the taps reading inside src: [a, e)
             for (int k = 0; k < taps; ++k)
@@ -871,22 +813,52 @@ void JitWeightsExecutor::plan_dw_edges() {
                     a = std::min(a, k);
                     e = k + 1;
                 }
-            if (a >= e || e - a == taps) continue;  // none (no work), or all (the block kernels)
-            if (!runs.empty() && runs.back().ow_hi == ow && runs.back().a == a && runs.back().b == e)
-                ++runs.back().ow_hi;
+            if (a >= e) continue;  // no work
+            dw_edges_ = dw_edges_ || e - a < taps;
+            if (!pieces.empty() && pieces.back().ow_hi == ow && pieces.back().a == a && pieces.back().b == e)
+                ++pieces.back().ow_hi;
             else
-                runs.push_back({ow, ow + 1, a, e});
+                pieces.push_back({ow, ow + 1, a, e});
+        }
+    }
+    for (int64_t kh0 = 0; kh0 < g.k[1]; kh0 += b.kh)
+        for (int64_t oh = 0; oh < g.out[1]; ++oh) {
+            const auto [ia, ib] = kernel_rows_inside(kh0, oh);
+            dw_edges_ = dw_edges_ || (ia < ib && ib - ia < b.kh);
+        }
+}
+
+void JitWeightsExecutor::build_dw_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, int64_t kd,
+                                       int64_t kh0, int64_t kt) const {
+    const WeightsGeometry& g = plan_.geo;
+    const WeightsBlocking& b = plan_.blk;
+    const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
+    const int64_t kw0 = kt * b.m;
+    out.clear();
+    for (const RowPos& r : chunk) {
+        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+        const auto [ia, ib] = kernel_rows_inside(kh0, r.oh);
+        if (id < 0 || id >= g.in[0] || ia >= ib) continue;
+        const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh0 * g.dil[1];
+        const int64_t image = plan_.pairs ? 2 * r.n : r.n;  // a pair's first image
+        for (const TapRun& piece : kw_pieces_[static_cast<size_t>(kt)]) {
+            const int64_t lo = std::max(piece.ow_lo, r.seg * g.segment);
+            const int64_t hi = std::min(piece.ow_hi, (r.seg + 1) * g.segment);
+            if (lo >= hi) continue;
+            const uint64_t row_taps = ((uint64_t(1) << (piece.b - piece.a)) - 1) << piece.a;
+            uint64_t mask = piece.b - piece.a < taps ? kPartialTaps : 0;
+            for (int i = ia; i < ib; ++i) mask |= row_taps << (i * taps);
+            const int64_t iw = lo * g.stride[2] - g.pad[2] + kw0 * g.dil[2];
+            out.push_back({user_src_bytes(image, id, ih, iw), user_dst_bytes(image, r.od, r.oh, lo), hi - lo, mask});
         }
     }
 }
 
 // Tile order: kd, kernel-row block, kw tile, channel tile. A tile covers
-// blk.kh kernel rows x (m taps) x (n vectors). Its interior (rows where
-// every kernel row of the block reads inside src, pixels where every tap
-// does) goes to the block kernel; the edges, where only kernel rows
-// [ia, ib) and taps [a, b) do, to kernels of that shape, a call per shape.
-// Only the first call may store (not accumulate): it writes the whole
-// tile, even with no rows.
+// blk.kh kernel rows x (m taps) x (n vectors), in one call over the chunk:
+// each row of the call names the (kernel row, tap) pairs its pixels read
+// inside src (desc.edges). The call stores (not accumulates) on the first
+// chunk: it writes the whole tile, even with no rows.
 void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src,
                                      const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
@@ -896,67 +868,22 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     const int64_t kt = (tile / b.n_tiles) % b.m_tiles;
     const int64_t kh0 = (tile / (b.n_tiles * b.m_tiles)) % blocks * b.kh;
     const int64_t kd = tile / (b.n_tiles * b.m_tiles * blocks);
-    const bool last_tap_tile = kt == b.m_tiles - 1;
-    const int taps = last_tap_tile ? b.m_last : b.m;
     const int64_t kw0 = kt * b.m, c0 = ct * b.n * b.vlen;
     const int last_n = ct == b.n_tiles - 1 || b.n_tiles == 1;
     const int64_t es = plan_.elem_bytes();
-    auto at_tap = [&](int64_t kh, int64_t kw) {
-        return TileCall{src + c0 * es,
-                        diff_dst + c0 * es,
-                        target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh * wei_str_.k[1] + kw * wei_str_.k[2],
-                        src_step_bytes(),
-                        dst_step_bytes(),
-                        b.lane_group > 1 ? wei_str_.i : wei_str_.k[2],  // lane groups: rows (kw, ic)
-                        wei_str_.k[1]};
-    };
     ThreadState::DwRows& dw = ts.dw;
     if (dw.key != tile / b.n_tiles) {  // rows do not depend on the channel tile
         dw.key = tile / b.n_tiles;
-        // The block kernels run on [lo, hi), the edges on the tile's runs.
-        const KwTileEdges& edges = kw_edges_[static_cast<size_t>(kt)];
-        const int64_t lo = edges.lo, hi = edges.hi;
-        const std::vector<TapRun>& runs = edges.runs;
-        dw.block.clear();
-        dw.nparts = 0;
-        dw.nspans = 0;
-        if (lo < hi) build_rows(dw.block, ts.chunk, nullptr, kd, kh0, kw0, lo, hi, RowSet::block_valid, kh0, b.kh);
-        for (const TapRun& run : runs)
-            build_rows(dw.part(run.a, run.b, 0, b.kh), ts.chunk, nullptr, kd, kh0, kw0 + run.a, run.ow_lo,
-                       run.ow_hi, RowSet::block_valid, kh0, b.kh);
-        auto add_span = [&](int ia, int ib, const RowPos& r) {
-            size_t i = 0;
-            while (i < dw.nspans && (dw.spans[i].ia != ia || dw.spans[i].ib != ib)) ++i;
-            if (i == dw.nspans) {
-                if (dw.nspans == dw.spans.size()) dw.spans.emplace_back();
-                ThreadState::DwRows::Span& sp = dw.spans[dw.nspans++];
-                sp.ia = ia;
-                sp.ib = ib;
-                sp.rows.clear();
-            }
-            dw.spans[i].rows.push_back(r);
-        };
-        for (const RowPos& r : ts.chunk) {  // rows with kernel rows [ia, ib) inside src, short of the block
-            const auto [ia, ib] = kernel_rows_inside(kh0, r.oh);
-            if (ia >= ib || ib - ia == b.kh) continue;
-            if (!split_spans_) add_span(ia, ib, r);
-            for (int i = ia; split_spans_ && i < ib; ++i) add_span(i, i + 1, r);
-        }
-        for (size_t i = 0; i < dw.nspans; ++i) {
-            const ThreadState::DwRows::Span& sp = dw.spans[i];
-            if (lo < hi) build_rows(dw.part(0, taps, sp.ia, sp.ib), sp.rows, nullptr, kd, kh0 + sp.ia, kw0, lo, hi);
-            for (const TapRun& run : runs)
-                build_rows(dw.part(run.a, run.b, sp.ia, sp.ib), sp.rows, nullptr, kd, kh0 + sp.ia, kw0 + run.a,
-                           run.ow_lo, run.ow_hi);
-        }
+        build_dw_rows(dw.rows, ts.chunk, kd, kh0, kt);
     }
-    call(*kernels_[last_tap_tile ? kLast : kFull][last_n][0], at_tap(kh0, kw0), dw.block, accumulate, pf);
-    for (size_t i = 0; i < dw.nparts; ++i) {  // the edges, a call per set of taps and kernel rows
-        const ThreadState::DwRows::Part& part = dw.parts[i];
-        if (part.rows.empty()) continue;
-        call(edge_kernel(part.b - part.a, part.ib - part.ia, last_n), at_tap(kh0 + part.ia, kw0 + part.a), part.rows,
-             true, pf);
-    }
+    const TileCall c{src + c0 * es,
+                     diff_dst + c0 * es,
+                     target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh0 * wei_str_.k[1] + kw0 * wei_str_.k[2],
+                     src_step_bytes(),
+                     dst_step_bytes(),
+                     b.lane_group > 1 ? wei_str_.i : wei_str_.k[2],  // lane groups: rows (kw, ic)
+                     wei_str_.k[1]};
+    call(*kernels_[kt == b.m_tiles - 1 ? kLast : kFull][last_n][0], c, dw.rows, accumulate, pf);
 }
 
 void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src,
@@ -1098,7 +1025,7 @@ void JitWeightsExecutor::prefetch_first_call(Prefetch& pf, ThreadState& ts, int6
     decode_rows(ts.next_chunk, q0, q1);
     ts.next_rows.clear();
     const auto ow = valid_ow(g, 0);
-    build_rows(ts.next_rows, ts.next_chunk, nullptr, 0, 0, 0, ow[0], ow[1], RowSet::any, 0, 1, kCopySrc | kCopyDst);
+    build_rows(ts.next_rows, ts.next_chunk, nullptr, 0, 0, 0, ow[0], ow[1], kCopySrc | kCopyDst);
     const GemmTile t = gemm_tile(first_tile);
     const int64_t es = user_elem_bytes();
     const char* tile_src = src + (t.grp * g.icg + t.it * b.m) * es;

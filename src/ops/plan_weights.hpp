@@ -122,8 +122,8 @@ struct WeightsPlan {
     // Depthwise whose taps mostly reach into the padding (large kernels on
     // small planes): the executor first copies src into a zero-padded NXC
     // scratch, and this plan is for that unpadded problem (padded_problem),
-    // so every tap of every pixel runs in the block kernels instead of the
-    // edge kernels (ConvNeXt 7x7 at 7x7: most pixels are edges).
+    // so every pixel runs every tap, ungated, instead of the pairs its
+    // edge mask names (ConvNeXt 7x7 at 7x7: most pixels are edges).
     bool prepad = false;
     // Output pixels [0, left) and [right, OW) of a W row are its edges (some
     // kw tap reads outside src); a run of q of them reads (q - 1) * stride +
@@ -207,8 +207,8 @@ struct WeightsCostModel {
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
     static constexpr int64_t tile_major_stride_bytes = 4096;  // staged pixel stride from which 1x1 goes tile-major
     // Depthwise: pre-pad src when fewer output pixels than this have every
-    // tap inside src (the rest run in the edge kernels, a call per set of
-    // taps and kernel rows inside src); 16-bit types keep it for the long
+    // tap inside src (the rest run gated by their edge masks, a pixel at a
+    // time where taps are missing); 16-bit types keep it for the long
     // rows their windows and W pairs want (see prepad_src).
     static constexpr double dw_prepad_interior = 0.45;  // f32 on AVX-512
     static constexpr double dw_prepad_interior_avx2 = 0.75;
