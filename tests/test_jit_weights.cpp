@@ -374,10 +374,10 @@ TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
         CHECK((lc.c.make("avx2").describe().find(lg) != std::string::npos) == (lc.group_size < 8));
         check_exact(lc.c);
     }
-    Case pre = conv2d(32, 32, {5, 5}, {5, 5});  // taps mostly in the padding: pre-padded src
+    Case pre = conv2d(32, 32, {5, 5}, {5, 5});  // taps mostly in the padding: edge masks on lane groups
     pre.g = 8;
     pre.pb = pre.pe = {2, 2};
-    CHECK(pre.make("avx512_core").describe().find("prepad") != std::string::npos);
+    CHECK(pre.make("avx512_core").describe().find("prepad") == std::string::npos);
     check_exact(pre);
     Case mixed = conv2d(16, 32, {6, 6}, {3, 3});  // IC/g != OC/g: the gemm kernel
     mixed.g = 4;
@@ -385,61 +385,68 @@ TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
     check_exact(mixed);
 }
 
-TEST_CASE("weights: depthwise taps mostly in the padding pre-pad src", "[jit][weights]") {
-    // Large kernels on small planes run on a zero-padded copy of src (no
-    // edge kernels); planes where most pixels are interior, or whose edge
-    // pixels miss few taps (3x3 at 14x14), keep the edge kernels. Both,
-    // with one-sided and wide pads, strides, dilation, 1D / 3D, NCX, all
-    // three types.
+TEST_CASE("weights: depthwise pre-pads src only for wide bf16 W-pair kernels", "[jit][weights]") {
+    // bf16 W pixel pairs (avx512_core_bf16, W stride and dilation 1) with 7+
+    // taps on planes 25-95 % interior run on a zero-padded copy of src;
+    // every other depthwise plan reads src in place, its edges gated
+    // (planes almost all edge, 5x5, W strides, W dilation, f32, f16, AVX2).
+    // Both, with one-sided and wide pads, strides, dilation, 1D / 3D, NCX,
+    // all three types.
     auto dw = [](int64_t ch, dims in, dims k) {
         Case c = conv2d(ch, ch, std::move(in), std::move(k));
         c.g = ch;
         return c;
     };
-    std::vector<std::pair<Case, bool>> cases;  // case, pre-padded
-    Case c = dw(40, {7, 7}, {7, 7});
+    std::vector<std::pair<Case, bool>> cases;  // case, pre-padded with bf16 W pairs
+    Case c = dw(24, {14, 14}, {7, 7});  // 33 % interior
     c.pb = c.pe = {3, 3};
     cases.push_back({c, true});
-    c = dw(33, {7, 9}, {5, 5});
+    c = dw(17, {2, 28}, {1, 9});  // 71 % interior, one-sided pads, 1 x 9
+    c.pb = {0, 5};
+    c.pe = {0, 3};
+    cases.push_back({c, true});
+    c = dw(20, {30, 28}, {7, 7});  // H stride and dilation, W pairs still (47 % interior)
+    c.s = {2, 1};
+    c.d = {2, 1};
+    c.pb = c.pe = {6, 3};
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cases.push_back({c, true});
+    c = dw(40, {7, 7}, {7, 7});  // 2 % interior: the copy costs more than the edges
+    c.pb = c.pe = {3, 3};
+    cases.push_back({c, false});
+    c = dw(33, {7, 9}, {5, 5});  // W dilation: no W pairs
     c.s = {2, 1};
     c.d = {1, 2};
     c.pb = {2, 0};
     c.pe = {1, 6};
-    cases.push_back({c, true});
-    c = dw(17, {5}, {9});
+    cases.push_back({c, false});
+    c = dw(17, {5}, {9});  // no output pixel interior
     c.pb = {8};
     c.pe = {0};
-    cases.push_back({c, true});
+    cases.push_back({c, false});
     c = dw(20, {3, 4, 5}, {3, 3, 3});
     c.pb = c.pe = {1, 1, 1};
     c.nxc = false;
     c.wfmt = "OIX";
-    cases.push_back({c, true});
-    c = dw(24, {100, 101}, {3, 3});  // 96 % of the pixels interior: edge kernels for every type
-    c.pb = c.pe = {1, 1};
     cases.push_back({c, false});
-    c = dw(24, {14, 14}, {3, 3});  // 73 % interior, 2.4 edge taps a pixel: edge kernels
-    c.pb = c.pe = {1, 1};
-    cases.push_back({c, false});
-    c = dw(24, {7, 8}, {3, 3});  // unpadded: nothing to pre-pad
-    cases.push_back({c, false});
-    // 3x3 at 7x7 (51 % interior, 4.4 edge taps): f32 on AVX-512 runs its
-    // edge calls; AVX2 (smaller tiles, more calls) and 16-bit types (the
-    // long rows of their windows) pre-pad.
     c = dw(24, {7, 7}, {3, 3});
     c.pb = c.pe = {1, 1};
-    const size_t mixed = cases.size();
-    cases.push_back({c, true});
-    for (size_t i = 0; i < cases.size(); ++i) {
-        const auto& [base, prepad] = cases[i];
+    cases.push_back({c, false});
+    c = dw(24, {7, 8}, {7, 7});  // unpadded: nothing to pre-pad
+    cases.push_back({c, false});
+    for (const auto& [base, prepad] : cases) {
         for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
             Case t = base;
             t.dt = dt;
             for (const std::string& isa : jit_isas(true)) {
                 const std::string d = t.make(isa).describe();
                 INFO(label(t, isa) << "\n" << d);
-                const bool edge_calls = i == mixed && dt == convgrad::data_type::f32 && isa != "avx2";
-                CHECK((d.find(" prepad") != std::string::npos) == (prepad && !edge_calls));
+                const bool pairs = d.find(" W-pairs") != std::string::npos;
+                auto unit_w = [](const dims& v) { return v.empty() || v.back() == 1; };  // W stride / dilation
+                if (isa == "avx512_core_bf16" && dt == convgrad::data_type::bf16 && unit_w(base.s) && unit_w(base.d))
+                    CHECK(pairs);
+                CHECK((d.find(" prepad") != std::string::npos) == (prepad && pairs));
             }
         }
         check_exact(base);

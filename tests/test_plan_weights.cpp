@@ -185,7 +185,7 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                 CHECK(p.dil[2] == 1);
                 CHECK(p.icg < 16);
             }
-            if (base.prepad) CHECK(dw);  // only depthwise has edge kernels to avoid
+            if (base.prepad) CHECK(dw);  // only depthwise pre-pads
             check_axis(dw ? p.k[2] : p.icg * base.fold_kw, b.m_tiles, b.m, b.m_last, 1);
             check_axis(channels, b.n_tiles, b.n, b.n_last, b.vlen);
             CHECK(b.tail == channels % b.vlen);

@@ -333,32 +333,29 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     }
 }
 
-// Depthwise with non-negative pads where fewer than dw_prepad_interior of
-// the output pixels have every tap inside src and the edge pixels carry
-// dw_prepad_edge_taps taps or more per output pixel ((1 - interior) x
-// taps: the work the edge kernels would do). A/B, 2 threads, f32 / bf16:
-// ConvNeXt-T 768 channels 7x7 at 7x7 (1 of 49 pixels interior) +31 / +48 %,
-// EfficientNet-B0 5x5 at 7x7 (9 of 49) +57 / +86 %, at 14x14 (51 %
-// interior) +70 / +108 %, at 28x28 (73 %, 6.8 edge taps) +39 / +70 %; 7x7
-// at 28x28 (62 %) +10 / +41 %, at 56x56 (79 %) -3 / +22 %. 3x3 kernels on
-// 14x14 planes (73 % interior, 2.4 edge taps) lose more by the copy than
-// they gain (AMD Zen 4, min of 5, 1 / 2 threads, with the planned prefetch
-// distance): 384-576 channels f32 -29..-32 %, bf16 -0..-12 %, 576 channels
-// s2 to 7x7 f32 -57..-61 %, bf16 -19..-25 %; at 7x7 (51 %, 4.4 edge taps)
-// f32 -6..+6 %, bf16 +13 %. Since edges run as one call per interval of
-// taps and kernel rows (12297e6, 4071880), f32 on AVX-512 pre-pads below
-// 45 % interior only (pre-padding off against on, 1 thread mb 8 min of 5 / 2
-// threads mb 32 min of 3: 3x3 at 7x7 (51 %) 1.14x / 1.09-1.59x, 5x5 at
-// 28x28 (73 %) 1.31x, 5x5 s2 14 -> 7 (51 %) 1.26x / 2.60x, 7x7 at 28x28
-// (62 %) 1.15x / 1.44x; it still loses at 5x5 on 7x7 (18 %) 0.55x and 7x7
-// at 14x14 / 7x7 (33 % / 2 %) 0.62-0.70x). 16-bit keeps 95 %: its windows
-// and W pairs want the long rows of the padded copy (3x3 at 7x7 without it
-// 0.85-1.04x, 7x7 at 28x28 0.74-0.78x, 5x5 at 28x28 0.94-0.96x; only the
-// strided 5x5, without windows, 1.11-1.44x). AVX2 f32 keeps 75 %: its
-// smaller tiles make more edge calls (without the copy, 1 thread: 3x3 at
-// 7x7 0.76x, 7x7 at 28x28 0.85x, 5x5 at 28x28 1.29x, 5x5 s2 1.31x).
+// bf16 depthwise pairs W pixels (see plan_weights) on avx512_core_bf16,
+// W stride and dilation 1, kernels of dw_window_min_kw_16bit taps or more.
+bool w_pairs(const Problem& p, Isa isa) {
+    return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 && p.stride[2] == 1 &&
+           p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit;
+}
+
+// Depthwise pre-pads src (copies it into a zero-padded scratch and plans
+// the unpadded problem) only for bf16 W pixel pairs with kernels of
+// dw_prepad_min_kw taps or more, when the share of output pixels with every
+// tap inside src is in [dw_prepad_interior_min, dw_prepad_interior_max):
+// there a row's kw - 1 W-edge pixels each run a pixel at a time (no
+// partner to pair with), while the copy gives long rows of pairs. Since
+// the edges run gated in the interior's call (WeightsRow::mask) every other
+// plan is faster reading src in place: pre-padding off against on, AMD Zen
+// 4, 1 thread, mb 8, min of 5 (3 for AVX2 and 16-bit), the 21 depthwise
+// layers of MobileNetV2 / EfficientNet-B0 / ConvNeXt-T: AVX-512 f32
+// 1.33-3.41x, bf16 3x3 / 5x5 1.20-2.14x, 7x7 at 7x7 (2 % interior) 1.34x;
+// AVX2 f32 1.15-2.68x; f16 3x3-9x9 1.14-1.32x. Pre-padding wins for bf16 W
+// pairs at 7x7 on 28x28 (62 %) and 14x14 (33 %) planes, 1.12-1.15x, 9x9 at
+// 28x28 (51 %) 1.18x; even at 7x7 on 56x56 (80 %), 1.00x.
 bool prepad_src(const Problem& p, Isa isa) {
-    if (!is_depthwise(p, isa)) return false;
+    if (!is_depthwise(p, isa) || !w_pairs(p, isa) || p.k[2] < Cost::dw_prepad_min_kw) return false;
     bool padded = false;
     double interior = 1;
     for (int a = 0; a < 3; ++a) {
@@ -371,11 +368,7 @@ bool prepad_src(const Problem& p, Isa isa) {
         }
         interior *= double(inside) / double(p.out[a]);
     }
-    const double edge_taps = (1 - interior) * double(p.k_sp());  // per output pixel
-    return padded && edge_taps >= Cost::dw_prepad_edge_taps &&
-           interior < (p.dt != data_type::f32 ? Cost::dw_prepad_interior_16bit
-                       : isa >= Isa::avx512_core ? Cost::dw_prepad_interior
-                                                 : Cost::dw_prepad_interior_avx2);
+    return padded && interior >= Cost::dw_prepad_interior_min && interior < Cost::dw_prepad_interior_max;
 }
 
 // Lines of the next chunk the kernels prefetch per pixel (while a chunk
@@ -507,8 +500,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // with the tiles the cost model picked.
     const bool dw = is_depthwise(p, isa);
     plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
-    plan.w_pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && dw && p.icg == 1 && p.stride[2] == 1 &&
-                   p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit;
+    plan.w_pairs = dw && w_pairs(p, isa);
     plan.isa = plan.pairs || plan.w_pairs ? Isa::avx512_core_bf16
                : isa >= Isa::avx512_core  ? Isa::avx512_core
                                           : Isa::avx2;

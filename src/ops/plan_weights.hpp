@@ -206,14 +206,11 @@ struct WeightsCostModel {
     static constexpr double staged_partial_ratio = 8;  // data bytes per weight byte above which they pay
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
     static constexpr int64_t tile_major_stride_bytes = 4096;  // staged pixel stride from which 1x1 goes tile-major
-    // Depthwise: pre-pad src when fewer output pixels than this have every
-    // tap inside src (the rest run gated by their edge masks, a pixel at a
-    // time where taps are missing); 16-bit types keep it for the long
-    // rows their windows and W pairs want (see prepad_src).
-    static constexpr double dw_prepad_interior = 0.45;  // f32 on AVX-512
-    static constexpr double dw_prepad_interior_avx2 = 0.75;
-    static constexpr double dw_prepad_interior_16bit = 0.95;
-    static constexpr double dw_prepad_edge_taps = 4;
+    // Depthwise pre-pads src for bf16 W pairs with kernels this wide, when
+    // the share of interior pixels is in [min, max) (see prepad_src).
+    static constexpr int64_t dw_prepad_min_kw = 7;
+    static constexpr double dw_prepad_interior_min = 0.25;
+    static constexpr double dw_prepad_interior_max = 0.95;
     static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
     static constexpr int max_prefetch_lines = 16;
 };
