@@ -52,11 +52,17 @@ struct WeightsRow {
     int64_t pixels = 0;      // > 0
     // desc.edges (depthwise): the (kernel row, tap) pairs of the tile these
     // pixels read inside src, bit ir * taps + k (taps = the tile's kw taps),
-    // plus kPartialTaps when some kernel row has only part of its taps.
-    // src_offset is then the tile's first pair's pixel, inside src or not.
+    // plus kPartialTaps when some kernel row has only part of its taps,
+    // and then in bits 32-39 the row's tap interval [a, b) as a variant
+    // (tiles of up to kEdgeVariantMaxTaps taps; kernels reading f32 ignore
+    // it): b for a prefix (a = 0),
+    // taps - 1 + a for a suffix (b = taps), 0 for any other (each pair
+    // tested). src_offset is the tile's first pair's pixel, inside src or not.
     uint64_t mask = 0;
 };
 constexpr uint64_t kPartialTaps = uint64_t(1) << 63;
+constexpr int kEdgeVariantShift = 32;
+constexpr int kEdgeVariantMaxTaps = 8;
 
 // `count` prefetch steps of `step` bytes from `pos` (see
 // WeightsKernelArgs::prefetch_walks).

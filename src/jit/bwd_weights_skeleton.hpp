@@ -54,9 +54,11 @@ protected:
     // gate_row(ir, ...) and of its tap k through gate_pair(ir, k, ...);
     // the skeleton emits the pixel loop once per Gate. A row whose mask
     // names every pair runs ungated; one with whole kernel rows (no
-    // kPartialTaps) tests each kernel row once per block; the others, a
-    // pixel at a time, test each pair.
-    enum class Gate { none, kernel_row, pair };
+    // kPartialTaps) tests each kernel row once per block; the others run a
+    // pixel at a time: a loop per prefix and suffix interval of taps
+    // (Gate::taps: only its taps emitted, each kernel row tested), entered
+    // through a jump table on the row's variant, or testing each pair.
+    enum class Gate { none, kernel_row, taps, pair };
     template <typename F>
     void gate_row(int ir, F&& emit) {
         if (gate_ == Gate::none) return emit();
@@ -68,6 +70,10 @@ protected:
     }
     template <typename F>
     void gate_pair(int ir, int k, F&& emit) {
+        if (gate_ == Gate::taps) {
+            if (k >= gate_a_ && k < gate_b_) emit();
+            return;
+        }
         if (gate_ != Gate::pair) return emit();
         Xbyak::Label skip;
         test(reg_mask_, static_cast<uint32_t>(uint64_t(1) << (ir * mask_taps() + k)));
@@ -115,6 +121,7 @@ protected:
     bool stage_pairs() const { return desc_.stage && dot(); }
     const Xbyak::Reg64 reg_mask_ = r15;
     Gate gate_ = Gate::none;
+    int gate_a_ = 0, gate_b_ = 0;  // Gate::taps: the taps [a, b) emitted
 
 private:
     // Mask bits per kernel row: the tile's kw taps.
@@ -124,6 +131,9 @@ private:
     void next_walk();
     void load_args();
     void row_loop();
+    // desc.edges: the pixel loops of a row with part of its taps (r15 its
+    // mask), then a jump to `next`.
+    void partial_taps_loops(const Xbyak::Label& next);
     void pixel_loop();
     void flush_tile();
     void flush_rows(bool accumulate);

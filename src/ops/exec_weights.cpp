@@ -828,6 +828,13 @@ void JitWeightsExecutor::plan_dw_edges() {
         }
 }
 
+// WeightsRow::mask's variant of taps [a, b) of a tile of `taps`.
+uint64_t tap_variant(int a, int b, int taps) {
+    if (taps > kEdgeVariantMaxTaps) return 0;
+    const int v = a == 0 ? b : b == taps ? taps - 1 + a : 0;
+    return static_cast<uint64_t>(v) << kEdgeVariantShift;
+}
+
 void JitWeightsExecutor::build_dw_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, int64_t kd,
                                        int64_t kh0, int64_t kt) const {
     const WeightsGeometry& g = plan_.geo;
@@ -846,7 +853,7 @@ void JitWeightsExecutor::build_dw_rows(std::vector<WeightsRow>& out, const std::
             const int64_t hi = std::min(piece.ow_hi, (r.seg + 1) * g.segment);
             if (lo >= hi) continue;
             const uint64_t row_taps = ((uint64_t(1) << (piece.b - piece.a)) - 1) << piece.a;
-            uint64_t mask = piece.b - piece.a < taps ? kPartialTaps : 0;
+            uint64_t mask = piece.b - piece.a < taps ? kPartialTaps | tap_variant(piece.a, piece.b, taps) : 0;
             for (int i = ia; i < ib; ++i) mask |= row_taps << (i * taps);
             const int64_t iw = lo * g.stride[2] - g.pad[2] + kw0 * g.dil[2];
             out.push_back({user_src_bytes(image, id, ih, iw), user_dst_bytes(image, r.od, r.oh, lo), hi - lo, mask});

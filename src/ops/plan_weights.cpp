@@ -217,6 +217,19 @@ bool dw_disp_fits(const WeightsPlan& plan, int m, int n, int kh, int window) {
     return (kh - 1) * dw_row_disp(plan) + (m + block - 1) * dw_tap_disp(plan) + 64 * n <= INT32_MAX;
 }
 
+// The share of a row's output pixels in whole blocks of `block` pixels of
+// its interior (every kw tap of the tile inside src; the edges run a pixel
+// at a time), over the kw tiles of m taps.
+double windowed_share(const WeightsPlan& plan, int m, int block) {
+    const WeightsGeometry& g = plan.geo;
+    int64_t in_blocks = 0, tiles = 0;
+    for (int64_t kw0 = 0; kw0 < g.k[2]; kw0 += m, ++tiles) {
+        const int64_t lo = valid_ow(g, kw0)[0], hi = valid_ow(g, std::min<int64_t>(g.k[2], kw0 + m) - 1)[1];
+        in_blocks += std::max<int64_t>(0, hi - lo) / block * block;
+    }
+    return double(in_blocks) / double(tiles * g.out[2]);
+}
+
 // Search over (m, n) (and, depthwise, kh: all kernel rows in one tile or
 // one): every candidate that fits, cheapest estimate wins. Depthwise also
 // pays, per pass over a chunk (KH / kh passes), reading its diff_dst and
@@ -258,11 +271,17 @@ void choose_blocking(WeightsPlan& plan) {
                 for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
                     if (!fits(plan, m, n, b.tail, kh) || (dw && !dw_disp_fits(plan, m, n, kh, w))) continue;
                     const double pixels = chunk_pixels(plan, n);
+                    // Depthwise windows take blocks of a row's interior pixels
+                    // (pairs: 2w pixels a block); the rest run one (pair) at a time.
+                    const double in_blocks = w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
                     auto row_cost = [&](int r) {
                         return over_tiles(vecs, n, [&](int v) {
                             if (!dw) return gemm_tile(r, v, pixels, latency);
                             const double l2 = 2.0 * v * b.vlen * plan.elem_bytes() / Cost::l2_bytes_per_cycle;
-                            return dw_tile(r, kh, v, w, windows, pixels, latency, b.lane_group, plan.w_pairs) + l2;
+                            auto tile = [&](int ww) {
+                                return dw_tile(r, kh, v, ww, windows, pixels, latency, b.lane_group, plan.w_pairs);
+                            };
+                            return (w > 1 ? in_blocks * tile(w) + (1 - in_blocks) * tile(1) : tile(1)) + l2;
                         });
                     };
                     const double cost = over_tiles(rows_total, m, row_cost) * (dw ? passes : g.g);
