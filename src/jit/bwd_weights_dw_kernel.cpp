@@ -27,11 +27,11 @@ private:
     // temp(0) on AVX2). With bf16 pairs each lane is one channel of two
     // images in both operands, so vdpbf16ps sums exactly the right products.
     // 16-bit inputs (in_dt) are widened as they are loaded.
-    // A block of window() pixels (W stride 1: pixel u's tap k reads src
-    // vector u + k of the kernel row): the block's diff_dst vectors in
-    // temp(1 + u*n + v); per kernel row, each of its window+taps-1 src
-    // vectors is loaded once (into temp(0)) and multiplied into every
-    // (pixel, tap) pair that reads it.
+    // A block of window() pixels (W stride s, dilation 1: pixel u's tap k
+    // reads src vector s*u + k of the kernel row): the block's diff_dst
+    // vectors in temp(1 + u*n + v); per kernel row, each of its
+    // s*(window-1)+taps src vectors is loaded once (into temp(0)) and
+    // multiplied into every (pixel, tap) pair that reads it.
     // Lane groups (G > 1): all of the above once per input channel i of
     // the group, each src vector permuted as it is loaded; tile row
     // (tap k, i) is k * G + i.
@@ -39,6 +39,8 @@ private:
         return desc_.window > 1 ? (pairs() ? 2 : 1) * desc_.window : 1;
     }
     int64_t block_step() const override { return desc_.tap_disp; }
+    int w_stride() const { return std::max<int>(1, desc_.w_stride); }
+    int64_t block_src_step() const override { return w_stride() * int64_t(desc_.tap_disp); }
     int body_pixels() const override { return pairs() ? 2 : 1; }
     int group() const { return desc_.lane_group; }
     int taps() const { return desc_.m / group(); }
@@ -56,11 +58,14 @@ private:
             gate_row(ir, [&] {
                 for (int i = 0; i < group(); ++i) {
                     set_index(i);
-                    for (int j = 0; j < u_count + taps() - 1; ++j)
+                    const int s = w_stride();
+                    for (int j = 0; j < s * (u_count - 1) + taps(); ++j)
                         for (int v = 0; v < n; ++v) {
                             load_src(ptr[reg_src_ + ir * int64_t(desc_.row_disp) + j * step + v * in_vbytes()], v, i);
-                            for (int u = std::max(0, j - taps() + 1); u <= std::min(j, u_count - 1); ++u)
-                                mac(acc(ir * desc_.m + (j - u) * group() + i, v), temp(1 + u * n + v), temp(0));
+                            for (int u = 0; u < u_count; ++u) {  // (u, k) with s * u + k = j
+                                const int k = j - s * u;
+                                if (k >= 0 && k < taps()) mac(acc(ir * desc_.m + k * group() + i, v), temp(1 + u * n + v), temp(0));
+                            }
                         }
                 }
             });

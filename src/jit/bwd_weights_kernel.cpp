@@ -47,6 +47,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
     if (dw && d.window > 1) os << "_w" << int(d.window);
+    if (d.w_stride > 1) os << "_ws" << int(d.w_stride);
     if (d.lane_group > 1) os << "_lg" << int(d.lane_group);
     if (d.dot) os << "_dot";
     if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
@@ -260,7 +261,7 @@ void WeightsSkeleton::pixel_loop() {
         jl(singles);
         prefetch_pixels(u);
         block_body();
-        add(reg_src_, static_cast<uint32_t>(u * block_step()));
+        add(reg_src_, static_cast<uint32_t>(u * block_src_step()));
         add(reg_dst_, static_cast<uint32_t>(u * block_step()));
         sub(reg_npix_, u);
         jmp(block);

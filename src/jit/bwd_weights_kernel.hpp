@@ -139,8 +139,8 @@ struct WeightsKernelDesc {
     // depthwise: pixels per block (1: none). A block of `window` pixels
     // loads each src vector of a kernel row once and uses it for every tap
     // that reads it (pixel u, tap k read the same vector when u + k is the
-    // same): only for src_step == dst_step == tap_disp (W stride and
-    // dilation 1), which the executor guarantees.
+    // same): only for dst_step == tap_disp and src_step == w_stride *
+    // tap_disp (W dilation 1), which the executor guarantees.
     uint8_t window = 1;
     // depthwise: channels per group G (1, 2, 4, 8; grouped convolutions with
     // IC/g == OC/g == G): a tile row per (tap, input channel i of the
@@ -154,7 +154,11 @@ struct WeightsKernelDesc {
     // only the pairs it names (the tile's W and H edges in the call that
     // does its interior); 0 = every pair of every row.
     uint8_t edges = 0;
-    uint8_t unused[3] = {};
+    // depthwise with window > 1: the W stride (src pixels between output
+    // pixels; 0 = 1). Pixel u's tap k reads src vector stride * u + k of
+    // the block (taps 1 pixel apart: W dilation 1).
+    uint8_t w_stride = 0;
+    uint8_t unused[2] = {};
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
 };

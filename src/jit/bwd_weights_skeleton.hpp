@@ -36,11 +36,13 @@ protected:
     // the accumulators; may clobber vregs from first_temp() up to (not
     // including) the AVX2 mask register. Must not move the pointers.
     virtual void pixel_body() = 0;
-    // Blocks of block_pixels() > 1 pixels (consecutive, src and diff_dst
-    // both block_step() bytes apart) go to block_body() first, the rest to
-    // pixel_body(). Same contract as pixel_body().
+    // Blocks of block_pixels() > 1 pixels (consecutive: diff_dst pixels
+    // block_step() bytes apart, src pixels block_src_step()) go to
+    // block_body() first, the rest to pixel_body(). Same contract as
+    // pixel_body().
     virtual int block_pixels() const { return 1; }
     virtual int64_t block_step() const { return 0; }
+    virtual int64_t block_src_step() const { return block_step(); }
     virtual void block_body() {}
     // Pixels pixel_body() takes (1 or 2: consecutive pixels, src_step /
     // dst_step apart); with 2, a row's odd last pixel goes to

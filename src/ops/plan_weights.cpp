@@ -173,7 +173,8 @@ double gemm_tile(int r, int v, double pixels, double latency) {
 // lane group, each src vector loaded and permuted once per channel); a
 // window of w pixels loads each kernel row's w + m - 1 src vectors once
 // (per pixel: (w + m - 1) / w of them, against m).
-double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double latency, int group, bool w_pairs) {
+double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double latency, int group, bool w_pairs,
+               int64_t stride) {
     const int r = m * kh * group;
     if (w_pairs) {  // per pixel: half a vdpbf16ps per (tap, vector), and the vpermt2w that pair the loads
         const double src_loads = windows ? kh * v * double(2 * w + m - 1) / (2 * w) : double(r * v);
@@ -182,7 +183,7 @@ double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double 
                                     latency, (dots + perms + v + src_loads + 4) / Cost::instr_per_cycle});
         return px + (1.5 * r * v + Cost::call_cycles) / pixels;
     }
-    const double src_loads = kh * v * double(w + m - 1) / w * group;
+    const double src_loads = kh * v * double(stride * (w - 1) + m) / w * group;
     const double px = windows ? std::max(tile_cycles(r * v, v, r * v + v + src_loads + 4, latency),
                                          (v + src_loads) / Cost::vec_loads_per_cycle)
                               // small kernels: memory bound, loads counted at the scalar rate
@@ -214,7 +215,8 @@ int64_t dw_row_disp(const WeightsPlan& plan) {
 // must fit in 32 bits.
 bool dw_disp_fits(const WeightsPlan& plan, int m, int n, int kh, int window) {
     const int block = plan.w_pairs ? 2 * window : window;  // pixels
-    return (kh - 1) * dw_row_disp(plan) + (m + block - 1) * dw_tap_disp(plan) + 64 * n <= INT32_MAX;
+    const int64_t s = window > 1 ? plan.geo.stride[2] : 1;
+    return (kh - 1) * dw_row_disp(plan) + (m + s * (block - 1)) * dw_tap_disp(plan) + 64 * n <= INT32_MAX;
 }
 
 // The share of a row's output pixels in whole blocks of `block` pixels of
@@ -246,7 +248,7 @@ void choose_blocking(WeightsPlan& plan) {
                            : plan.isa == Isa::avx2 ? Cost::fma_latency_avx2
                                                    : Cost::fma_latency;
     const int kh_options[2] = {dw ? static_cast<int>(std::min<int64_t>(g.k[1], 32)) : 1, 1};
-    // Depthwise with W stride and dilation 1 and kernels of 5 taps or more
+    // Depthwise with W dilation 1 (stride 1; 2 below) and kernels of 5 taps or more
     // (compute-heavy enough for load counts to matter): pixel windows (see
     // dw_tile). ResNet-50-sized 3x3 layers measured 17-33 % slower with them
     // in f32. 16-bit tensors read in place widen every src load, which
@@ -257,7 +259,13 @@ void choose_blocking(WeightsPlan& plan) {
     const int64_t window_min_kw = b.lane_group > 1        ? 2
                                   : plan.elem_bytes() == 2 ? Cost::dw_window_min_kw_16bit
                                                            : Cost::dw_window_min_kw;
-    const bool windows = dw && g.stride[2] == 1 && g.dil[2] == 1 && g.k[2] >= window_min_kw;
+    // W stride 2 too (pixel u's tap k reads src vector 2u + k): 1 thread,
+    // mb 8, min of 5, against stride-1-only windows: 16-bit depthwise 3x3 /
+    // 5x5 s2 1.07-1.36x (MobileNetV2 b13, 576 channels 14 -> 7, 0.96x),
+    // f32 5x5 s2 1.06-1.08x, f32 lane groups (RegNetY, ResNeXt-50 conv3)
+    // 1.08-1.37x; bf16 lane groups 0.95-1.00x keep stride 1.
+    const bool strided_ok = g.stride[2] <= Cost::dw_window_max_stride && (b.lane_group == 1 || plan.elem_bytes() == 4);
+    const bool windows = dw && (g.stride[2] == 1 || strided_ok) && g.dil[2] == 1 && g.k[2] >= window_min_kw;
     const int window_options[] = {1, 2, 3, 4, 6, 8};
     double best = 1e300;
     int best_window = 1;
@@ -279,7 +287,8 @@ void choose_blocking(WeightsPlan& plan) {
                             if (!dw) return gemm_tile(r, v, pixels, latency);
                             const double l2 = 2.0 * v * b.vlen * plan.elem_bytes() / Cost::l2_bytes_per_cycle;
                             auto tile = [&](int ww) {
-                                return dw_tile(r, kh, v, ww, windows, pixels, latency, b.lane_group, plan.w_pairs);
+                                return dw_tile(r, kh, v, ww, windows, pixels, latency, b.lane_group, plan.w_pairs,
+                                               g.stride[2]);
                             };
                             return (w > 1 ? in_blocks * tile(w) + (1 - in_blocks) * tile(1) : tile(1)) + l2;
                         });
@@ -468,6 +477,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     // ones as they load them (depthwise in place; gemm stage copies).
     d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 && !stage ? data_type::f32 : dt);
     d.window = static_cast<uint8_t>(blk.kind == WeightsKernelKind::depthwise ? blk.window : 1);
+    d.w_stride = static_cast<uint8_t>(d.window > 1 ? geo.stride[2] : 0);
     // A single-tap depthwise tile without windows (which step by it) never
     // uses the displacement: share it.
     const bool uses_disp = blk.kind == WeightsKernelKind::depthwise && (m > 1 || d.window > 1);

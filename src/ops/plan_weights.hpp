@@ -170,6 +170,7 @@ struct WeightsCostModel {
     // Zen 4: a 1:1 mix of independent ones ran at 1 a cycle; each alone 1).
     static constexpr double dot_shuffle_per_cycle = 1;
     static constexpr int64_t dw_window_min_kw = 5;  // depthwise pixel windows from this kernel width
+    static constexpr int64_t dw_window_max_stride = 2;  // ... and up to this W stride
     static constexpr int64_t dw_window_min_kw_16bit = 3;  // ... when 16-bit loads are widened in the kernel
     static constexpr double fma_latency = 4;
     // AVX2 counts it 6: with 16 registers its tiles are small, and one of 8
