@@ -108,7 +108,7 @@ void WeightsSkeleton::generate() {
                         (dot() && in_dt() != data_type::bf16)))
         throw error("JIT kernel " + name() + ": stage copies need a gemm kernel on AVX-512 (pairs: of bf16)");
     if (desc_.edges && (desc_.stage || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::depthwise) ||
-                        rows() / std::max<int>(1, desc_.lane_group) > 31))
+                        mask_pairs() > 31))
         throw error("JIT kernel " + name() + ": edge masks need a depthwise kernel of at most 31 (row, tap) pairs");
     preamble(desc_.stage || desc_.edges ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
@@ -169,7 +169,7 @@ void WeightsSkeleton::row_loop() {
     if (desc_.edges) {  // a pixel loop per Gate (see gate_row)
         Xbyak::Label some_rows, some_pairs, next;
         mov(reg_mask_, qword[reg_row_ + offsetof(WeightsRow, mask)]);
-        cmp(reg_mask_, static_cast<uint32_t>((uint64_t(1) << (rows() / std::max<int>(1, desc_.lane_group))) - 1));
+        cmp(reg_mask_, static_cast<uint32_t>((uint64_t(1) << mask_pairs()) - 1));
         jne(some_rows, T_NEAR);
         pixel_loop();
         jmp(next, T_NEAR);

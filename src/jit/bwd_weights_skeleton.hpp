@@ -128,6 +128,8 @@ protected:
 private:
     // Mask bits per kernel row: the tile's kw taps.
     int mask_taps() const { return desc_.m / std::max<int>(1, desc_.lane_group); }
+    // Mask bits of the tile: (kernel row, tap) pairs.
+    int mask_pairs() const { return mask_taps() * std::max<int>(1, desc_.kh); }
     bool dw() const { return desc_.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise); }
     // Depthwise: r13, r14, rsi := the walk at rdx; rdx := the next one.
     void next_walk();
