@@ -316,8 +316,8 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
     // bf16 depthwise on avx512_core_bf16: vdpbf16ps over pairs of
     // consecutive pixels of a row. Odd rows (the last pixel pairs with
     // zeros), rows shorter than a block, channel tails, H stride and
-    // dilation, asymmetric pads, pre-padded 7x7 at 7x7, the W-edge copy,
-    // 1D with an even kernel, 3D.
+    // dilation, asymmetric pads, 7x7 at 7x7 (nearly every pixel an edge,
+    // not pre-padded), W-edge tap intervals, 1D with an even kernel, 3D.
     {
         std::vector<Case> pairs;
         Case e = conv2d(33, 33, {7, 9}, {3, 3});

@@ -190,8 +190,9 @@ private:
     // Clobbers r12.
     void prologue() override {
         if (!pairs()) return;
-        if (static_cast<Isa>(desc_.isa) < Isa::avx512_core_bf16 || group() > 1 || in_dt() != data_type::bf16)
-            throw error("JIT kernel " + name() + ": W pairs need bf16 depthwise on avx512_core_bf16");
+        if (static_cast<Isa>(desc_.isa) < Isa::avx512_core_bf16 || group() > 1 || in_dt() != data_type::bf16 ||
+            w_stride() > 1)
+            throw error("JIT kernel " + name() + ": W pairs need bf16 depthwise on avx512_core_bf16, W stride 1");
         static const uint16_t kIndex[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                             8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
         mov(reg_scratch_, reinterpret_cast<uintptr_t>(kIndex));

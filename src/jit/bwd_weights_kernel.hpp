@@ -28,9 +28,10 @@
 //    channels of the group) x `kh` kernel rows (all of KH, or one). Per pixel:
 //    n diff_dst vectors, kh*taps*n src vectors: with all kernel rows in one
 //    tile, each chunk passes through the core once instead of KH times.
-//    With desc.window > 1 (W stride 1): blocks of `window` pixels, whose
-//    window*n diff_dst vectors stay in registers while each kernel row's
-//    window+taps-1 src vectors are loaded once each.
+//    With desc.window > 1 (W stride s = 1 or 2, dilation 1): blocks of
+//    `window` pixels, whose window*n diff_dst vectors stay in registers
+//    while each kernel row's s*(window-1)+taps src vectors are loaded once
+//    each.
 // Both need channel-contiguous (NXC) activations and an OC-contiguous
 // diff_weights row; the executor guarantees that (transposing or permuting
 // through scratch otherwise).
@@ -138,8 +139,8 @@ struct WeightsKernelDesc {
     uint8_t stage = 0;  // gemm: WeightsStage bits
     // depthwise: pixels per block (1: none). A block of `window` pixels
     // loads each src vector of a kernel row once and uses it for every tap
-    // that reads it (pixel u, tap k read the same vector when u + k is the
-    // same): only for dst_step == tap_disp and src_step == w_stride *
+    // that reads it (pixel u, tap k read the same vector when w_stride * u
+    // + k is the same): only for dst_step == tap_disp and src_step == w_stride *
     // tap_disp (W dilation 1), which the executor guarantees.
     uint8_t window = 1;
     // depthwise: channels per group G (1, 2, 4, 8; grouped convolutions with

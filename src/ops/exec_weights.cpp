@@ -433,20 +433,20 @@ void JitWeightsExecutor::load_kernels() {
     const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
     const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
     const int row_kinds[kRowsKinds] = {b.m, b.m_last};
-    auto get = [&](std::shared_ptr<const WeightsKernel>& k, int m, int last, int kh, int64_t rows_apart, int stage) {
-        bool hit = false;
-        const int n = last ? b.n_last : b.n;
-        const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
-        WeightsKernelDesc d = plan_.desc(m, n, tail, tap_disp, kh, rows_apart, stage);
-        d.edges = dw_edges_ ? 1 : 0;
-        k = get_weights_kernel(d, &hit);
-        if (verbose()) std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
-    };
     for (int r = 0; r < kRowsKinds; ++r) {
         for (int last = 0; last < 2; ++last) {
             if (!last && b.n_tiles == 1) continue;  // the only n tile is the last
-            for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage)
-                get(kernels_[r][last][stage], row_kinds[r], last, dw ? b.kh : 1, row_disp, stage);
+            const int n = last ? b.n_last : b.n;
+            const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
+            for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage) {
+                WeightsKernelDesc d = plan_.desc(row_kinds[r], n, tail, tap_disp, dw ? b.kh : 1, row_disp, stage);
+                d.edges = dw_edges_ ? 1 : 0;
+                bool hit = false;
+                auto& k = kernels_[r][last][stage];
+                k = get_weights_kernel(d, &hit);
+                if (verbose())
+                    std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
+            }
         }
     }
     if (!dw && plan_.rounded() && plan_.staged) {

@@ -171,8 +171,8 @@ double gemm_tile(int r, int v, double pixels, double latency) {
 
 // Depthwise: m taps x kh kernel rows x v vectors (x G input channels of a
 // lane group, each src vector loaded and permuted once per channel); a
-// window of w pixels loads each kernel row's w + m - 1 src vectors once
-// (per pixel: (w + m - 1) / w of them, against m).
+// window of w pixels at W stride s loads each kernel row's s(w - 1) + m
+// src vectors once (per pixel: (s(w - 1) + m) / w of them, against m).
 double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double latency, int group, bool w_pairs,
                int64_t stride) {
     const int r = m * kh * group;
