@@ -32,9 +32,9 @@ std::string expected_impl(const Case& c, const std::string& isa) {
     // Groups of 8 take the lane groups only without bf16 pairs (and on rows of 14+ pixels).
     const bool lanes8 = icg == 8 && c.dt != data_type::bf16 && c.out(c.nsp() - 1) >= 14;
     const bool depthwise = c.g > 1 && icg == ocg && (icg == 1 || icg == 2 || icg == 4 || lanes8);
-    // bf16 depthwise pairs the pixels of W rows (stride and dilation 1, 3+ taps).
+    // bf16 depthwise pairs the pixels of W rows (stride 1 or 2, dilation 1, 3+ taps).
     const size_t w = c.nsp() - 1;
-    const bool w_pairs = depthwise && icg == 1 && c.at(c.s, w, 1) == 1 && c.at(c.d, w, 1) == 1 && c.k[w] >= 3;
+    const bool w_pairs = depthwise && icg == 1 && c.at(c.s, w, 1) <= 2 && c.at(c.d, w, 1) == 1 && c.k[w] >= 3;
     if (isa == "avx512_core_bf16")
         return c.dt == data_type::bf16 && (!depthwise || w_pairs) ? "jit:avx512_core_bf16" : "jit:avx512_core ";
     return "jit:" + isa + " ";
@@ -317,7 +317,9 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
     // consecutive pixels of a row. Odd rows (the last pixel pairs with
     // zeros), rows shorter than a block, channel tails, H stride and
     // dilation, asymmetric pads, 7x7 at 7x7 (nearly every pixel an edge,
-    // not pre-padded), W-edge tap intervals, 1D with an even kernel, 3D.
+    // not pre-padded), W-edge tap intervals, 1D with an even kernel, 3D;
+    // W stride 2 (pairs of src pixels 2 apart): odd rows, a 5x5 window
+    // (a ring of three src registers), 7 taps (a src pair feeding two taps).
     {
         std::vector<Case> pairs;
         Case e = conv2d(33, 33, {7, 9}, {3, 3});
@@ -344,9 +346,26 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
         e = conv2d(24, 24, {3, 10, 11}, {2, 3, 3});
         e.pb = e.pe = {0, 1, 1};
         pairs.push_back(e);
+        e = conv2d(24, 24, {9, 29}, {3, 3});
+        e.mb = 3;
+        e.s = {2, 2};
+        e.pb = e.pe = {1, 1};
+        pairs.push_back(e);
+        const size_t strided_window = pairs.size();
+        e = conv2d(16, 16, {10, 60}, {5, 5});
+        e.mb = 3;
+        e.s = {1, 2};
+        e.pb = e.pe = {2, 2};
+        pairs.push_back(e);
+        e = conv2d(20, 20, {41}, {7});
+        e.s = {2};
+        e.pb = {3};
+        e.pe = {2};
+        pairs.push_back(e);
         const std::vector<std::string> isas = jit_isas(true);
         const bool bf16_isa = std::find(isas.begin(), isas.end(), "avx512_core_bf16") != isas.end();
-        for (Case& c : pairs) {
+        for (size_t i = 0; i < pairs.size(); ++i) {
+            Case& c = pairs[i];
             c.g = c.ic;
             Case t = c;
             t.dt = data_type::bf16;
@@ -354,6 +373,7 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
                 const std::string d = t.make("avx512_core_bf16").describe();
                 INFO(label(t, "avx512_core_bf16") << "\n" << d);
                 CHECK(d.find("W-pairs") != std::string::npos);
+                if (i == strided_window) CHECK(d.find("window=") != std::string::npos);
             }
             check_exact(c);
         }

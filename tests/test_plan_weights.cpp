@@ -212,20 +212,21 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             CHECK(r.rows == base.geo.rows());
             // 16-bit types: pairs of images exactly for bf16 gemm on
             // avx512_core_bf16, pairs of W pixels for bf16 depthwise there
-            // (W stride and dilation 1, 3+ taps); staged for gemm, read in
-            // place for depthwise.
+            // (W stride 1 or 2, W dilation 1, 3+ taps); staged for gemm,
+            // read in place for depthwise.
             const bool bf16_isa = dt == convgrad::data_type::bf16 && isa == Isa::avx512_core_bf16;
             const bool pairs = bf16_isa && !dw;
-            const bool w_pairs = bf16_isa && dw && p.icg == 1 && p.stride[2] == 1 && p.dil[2] == 1 && p.k[2] >= 3;
+            const bool w_pairs = bf16_isa && dw && p.icg == 1 && p.stride[2] <= 2 && p.dil[2] == 1 && p.k[2] >= 3;
             CHECK(base.pairs == pairs);
             CHECK(base.w_pairs == w_pairs);
             CHECK(base.geo.mb == (pairs ? (p.mb + 1) / 2 : p.mb));
             CHECK((base.isa == Isa::avx512_core_bf16) == (pairs || w_pairs));
             if (dt != convgrad::data_type::f32) CHECK(base.staged == !dw);
             CHECK(base.desc(b.m, b.n, b.tail, 0).dot == (pairs || w_pairs ? 1 : 0));
-            if (w_pairs) {  // a block of `window` pairs reads 2 x window + m - 1 src pixels
+            if (w_pairs) {  // a block of `window` pairs reads s(2 x window - 1) + m src pixels
                 const int64_t tap = p.ic() * 2, row = p.dil[1] * p.in[2] * p.ic() * 2;
-                CHECK((b.kh - 1) * row + (b.m + 2 * b.window - 1) * tap + 64 * b.n <= INT32_MAX);
+                const int64_t s = b.window > 1 ? p.stride[2] : 1;
+                CHECK((b.kh - 1) * row + (b.m + s * (2 * b.window - 1)) * tap + 64 * b.n <= INT32_MAX);
             }
             for (int t : {1, 2, 3, 4, 8}) {
                 const WeightsPlan pt = plan_weights(p, isa, t);

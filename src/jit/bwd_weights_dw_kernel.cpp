@@ -2,12 +2,12 @@
 // G = IC/g == OC/g channels): vectorises over channels. Tile = n channel
 // vectors x `taps` consecutive kw taps, so each diff_dst vector loaded is
 // used by `taps` FMAs; with desc.window (W stride
-// 1) each src vector loaded is used by every tap that reads it within a
-// block of pixels too. With desc.edges a row runs only the (kernel row,
+// 1 or 2) each src vector loaded is used by every tap that reads it within
+// a block of pixels too. With desc.edges a row runs only the (kernel row,
 // tap) pairs its mask names: the interior of a chunk and its edges in one
 // call, one flush (see WeightsSkeleton::gate_row). bf16 on
-// avx512_core_bf16 (desc.dot): vdpbf16ps over pairs of consecutive pixels
-// of a row (see pairs() below).
+// avx512_core_bf16 (desc.dot): vdpbf16ps over pairs of consecutive output
+// pixels of a row (see pairs() below).
 #include "jit/bwd_weights_kernel.hpp"
 #include "jit/bwd_weights_skeleton.hpp"
 
@@ -100,16 +100,22 @@ private:
         }
     }
     // ---- W pixel pairs (desc.dot; bf16 on avx512_core_bf16, G = 1) ----
-    // Each dword lane c holds channel c of two consecutive pixels of a row
-    // (low half the first), in diff_dst and in src alike, so one vdpbf16ps
-    // adds both pixels' products: diff_dst pair (p, p+1) times, for tap k,
-    // src pair (p + k, p + k + 1) (src_step / dst_step apart; in a block,
-    // tap_disp). vpermt2w interleaves two 16-channel loads by the word
+    // Each dword lane c holds channel c of two consecutive output pixels of
+    // a row (low half the first), in diff_dst and in src alike, so one
+    // vdpbf16ps adds both pixels' products: diff_dst pair (p, p+1) times,
+    // for tap k, src pair (sp + k, s(p + 1) + k) at W stride s (src_step /
+    // dst_step apart; in a block, tap_disp apart per src pixel). vpermt2w interleaves two 16-channel loads by the word
     // index pair_index(); a row's odd last pixel pairs with zeros
     // (vpmovzxwd). Lanes stay in channel order: the flush is the f32 one.
     bool pairs() const { return dot(); }
     Xbyak::Zmm pair_second() const { return Xbyak::Zmm(index_reg().getIdx()); }
     Xbyak::Zmm pair_index() const { return Xbyak::Zmm(index_reg().getIdx() + 1); }
+    // Register of src vector j in a block's ring of w_stride() + 1: temp(0),
+    // pair_second(), then the registers after pair_index().
+    Xbyak::Zmm ring_reg(int j) const {
+        const int i = j % (w_stride() + 1);
+        return Xbyak::Zmm(i == 0 ? temp(0).getIdx() : i == 1 ? pair_second().getIdx() : index_reg().getIdx() + i);
+    }
     // 16 bf16 channels (vector v: the tail's live lanes) of a pixel at `a`
     // into the low half of r (the rest zeros).
     void load_words(const Xbyak::Xmm& r, const Xbyak::Address& a, int v) {
@@ -153,34 +159,40 @@ private:
             });
     }
     void odd_pixel_body() override { pair_pixel_body(false); }
-    // A block of `window` pairs (2 x window pixels, W stride 1): the
-    // diff_dst pairs D(u) in temp(1 + u*n + v); per kernel row and vector,
-    // the row's src vectors s_0, s_1, ... are loaded once each, and pair
-    // P_j = (s_j, s_{j+1}) feeds every (pair u, tap k) with 2u + k = j.
+    // A block of `window` pairs (2 x window pixels, W stride s): the
+    // diff_dst pairs D(u) (pixels 2u, 2u+1) in temp(1 + u*n + v); per kernel
+    // row and vector, the row's src vectors s_0, s_1, ... are loaded once
+    // each (into a ring of s + 1 registers), and pair P_j = (s_j, s_{j+s})
+    // feeds every (pair u, tap k) with 2su + k = j. At s = 2 and 3 taps a
+    // P_j with j % 4 == 3 feeds nothing and is never built.
     void pair_block_body() {
-        const int w = desc_.window, n = vecs();
+        const int w = desc_.window, n = vecs(), s = w_stride();
         const int64_t step = desc_.tap_disp;
         for (int u = 0; u < w; ++u)
             for (int v = 0; v < n; ++v) {
                 const Xbyak::Address second = ptr[reg_dst_ + (2 * u + 1) * step + v * in_vbytes()];
                 load_pair(temp(1 + u * n + v), ptr[reg_dst_ + 2 * u * step + v * in_vbytes()], &second, v);
             }
+        auto used = [&](int j) {  // some (u, k) reads P_j
+            for (int k = 0; k < taps(); ++k)
+                if (j - k >= 0 && (j - k) % (2 * s) == 0 && (j - k) / (2 * s) < w) return true;
+            return false;
+        };
         for (int ir = 0; ir < std::max<int>(1, desc_.kh); ++ir)
             gate_row(ir, [&] {
                 for (int v = 0; v < n; ++v) {
                     auto src_at = [&](int j) {
                         return ptr[reg_src_ + ir * int64_t(desc_.row_disp) + j * step + v * in_vbytes()];
                     };
-                    Xbyak::Zmm cur(temp(0).getIdx()), next = pair_second();
-                    load_words(cur, src_at(0), v);
-                    for (int j = 0; j <= 2 * (w - 1) + taps() - 1; ++j) {
-                        load_words(next, src_at(j + 1), v);
-                        vpermt2w(cur, pair_index(), next);  // cur := P_j
-                        for (int k = j % 2; k < taps(); k += 2) {
-                            const int u = (j - k) / 2;
-                            if (u >= 0 && u < w) vdpbf16ps(acc(ir * desc_.m + k, v), temp(1 + u * n + v), cur);
+                    for (int j = 0; j <= 2 * s * (w - 1) + taps() - 1; ++j) {
+                        if (!used(j)) continue;
+                        if (!used(j - s)) load_words(ring_reg(j), src_at(j), v);  // else loaded as P_{j-s}'s second
+                        load_words(ring_reg(j + s), src_at(j + s), v);
+                        vpermt2w(ring_reg(j), pair_index(), ring_reg(j + s));  // ring_reg(j) := P_j
+                        for (int k = j % (2 * s); k < taps(); k += 2 * s) {
+                            const int u = (j - k) / (2 * s);
+                            if (u >= 0 && u < w) vdpbf16ps(acc(ir * desc_.m + k, v), temp(1 + u * n + v), ring_reg(j));
                         }
-                        std::swap(cur, next);
                     }
                 }
             });
@@ -190,9 +202,8 @@ private:
     // Clobbers r12.
     void prologue() override {
         if (!pairs()) return;
-        if (static_cast<Isa>(desc_.isa) < Isa::avx512_core_bf16 || group() > 1 || in_dt() != data_type::bf16 ||
-            w_stride() > 1)
-            throw error("JIT kernel " + name() + ": W pairs need bf16 depthwise on avx512_core_bf16, W stride 1");
+        if (static_cast<Isa>(desc_.isa) < Isa::avx512_core_bf16 || group() > 1 || in_dt() != data_type::bf16)
+            throw error("JIT kernel " + name() + ": W pairs need bf16 depthwise on avx512_core_bf16");
         static const uint16_t kIndex[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
                                             8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
         mov(reg_scratch_, reinterpret_cast<uintptr_t>(kIndex));

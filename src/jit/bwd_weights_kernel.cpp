@@ -26,9 +26,11 @@ int gemm_temps(const WeightsKernelDesc& d) {
 }
 // depthwise: n diff_dst vectors + one src register (AVX2 loads through it)
 // + the permutation index of a lane group of 8.
-// W pixel pairs (desc.dot): a second src register and the interleave index.
+// W pixel pairs (desc.dot): a second src register and the interleave index,
+// and a window at W stride s a ring of s + 1 src registers.
 int dw_temps(const WeightsKernelDesc& d) {
-    return std::max<int>(1, d.window) * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group) + (d.dot ? 2 : 0);
+    const int ring = d.dot && d.window > 1 ? std::max<int>(1, d.w_stride) - 1 : 0;
+    return std::max<int>(1, d.window) * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group) + (d.dot ? 2 + ring : 0);
 }
 
 }  // namespace

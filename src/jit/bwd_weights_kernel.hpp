@@ -9,9 +9,10 @@
 //    adds both products into one f32 lane, so one instruction covers two
 //    pixels of the reduction. Addressing is identical to f32.
 //  - bf16 W pairs (depthwise with desc.dot, avx512_core_bf16): the kernel
-//    reads bf16 in place and interleaves two consecutive pixels of a row
-//    (vpermt2w) into one 32-bit element per channel, in diff_dst and src
-//    alike; vdpbf16ps then adds both pixels' products into one f32 lane.
+//    reads bf16 in place and interleaves two consecutive output pixels of a
+//    row (vpermt2w) into one 32-bit element per channel, in diff_dst and
+//    src alike (src pixels W stride apart); vdpbf16ps then adds both
+//    pixels' products into one f32 lane.
 //  - bf16 / f16 read in place (desc.in_dt, depthwise only): each vector is
 //    widened to f32 as it is loaded (2 bytes per channel and pixel). The
 //    depthwise kernel does one FMA per loaded src vector and is bound by

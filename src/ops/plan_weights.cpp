@@ -177,8 +177,13 @@ double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double 
                int64_t stride) {
     const int r = m * kh * group;
     if (w_pairs) {  // per pixel: half a vdpbf16ps per (tap, vector), and the vpermt2w that pair the loads
-        const double src_loads = windows ? kh * v * double(2 * w + m - 1) / (2 * w) : double(r * v);
-        const double perms = (windows ? src_loads : src_loads / 2) + v / 2.0, dots = r * v / 2.0;
+        // a block of w pairs builds P_j = (s_j, s_{j+stride}) for each j = 2 * stride * u + k
+        int built = 0;
+        for (int64_t j = 0; j < 2 * stride * (w - 1) + m; ++j)
+            built += j % (2 * stride) < m ? 1 : 0;
+        const double src_loads = windows ? kh * v * double(built + stride) / (2 * w) : double(r * v);
+        const double perms = (windows ? kh * v * double(built) / (2 * w) : src_loads / 2) + v / 2.0,
+                     dots = r * v / 2.0;
         const double px = std::max({(dots + perms) / Cost::dot_shuffle_per_cycle, (v + src_loads) / Cost::loads_per_cycle,
                                     latency, (dots + perms + v + src_loads + 4) / Cost::instr_per_cycle});
         return px + (1.5 * r * v + Cost::call_cycles) / pixels;
@@ -362,14 +367,16 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 }
 
 // bf16 depthwise pairs W pixels (see plan_weights) on avx512_core_bf16,
-// W stride and dilation 1, kernels of dw_window_min_kw_16bit taps or more.
+// W stride up to dw_window_max_stride, W dilation 1, kernels of dw_window_min_kw_16bit taps or more.
 bool w_pairs(const Problem& p, Isa isa) {
-    return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 && p.stride[2] == 1 &&
+    return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 &&
+           p.stride[2] <= Cost::dw_window_max_stride &&
            p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit;
 }
 
 // Depthwise pre-pads src (copies it into a zero-padded scratch and plans
-// the unpadded problem) only for bf16 W pixel pairs with kernels of
+// the unpadded problem) only for bf16 W pixel pairs at W stride 1 (the
+// measured case) with kernels of
 // dw_prepad_min_kw taps or more, when the share of output pixels with every
 // tap inside src is in [dw_prepad_interior_min, dw_prepad_interior_max):
 // there a row's kw - 1 W-edge pixels each run a pixel at a time (no
@@ -383,7 +390,7 @@ bool w_pairs(const Problem& p, Isa isa) {
 // pairs at 7x7 on 28x28 (62 %) and 14x14 (33 %) planes, 1.12-1.15x, 9x9 at
 // 28x28 (51 %) 1.18x; even at 7x7 on 56x56 (80 %), 1.00x.
 bool prepad_src(const Problem& p, Isa isa) {
-    if (!is_depthwise(p, isa) || !w_pairs(p, isa) || p.k[2] < Cost::dw_prepad_min_kw) return false;
+    if (!is_depthwise(p, isa) || !w_pairs(p, isa) || p.stride[2] != 1 || p.k[2] < Cost::dw_prepad_min_kw) return false;
     bool padded = false;
     double interior = 1;
     for (int a = 0; a < 3; ++a) {
@@ -518,15 +525,18 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // Depthwise reads 16-bit tensors in place (memory bound: no staging, no
     // image pairs). bf16 with vdpbf16ps pairs consecutive pixels of a row
     // instead, where a pixel window shares each paired src vector between
-    // taps (W stride and dilation 1, kernels of 3 taps or more; depthwise
+    // taps (W stride 1 or 2, dilation 1, kernels of 3 taps or more; depthwise
     // only, lane groups permute their loads): the widened FMAs of a 3x3
     // depthwise tile are bound by the FMA pipe, and W pairs halve its work
     // (AMD Zen 4, bf16, 1 thread, min of 5 at mb 8: MobileNetV2 / EfficientNet
     // 32 channels at 112x112 1.33-1.34x, 144 at 56x56 1.26x; 2 threads, mb
     // 32: 3x3 at 7x7-28x28 1.13-1.18x, 5x5 1.15-1.24x, ConvNeXt 7x7 1.09-1.50x,
-    // the DRAM-bound 112x112 layers 0.94-1.01x). Strided rows share no src
-    // pair between taps (two loads and a vpermt2w per product pair): 0.75-0.89x
-    // with the tiles the cost model picked.
+    // the DRAM-bound 112x112 layers 0.94-1.01x). At W stride 2 pair u's tap
+    // k reads src pair (4u + k, 4u + k + 2), one vpermt2w per vdpbf16ps
+    // whether or not the loads are shared: against widened FMAs, 1 thread,
+    // mb 8, min of 5: MobileNetV2 3x3 s2 at 7-28 px 1.24-1.37x, EfficientNet
+    // 5x5 s2 1.25-1.36x, 96 channels at 112x112 (DRAM-bound) 0.90-1.03x
+    // (1.35x at mb 1).
     const bool dw = is_depthwise(p, isa);
     plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
     plan.w_pairs = dw && w_pairs(p, isa);

@@ -51,7 +51,7 @@ struct WeightsBlocking {
     int m = 1;  // gemm: input channels per tile; depthwise: kw taps per tile
     int kh = 1;  // depthwise: kernel rows per tile (KH: each chunk passes once; or 1)
     int n = 1;  // vectors of output channels (gemm) / channels (depthwise) per tile
-    int window = 1;  // depthwise, W stride 1: pixels per block sharing src vectors (WeightsKernelDesc::window)
+    int window = 1;  // depthwise, W stride 1 or 2: pixels per block sharing src vectors (WeightsKernelDesc::window)
     // depthwise: channels per group G (WeightsKernelDesc::lane_group); a
     // tile's m kw taps are m x G rows of diff_weights
     int lane_group = 1;
