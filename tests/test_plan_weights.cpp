@@ -263,3 +263,40 @@ TEST_CASE("weights plan: kernel descs are independent of the shape", "[jit][weig
     const auto da = a.desc(a.blk.m, a.blk.n, 0, 0), db = b.desc(b.blk.m, b.blk.n, 0, 0);
     CHECK(std::memcmp(&da, &db, sizeof da) == 0);
 }
+
+TEST_CASE("weights plan: f32 depthwise windows from 3 taps only on short rows in L3", "[jit][weights][plan]") {
+    // 3x3 f32 depthwise takes pixel windows at W stride 1 on rows of up to
+    // 28 pixels whose src and diff_dst fit in L3, pixel strides not a
+    // multiple of 2 KiB; 5+ taps take them everywhere. bf16 / f16 read in
+    // place widen each load and take them from 3 taps regardless.
+    auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) {
+        Case c = resnet(ch, ch, sp, k, s);
+        c.g = ch;
+        c.mb = mb;
+        return c;
+    };
+    struct Expect {
+        Case c;
+        bool f32_windows;
+    };
+    const std::vector<Expect> cases = {
+        {dw(384, 14, 3, 32), true},    // 19 MB
+        {dw(960, 7, 3, 32), true},     // 12 MB
+        {dw(192, 28, 3, 8), true},     // 10 MB
+        {dw(192, 28, 3, 32), false},   // 38 MB: from DRAM
+        {dw(512, 14, 3, 8), false},    // 2 KiB pixels
+        {dw(1024, 7, 3, 8), false},    // 4 KiB pixels
+        {dw(144, 56, 3, 2), false},    // 56-pixel rows
+        {dw(192, 28, 3, 8, 2), false}, // W stride 2
+        {dw(192, 56, 5, 32), true},    // 5 taps: windows regardless
+    };
+    for (const Expect& e : cases) {
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::f16}) {
+            Case c = e.c;
+            c.dt = dt;
+            const WeightsPlan plan = plan_weights(problem(c), Isa::avx512_core, 2);
+            INFO(c.ic << " channels " << c.in[1] << " px mb " << c.mb << "\n" << plan.to_string());
+            CHECK((plan.blk.window > 1) == (dt == convgrad::data_type::f32 ? e.f32_windows : true));
+        }
+    }
+}

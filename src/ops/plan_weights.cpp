@@ -224,6 +224,23 @@ bool dw_disp_fits(const WeightsPlan& plan, int m, int n, int kh, int window) {
     return (kh - 1) * dw_row_disp(plan) + (m + s * (block - 1)) * dw_tap_disp(plan) + 64 * n <= INT32_MAX;
 }
 
+// f32 depthwise windows from 3 taps (not 5): at W stride 1 on rows of up
+// to dw_window_3tap_max_ow pixels whose src and diff_dst fit in L3
+// together (l3_bytes), pixel strides not a multiple of 2 KiB. 3x3 windows
+// against none, AMD Zen 4, f32, 1 thread, min of 3-5: at mb 8, 14x14-28x28
+// planes of 192-960 channels 1.04-1.29x; at mb 32 1.04-1.14x in L3 (384,
+// 480 at 14x14, 960 at 7x7) but 0.77-0.84x from DRAM (192 at 28x28,
+// 38 MB; 256 at 28x28, 51 MB); 56x56 planes 0.77-1.52x from run to run,
+// 112x112 0.70-0.92x; W stride 2 0.82-0.93x; 512 channels at 14x14 (2 KiB
+// pixels: a row's lines in two L1 sets) 0.74-0.88x, 1024 at 7x7 0.87x.
+bool dw_f32_short_windows(const WeightsPlan& plan) {
+    const WeightsGeometry& g = plan.geo;
+    const double bytes = double(g.mb) * double(g.g * plan.elem_bytes()) *
+                         double(g.in[0] * g.in[1] * g.in[2] * g.icg + g.out[0] * g.out[1] * g.out[2] * g.ocg);
+    return g.stride[2] == 1 && g.out[2] <= Cost::dw_window_3tap_max_ow && bytes <= Cost::l3_bytes &&
+           dw_tap_disp(plan) % (kL1SetSpan / 2) != 0;
+}
+
 // The share of a row's output pixels in whole blocks of `block` pixels of
 // its interior (every kw tap of the tile inside src; the edges run a pixel
 // at a time), over the kw tiles of m taps.
@@ -256,14 +273,16 @@ void choose_blocking(WeightsPlan& plan) {
     // Depthwise with W dilation 1 (stride 1; 2 below) and kernels of 5 taps or more
     // (compute-heavy enough for load counts to matter): pixel windows (see
     // dw_tile). ResNet-50-sized 3x3 layers measured 17-33 % slower with them
-    // in f32. 16-bit tensors read in place widen every src load, which
+    // in f32; f32 takes them from 3 taps only on short rows in L3
+    // (dw_f32_short_windows). 16-bit tensors read in place widen every src load, which
     // windows do once per vector instead of once per tap: from 3 taps there
     // (AMD Zen 4, 1 thread, min of 5, bf16: EfficientNet-B0 32 channels at
     // 112x112 1.37x, 480 at 14x14 1.15x, MobileNetV2 384-576 at 14x14
     // 1.09-1.16x, 960 at 7x7 1.20x, 192 at 28x28 1.01x; f32 0.73-1.12x).
     const int64_t window_min_kw = b.lane_group > 1        ? 2
                                   : plan.elem_bytes() == 2 ? Cost::dw_window_min_kw_16bit
-                                                           : Cost::dw_window_min_kw;
+                                  : dw_f32_short_windows(plan) ? Cost::dw_window_min_kw_16bit
+                                                               : Cost::dw_window_min_kw;
     // W stride 2 too (pixel u's tap k reads src vector 2u + k): 1 thread,
     // mb 8, min of 5, against stride-1-only windows: 16-bit depthwise 3x3 /
     // 5x5 s2 1.07-1.36x (MobileNetV2 b13, 576 channels 14 -> 7, 0.96x),
@@ -585,6 +604,7 @@ std::string WeightsPlan::to_string() const {
        << (blk.lane_group > 1 ? " (lane groups of " + std::to_string(blk.lane_group) + ")" : std::string())
        << (pairs     ? " bf16-pairs"
                                                    : staged    ? (rounded() ? " widened" : " staged")
+                                                   : w_pairs   ? " paired-in-kernel"
                                                    : rounded() ? " widened-in-kernel"
                                                                : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
        << (dw && blk.window > 1 ? " window=" + std::to_string(blk.window) : std::string())

@@ -172,6 +172,8 @@ struct WeightsCostModel {
     static constexpr int64_t dw_window_min_kw = 5;  // depthwise pixel windows from this kernel width
     static constexpr int64_t dw_window_max_stride = 2;  // ... and up to this W stride
     static constexpr int64_t dw_window_min_kw_16bit = 3;  // ... when 16-bit loads are widened in the kernel
+    static constexpr int64_t dw_window_3tap_max_ow = 28;  // ... and in f32 on rows this short (dw_f32_short_windows)
+    static constexpr double l3_bytes = 32.0 * 1024 * 1024;  // the project hosts' L3 (Zen 4 and Zen 5 guests)
     static constexpr double fma_latency = 4;
     // AVX2 counts it 6: with 16 registers its tiles are small, and one of 8
     // accumulators (4 chains in flight a cycle at most) leaves the FMA ports
