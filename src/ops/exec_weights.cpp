@@ -97,6 +97,11 @@ void parallel_static(int64_t n, F&& body) {
                       tbb::static_partitioner());
 }
 
+// to[i] += from[i]: the buffers never overlap.
+void add_to(float* __restrict to, const float* __restrict from, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) to[i] += from[i];
+}
+
 // NCX (n, c, sp) -> dense NXC (n, sp, c).
 template <typename T>
 void to_nxc(const T* in, T* out, int64_t mb, int64_t c, int64_t sp) {
@@ -1061,11 +1066,10 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     if (slices > 1 || round_here) {
         parallel_static((elems + block - 1) / block, [&](int64_t bi) {
             const int64_t e0 = bi * block, e1 = std::min(elems, e0 + block);
-            for (int64_t e = e0; slices > 1 && e < e1; ++e) {
-                float sum = target[e];
-                for (int64_t s = 1; s < slices; ++s) sum += partials[(s - 1) * elems + e];
-                target[e] = sum;
-            }
+            // Slice by slice over a block that stays in L1: each element
+            // still adds its slices in order, and the loop vectorises.
+            for (int64_t s = 1; s < slices; ++s)
+                add_to(target + e0, partials + (s - 1) * elems + e0, e1 - e0);
             if (round_here)
                 round_f32_array(plan_.isa, plan_.dt, target + e0, static_cast<char*>(user) + e0 * 2, e1 - e0);
         });
