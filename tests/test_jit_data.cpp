@@ -369,30 +369,78 @@ TEST_CASE("data: bitwise identical for 1, 2 and 3 threads", "[jit][data]") {
     cases[0].oc = 20;
     cases[0].in = {9, 10};
     cases[0].pb = cases[0].pe = {1, 1};
-    cases[1].g = cases[1].ic = cases[1].oc = 20;  // depthwise
-    cases[1].in = {9, 10};
+    // Each case is above kSerialMaxFlopsData, so it really runs on t threads.
+    cases[1].g = cases[1].ic = cases[1].oc = 40;  // depthwise
+    cases[1].in = {18, 20};
+    cases[1].mb = 4;
     cases[2].ic = 3;  // column path, rows of one image split between threads
     cases[2].oc = 16;
     cases[2].mb = 1;
-    cases[2].in = {15, 12};
+    cases[2].in = {30, 24};
     cases[2].k = {7, 7};
     cases[2].s = {2, 2};
     cases[2].pb = cases[2].pe = {3, 3};
     cases[3].g = 10;  // lane groups of 4
     cases[3].ic = cases[3].oc = 40;
-    cases[3].in = {9, 10};
+    cases[3].in = {18, 20};
     cases[3].pb = cases[3].pe = {1, 1};
     for (const DCase& c : cases) {
         const auto o = c.make("avx512_core");
         const auto dd = testutil::random_reals(data_type::f32, o.input0_elems(), 1);
         const auto w = testutil::random_reals(data_type::f32, o.input1_elems(), 2);
         std::vector<testutil::Buffer> outs;
+        INFO(o.flops() << " flop: " << o.describe());
         for (int t : {1, 2, 3}) {
             tbb::task_arena arena(t);
-            arena.execute([&] { outs.push_back(testutil::run(o, dd, w)); });
+            arena.execute([&] {
+                outs.push_back(testutil::run(o, dd, w));
+                CHECK(testutil::threads_used(o) == t);  // large enough to split (op_threads)
+            });
         }
         CHECK(testutil::bitwise_equal(outs[0], outs[1]));
         CHECK(testutil::bitwise_equal(outs[0], outs[2]));
+    }
+}
+
+TEST_CASE("small ops run on the calling thread alone", "[jit][data][weights]") {
+    // Weight gradients of at most 0.5 Mflop, data gradients of at most 0.05
+    // Mflop (ops/executor.hpp): EfficientNet-B0 squeeze-excitation shapes (1x1
+    // planes, 16 and 153 kflop), 64 -> 64 (262 kflop) and 128 -> 128 (1 Mflop)
+    // 1x1 layers, in an arena of 2. The runs match the reference.
+    struct Shape {
+        int64_t ic, oc, mb;
+    };
+    for (const Shape& sh : {Shape{32, 8, 32}, Shape{8, 32, 32}, Shape{240, 10, 32}, Shape{10, 240, 32},
+                            Shape{64, 64, 32}, Shape{64, 64, 64}, Shape{128, 128, 32}}) {
+        DCase d;
+        d.ic = sh.ic;
+        d.oc = sh.oc;
+        d.mb = sh.mb;
+        d.in = {1, 1};
+        d.k = {1, 1};
+        const wtest::Case& w = d;
+        const double flops = 2.0 * sh.mb * sh.ic * sh.oc;
+        struct Run {
+            convgrad::op jit, ref;
+            bool serial;
+        };
+        const Run runs[] = {{d.make("avx512_core"), d.make("ref"), flops <= 5e4},
+                            {w.make("avx512_core"), w.make("ref"), flops <= 5e5}};
+        for (const Run& r : runs) {
+            INFO(sh.ic << " -> " << sh.oc << " mb " << sh.mb << ", " << flops << " flop, " << r.jit.describe());
+            CHECK(r.jit.flops() == flops);
+            const auto a = testutil::random_reals(data_type::f32, r.jit.input0_elems(), 3);
+            const auto b = testutil::random_reals(data_type::f32, r.jit.input1_elems(), 4);
+            tbb::task_arena arena(2);
+            int used = 0;
+            testutil::Buffer got;
+            arena.execute([&] {
+                got = testutil::run(r.jit, a, b);
+                used = testutil::threads_used(r.jit);
+            });
+            CHECK(used == (r.serial ? 1 : 2));
+            CHECK(testutil::max_abs_diff(got, testutil::run(r.ref, a, b)) < 1e-3);
+        }
     }
 }
 
@@ -562,14 +610,18 @@ TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data
     for (data_type dt : {data_type::bf16, data_type::f16})
         for (DCase c : typed_cases()) {
             c.dt = dt;
-            c.mb = 1;
+            // The smallest minibatch above kSerialMaxFlopsData, so the op runs on t threads.
+            for (c.mb = 1; c.make("ref").flops() <= 5e4;) c.mb *= 2;
             const auto o = c.make(convgrad::max_isa());
             const auto dd = testutil::random_reals(dt, o.input0_elems(), 1);
             const auto w = testutil::random_reals(dt, o.input1_elems(), 2);
             std::vector<testutil::Buffer> outs;
             for (int t : {1, 2, 3}) {
                 tbb::task_arena arena(t);
-                arena.execute([&] { outs.push_back(testutil::run(o, dd, w)); });
+                arena.execute([&] {
+                    outs.push_back(testutil::run(o, dd, w));
+                    CHECK(testutil::threads_used(o) == t);  // large enough to split (op_threads)
+                });
             }
             INFO(o.describe());
             CHECK(testutil::bitwise_equal(outs[0], outs[1]));

@@ -174,7 +174,7 @@ TEST_CASE("weights: few input channels fold their kw taps into the tile rows", "
         }
         check_exact(c);
     }
-    const wtest::ThreadRuns runs = wtest::check_thread_counts(cases.front(), false);
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases.front()), false);
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }
 
@@ -344,8 +344,14 @@ TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]
         const Buffer b = testutil::random_reals(convgrad::data_type::f32, ref.input1_elems(), 10);
         tbb::task_arena one(1), arena(t);
         Buffer want, got;
+        int used = 0;
         one.execute([&] { want = testutil::run(cs[0].make("avx512_core"), a, b); });
-        arena.execute([&] { got = testutil::run(cs[0].make("avx512_core"), a, b); });
+        arena.execute([&] {
+            const convgrad::op o = cs[0].make("avx512_core");
+            got = testutil::run(o, a, b);
+            used = testutil::threads_used(o);
+        });
+        CHECK(used == t);
         CHECK(testutil::bitwise_equal(got, want));
     }
     // 512 channels in groups of 16, 28 -> 14 with stride 2: src pixels 4 KiB
@@ -463,7 +469,7 @@ TEST_CASE("weights: depthwise pre-pads src only for wide bf16 W-pair kernels", "
         }
         Case lowp = base;
         lowp.dt = convgrad::data_type::bf16;
-        wtest::check_thread_counts(lowp, true);
+        wtest::check_thread_counts(wtest::split_size(lowp), true);
     }
 }
 
@@ -560,7 +566,7 @@ TEST_CASE("weights: bitwise identical for 1, 2, 3 and 4 threads", "[jit][weights
     big.mb = 3;
     big.pb = big.pe = {1, 1};
     Case few = conv2d(3, 8, {40, 40}, {1, 1});  // few tiles: split over slices
-    few.mb = 4;
+    few.mb = 8;  // above the serial threshold (0.5 Mflop)
     Case dw = conv2d(32, 32, {30, 30}, {3, 3});
     dw.g = 32;
     dw.mb = 4;

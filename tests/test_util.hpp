@@ -93,6 +93,14 @@ inline convgrad::op make_op(const std::string& isa, convgrad::op_kind kind, data
 
 inline bool bitwise_equal(const Buffer& a, const Buffer& b) { return a.bytes == b.bytes; }
 
+// The thread count the op runs on in the current arena: describe()'s last
+// field, "threads=N" (1 for problems too small to split).
+inline int threads_used(const convgrad::op& o) {
+    const std::string d = o.describe();
+    const size_t at = d.rfind("threads=");
+    return at == std::string::npos ? -1 : std::atoi(d.c_str() + at + 8);
+}
+
 // Largest |a - b| over all elements.
 inline double max_abs_diff(const Buffer& a, const Buffer& b) {
     double m = 0;

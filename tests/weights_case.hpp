@@ -180,6 +180,14 @@ inline std::string label(const Case& c, const std::string& isa) {
 // Runs c (random reals, in its dtype) under every JIT cap at 1, 2, 3 and 4
 // threads and checks the outputs are bitwise identical. Returns the inputs
 // and each cap's output, for further checks.
+// The case at a larger minibatch of the same parity, if needed, to exceed
+// the serial threshold (0.5 Mflop, ops/executor.hpp): thread-count tests
+// must really split the work.
+inline Case split_size(Case c) {
+    while (c.make("ref").flops() <= 5e5) c.mb = 2 * c.mb + c.mb % 2;
+    return c;
+}
+
 struct ThreadRuns {
     testutil::Buffer a, b;
     std::vector<testutil::Buffer> outputs;  // per jit_isas(with_bf16) entry
@@ -193,8 +201,13 @@ inline ThreadRuns check_thread_counts(const Case& c, bool with_bf16) {
         for (int t : {1, 2, 3, 4}) {
             tbb::task_arena arena(t);
             testutil::Buffer out;
-            arena.execute([&] { out = testutil::run(jit, r.a, r.b); });
-            INFO(label(c, isa) << " threads " << t);
+            int used = 0;
+            arena.execute([&] {
+                out = testutil::run(jit, r.a, r.b);
+                used = testutil::threads_used(jit);
+            });
+            INFO(label(c, isa) << " threads " << t << ", " << jit.flops() << " flop");
+            CHECK(used == t);  // large enough to split (op_threads)
             if (t == 1)
                 r.outputs.push_back(out);
             else

@@ -87,7 +87,10 @@ public:
 
     // Dense row-major buffers in the logical dims' order; bf16/f16 elements
     // are uint16_t bit patterns. Safe to call concurrently from many threads
-    // on one op. Uses tbb::this_task_arena::max_concurrency() threads.
+    // on one op. Uses tbb::this_task_arena::max_concurrency() threads (the
+    // calling thread alone for JIT weight gradients of at most 0.5 Mflop and
+    // data gradients of at most 0.05 Mflop); the results are bitwise the
+    // same for any thread count.
     // Throws convgrad::error (writing nothing) for a null pointer or an output
     // buffer that overlaps an input buffer.
     void execute(const void* input0, const void* input1, void* output) const;

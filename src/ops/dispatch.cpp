@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <tbb/task_arena.h>
+
 #include "jit/isa.hpp"
 #include "ops/executor.hpp"
 #include "ref/reference.hpp"
@@ -22,6 +24,11 @@ private:
 };
 
 }  // namespace
+
+int op_threads(const Problem& p) {
+    const double most = p.kind == op_kind::conv_bwd_data ? kSerialMaxFlopsData : kSerialMaxFlops;
+    return p.flops() <= most ? 1 : tbb::this_task_arena::max_concurrency();
+}
 
 std::unique_ptr<Executor> make_executor(const Problem& p) {
     const Isa isa = effective_isa();

@@ -387,7 +387,7 @@ void JitDataExecutor::build_kernels() {
 }
 
 void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
-    const int threads = tbb::this_task_arena::max_concurrency();
+    const int threads = op_threads(p_);
     const char* dd = static_cast<const char*>(in0);
     const ScratchLease wp(ScratchUse::wpack, plan_.scratch.wpack_elems * plan_.w_elem_bytes);
     pack_weights(in1, wp.get(), threads);
@@ -851,7 +851,7 @@ std::string JitDataExecutor::describe() const {
 
 std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why) {
     DataPlan plan;
-    if (!make_data_plan(p, isa, tbb::this_task_arena::max_concurrency(), &plan, why)) return nullptr;
+    if (!make_data_plan(p, isa, op_threads(p), &plan, why)) return nullptr;
     return std::make_unique<JitDataExecutor>(p, plan);
 }
 

@@ -87,9 +87,14 @@ bool verbose() {
     return v && *v && *v != '0';
 }
 
-// Runs body(i) for i in [0, n) on up to max_concurrency threads, statically.
+// Runs body(i) for i in [0, n) statically on the arena's threads, or in
+// order on this one when the op runs on one thread (op_threads).
 template <typename F>
-void parallel_static(int64_t n, F&& body) {
+void parallel_static(int threads, int64_t n, F&& body) {
+    if (threads <= 1 || n <= 1) {
+        for (int64_t i = 0; i < n; ++i) body(i);
+        return;
+    }
     tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 1),
                       [&](const tbb::blocked_range<int64_t>& r) {
                           for (int64_t i = r.begin(); i != r.end(); ++i) body(i);
@@ -104,10 +109,10 @@ void add_to(float* __restrict to, const float* __restrict from, int64_t n) {
 
 // NCX (n, c, sp) -> dense NXC (n, sp, c).
 template <typename T>
-void to_nxc(const T* in, T* out, int64_t mb, int64_t c, int64_t sp) {
+void to_nxc(const T* in, T* out, int64_t mb, int64_t c, int64_t sp, int threads) {
     constexpr int64_t block = 64;
     const int64_t blocks = (sp + block - 1) / block;
-    parallel_static(mb * blocks, [&](int64_t nb) {
+    parallel_static(threads, mb * blocks, [&](int64_t nb) {
         const int64_t n = nb / blocks, s0 = (nb % blocks) * block, s1 = std::min(sp, s0 + block);
         for (int64_t ch = 0; ch < c; ++ch)
             for (int64_t s = s0; s < s1; ++s) out[(n * sp + s) * c + ch] = in[(n * c + ch) * sp + s];
@@ -1061,10 +1066,11 @@ void JitWeightsExecutor::prefetch_first_call(Prefetch& pf, ThreadState& ts, int6
 // rounding to a 16-bit user type.
 void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user, bool pooled) const {
     const int64_t elems = plan_.weights_elems, slices = plan_.red.slices;
+    const int threads = op_threads(p_);
     constexpr int64_t block = 4096;  // a multiple of every vector length
     const bool round_here = plan_.rounded() && plan_.direct_weights;
     if (slices > 1 || round_here) {
-        parallel_static((elems + block - 1) / block, [&](int64_t bi) {
+        parallel_static(threads, (elems + block - 1) / block, [&](int64_t bi) {
             const int64_t e0 = bi * block, e1 = std::min(elems, e0 + block);
             // Slice by slice over a block that stays in L1: each element
             // still adds its slices in order, and the loop vectorises.
@@ -1080,7 +1086,7 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     float* permuted = plan_.rounded() ? scratch<float>(kPermuted, elems * 4, pooled, fresh) : nullptr;
     float* to_base = plan_.rounded() ? permuted : static_cast<float*>(user);
     const WeightStrides& u = p_.wei_str;
-    parallel_static(p_.k_sp() * p_.icg, [&](int64_t ti) {
+    parallel_static(threads, p_.k_sp() * p_.icg, [&](int64_t ti) {
         const int64_t tap = ti / p_.icg, i = ti % p_.icg;
         const int64_t kw = tap % p_.k[2], kh = (tap / p_.k[2]) % p_.k[1], kd = tap / (p_.k[2] * p_.k[1]);
         const float* from = target + tap * wei_str_.k[2] + i * wei_str_.i;
@@ -1088,18 +1094,19 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
         for (int64_t o = 0; o < p_.oc(); ++o) to[o * u.o] = from[o];
     });
     if (plan_.rounded())
-        parallel_static((elems + block - 1) / block, [&](int64_t bi) {
+        parallel_static(threads, (elems + block - 1) / block, [&](int64_t bi) {
             const int64_t e0 = bi * block, e1 = std::min(elems, e0 + block);
             round_f32_array(plan_.isa, plan_.dt, permuted + e0, static_cast<char*>(user) + e0 * 2, e1 - e0);
         });
 }
 
 void JitWeightsExecutor::pad_src(const char* src, char* to) const {
+    const int threads = op_threads(p_);
     const int64_t es = static_cast<int64_t>(dtype_size(p_.dt)), px = p_.ic() * es;
     const std::array<int64_t, 3>& in = user_.in;
     const std::array<int64_t, 3>& pb = user_.pad_begin;
     const int64_t rows = p_.mb * p_.in[0] * p_.in[1], row_bytes = p_.in[2] * px;
-    parallel_static(rows, [&](int64_t r) {
+    parallel_static(threads, rows, [&](int64_t r) {
         char* out = to + r * row_bytes;
         const int64_t ih = r % p_.in[1] - pb[1], id = (r / p_.in[1]) % p_.in[0] - pb[0], n = r / (p_.in[1] * p_.in[0]);
         const bool inside = id >= 0 && id < in[0] && ih >= 0 && ih < in[1];
@@ -1109,7 +1116,7 @@ void JitWeightsExecutor::pad_src(const char* src, char* to) const {
 }
 
 void JitWeightsExecutor::run(const void* input0, const void* input1, void* output) const {
-    const int nthreads = tbb::this_task_arena::max_concurrency();
+    const int nthreads = op_threads(p_);
     const WeightsThreadGrid grid = nthreads == plan_.grid.nthr
                                            ? plan_.grid
                                            : plan_thread_grid(plan_.blk.tiles, plan_.red.slices, nthreads);
@@ -1127,14 +1134,14 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
         char* dst_nxc = scratch(kDstNxc, p_.mb * p_.oc() * p_.out_sp() * es, pooled, fresh[1]);
         if (es == 4) {
             to_nxc(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(src_nxc), p_.mb, p_.ic(),
-                   user_.in_sp());
+                   user_.in_sp(), nthreads);
             to_nxc(reinterpret_cast<const float*>(diff_dst), reinterpret_cast<float*>(dst_nxc), p_.mb, p_.oc(),
-                   p_.out_sp());
+                   p_.out_sp(), nthreads);
         } else {
             to_nxc(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(src_nxc), p_.mb, p_.ic(),
-                   user_.in_sp());
+                   user_.in_sp(), nthreads);
             to_nxc(reinterpret_cast<const uint16_t*>(diff_dst), reinterpret_cast<uint16_t*>(dst_nxc), p_.mb,
-                   p_.oc(), p_.out_sp());
+                   p_.oc(), p_.out_sp(), nthreads);
         }
         src = src_nxc;
         diff_dst = dst_nxc;
@@ -1152,7 +1159,7 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     float* partials = plan_.red.slices > 1
                               ? scratch<float>(kPartials, (plan_.red.slices - 1) * wbytes, pooled, fresh[3])
                               : nullptr;
-    parallel_static(grid.nthr, [&](int64_t tid) { compute_thread(tid, grid, src, diff_dst, target, partials); });
+    parallel_static(grid.nthr, grid.nthr, [&](int64_t tid) { compute_thread(tid, grid, src, diff_dst, target, partials); });
     reduce_and_store(target, partials, output, pooled);
 }
 
@@ -1163,7 +1170,7 @@ std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, s
         *why = "weight gradient: needs avx2";
         return nullptr;
     }
-    const WeightsPlan plan = plan_weights(p, isa, tbb::this_task_arena::max_concurrency());
+    const WeightsPlan plan = plan_weights(p, isa, op_threads(p));
     return std::make_unique<JitWeightsExecutor>(p, plan);
 }
 

@@ -20,6 +20,21 @@ public:
     virtual std::string describe() const = 0;
 };
 
+// The threads an op runs on: the arena's (tbb::this_task_arena), or one
+// for a problem small enough to finish before a second thread pays for its
+// wake-up: weight gradients of at most kSerialMaxFlops, data gradients of
+// at most kSerialMaxFlopsData. The results do not depend on it (both
+// gradients are bitwise identical for any thread count). AMD Zen 4, one
+// thread against two (tools/sweep_ab.py, min of 5, f32 and bf16): weight
+// gradients of EfficientNet-B0's squeeze-excitation layers (16-153 kflop)
+// 1.06-1.43x, a 64 -> 64 1x1 layer on a 1x1 plane at mb 32 (262 kflop)
+// 1.28-1.48x, 128 -> 128 (1 Mflop) 1.00x; data gradients gain only on the
+// smallest (16 kflop: 1.22-1.40x) and lose from 147 kflop (a 64-channel
+// depthwise 3x3 at 4x4 0.82-0.85x, 10 -> 240 on a 1x1 plane f32 0.80x).
+inline constexpr double kSerialMaxFlops = 5e5;
+inline constexpr double kSerialMaxFlopsData = 5e4;
+int op_threads(const Problem& p);
+
 // The dispatch list: the first implementation that accepts the Problem at
 // the effective ISA (CONVGRAD_MAX_ISA) wins; the reference accepts all.
 std::unique_ptr<Executor> make_executor(const Problem& p);
