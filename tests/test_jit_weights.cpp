@@ -391,6 +391,41 @@ TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
     check_exact(mixed);
 }
 
+TEST_CASE("weights: long rows read in place are cut into segments", "[jit][weights]") {
+    // gemm rows read in place (f32, not staged) of 4+ chunks are cut into
+    // equal segments: folded kw taps (wav2vec 2.0's first layer: 1 channel,
+    // 10 taps, stride 5), with segment boundaries inside the W edges (pads
+    // wider than a segment's src reach), and a dilated kernel (not folded),
+    // one-sided pad.
+    Case wav = conv2d(1, 512, {4800}, {10});
+    wav.s = {5};
+    wav.mb = 2;
+    Case edges = wav;  // left edge 220 pixels, right edge 180
+    edges.pb = {1100};
+    edges.pe = {900};
+    Case dil = conv2d(2, 384, {3001}, {4});
+    dil.d = {3};
+    dil.s = {2};
+    dil.pb = {700};
+    dil.pe = {0};
+    dil.mb = 1;
+    for (const Case& c : {wav, edges, dil}) {
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            CHECK((d.find(" fold-kw") != std::string::npos) == c.d.empty());
+            // rows=RxSpx: more rows than images, a segment shorter than the output row
+            const size_t at = d.find(" rows=");
+            REQUIRE(at != std::string::npos);
+            const int64_t rows = std::atoll(d.c_str() + at + 6);
+            // AVX2 tiles carry fewer channels, so its chunks hold more
+            // pixels: these rows are under 4 chunks there (or staged, whole).
+            if (isa != "avx2") CHECK(rows > c.mb);
+        }
+        check_exact(c);
+    }
+}
+
 TEST_CASE("weights: depthwise pre-pads src only for wide bf16 W-pair kernels", "[jit][weights]") {
     // bf16 W pixel pairs (avx512_core_bf16) at W stride and dilation 1 with 7+
     // taps on planes 25-95 % interior run on a zero-padded copy of src;

@@ -565,17 +565,18 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
         const float* row = fsrc + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * ic;
         const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * oc * 4;
         float* slot = ts.edges.data() + ((static_cast<int64_t>(j) * g.k[0] + kd) * g.k[1] + kh) * slot_floats;
-        if (e.left > 0) {
-            pad_copy(row, -g.pad[2], e.left_w, slot);
-            out.push_back({offset_of(slot), dst, e.left});
-        }
-        if (e.right > e.left)
-            out.push_back({offset_of(row + (e.left * s - g.pad[2]) * ic), dst + e.left * oc * 4, e.right - e.left});
-        if (g.out[2] > e.right) {
-            float* to = slot + e.left_w * ic;
-            pad_copy(row, e.right * s - g.pad[2], e.right_w, to);
-            out.push_back({offset_of(to), dst + e.right * oc * 4, g.out[2] - e.right});
-        }
+        // The row's segment [a, b) cut at the W edges: pixels below e.left
+        // and from e.right on read zero-padded copies, the rest src itself.
+        const int64_t a = r.seg * g.segment, b = std::min(g.out[2], a + g.segment);
+        auto copied = [&](int64_t lo, int64_t hi, float* to) {  // pixels [lo, hi) of an edge
+            if (lo >= hi) return;
+            pad_copy(row, lo * s - g.pad[2], (hi - lo - 1) * s + (g.k[2] - 1) * g.dil[2] + 1, to);
+            out.push_back({offset_of(to), dst + lo * oc * 4, hi - lo});
+        };
+        copied(a, std::min(b, e.left), slot);
+        const int64_t lo = std::max(a, e.left), hi = std::min(b, e.right);
+        if (hi > lo) out.push_back({offset_of(row + (lo * s - g.pad[2]) * ic), dst + lo * oc * 4, hi - lo});
+        copied(std::max(a, e.right), b, slot + e.left_w * ic);
     }
 }
 

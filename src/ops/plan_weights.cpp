@@ -342,7 +342,19 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     WeightsGeometry& g = plan.geo;
     WeightsReduction& r = plan.red;
     const int64_t target = static_cast<int64_t>(chunk_pixels(plan, plan.blk.n));
-    if (g.merged) g.segment = std::min(g.out[2], target);
+    // Rows longer than a chunk are cut into segments: merged rows (pixel
+    // ranges), and gemm rows read in place (not staged), whose row lists
+    // take a segment's pixels per tap (1D speech encoders: wav2vec 2.0's
+    // first layer has rows of 3199 pixels, 6.4 MB of f32 diff_dst at 512
+    // channels, which every oc tile streamed from DRAM).
+    // Those are cut only when a row holds several chunks, into equal
+    // segments (U-Net's 256-pixel rows in 204 + 52 or 102 x 2 + 52 ran
+    // 0.68-0.88x, as one row 67 KiB).
+    const bool in_place_gemm = plan.blk.kind == WeightsKernelKind::gemm && !plan.staged;
+    if (g.merged)
+        g.segment = std::min(g.out[2], target);
+    else if (in_place_gemm && g.out[2] > Cost::segment_min_chunks * target)
+        g.segment = div_up(g.out[2], div_up(g.out[2], target));
     g.segs_per_row = div_up(g.out[2], g.segment);
     r.rows = g.rows();
     r.chunk_rows = std::clamp<int64_t>((target + g.segment / 2) / g.segment, 1, r.rows);
@@ -427,15 +439,20 @@ bool prepad_src(const Problem& p, Isa isa) {
 
 // Lines of the next chunk the kernels prefetch per pixel (while a chunk
 // runs, the executor walks the thread's next chunk: its diff_dst rows,
-// then the src rows its taps read). gemm: 1 (ResNet-50 1x1 at 2 threads,
-// 1 line vs 2: bf16 +0..14 %, f32 -2..+12 %, 3x3 even). Depthwise calls
-// read a few lines of each pixel (one tile's channels), so a thread makes
-// tiles x pixels calls per chunk over the chunk's bytes: enough lines that
-// the next chunk is in L2 by about 4/5 of this one, at least 2 (memory
-// bound). EfficientNet-B0 480 channels 3x3 at 14x14 (10 tiles, 2 lines
+// then the src rows its taps read). Staged gemm: 1 (ResNet-50 1x1 at 2
+// threads, 1 line vs 2: bf16 +0..14 %, f32 -2..+12 %, 3x3 even).
+// Depthwise calls and gemm calls on the user's tensors read a few lines of
+// each pixel (one tile's channels), so a thread makes tiles x pixels calls
+// per chunk over the chunk's bytes: enough lines that the next chunk is in
+// L2 by about 4/5 of this one, at least 2 for depthwise (memory bound), 1
+// for gemm. In-place gemm with 1 line had prefetched half of wav2vec 2.0's
+// first-layer chunks (2 threads, f32, AVX-512: 1.25-2.8x with 3 lines,
+// U-Net's 1x1 head and first layer 1.20-1.25x; AVX2 with 1 line again
+// 0.85x on wav2vec). EfficientNet-B0 480 channels 3x3 at 14x14 (10 tiles, 2 lines
 // then) ran its kernels on lines that missed L2.
 int plan_prefetch_lines(const WeightsPlan& plan, const Problem& p) {
-    if (plan.blk.kind != WeightsKernelKind::depthwise) return 1;
+    const bool dw = plan.blk.kind == WeightsKernelKind::depthwise;
+    if (!dw && plan.staged) return 1;
     const WeightsGeometry& g = plan.geo;
     const double es = plan.elem_bytes(), pixels = double(plan.red.chunk_rows * g.segment);
     double src_rows = double(plan.red.chunk_rows);
@@ -448,7 +465,7 @@ int plan_prefetch_lines(const WeightsPlan& plan, const Problem& p) {
     const double bytes = pixels * double(p.oc()) * es + src_rows * src_w * double(p.ic()) * es;
     const double calls_px = pixels * double(div_up(plan.blk.tiles, plan.grid.tile_threads));
     const double lines = std::ceil(Cost::prefetch_ahead * bytes / 64.0 / calls_px);
-    return static_cast<int>(std::clamp(lines, 2.0, double(Cost::max_prefetch_lines)));
+    return static_cast<int>(std::clamp(lines, dw ? 2.0 : 1.0, double(Cost::max_prefetch_lines)));
 }
 
 }  // namespace

@@ -214,6 +214,7 @@ struct WeightsCostModel {
     static constexpr int64_t dw_prepad_min_kw = 7;
     static constexpr double dw_prepad_interior_min = 0.25;
     static constexpr double dw_prepad_interior_max = 0.95;
+    static constexpr int64_t segment_min_chunks = 4;  // in-place gemm rows cut when this many chunks long
     static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
     static constexpr int max_prefetch_lines = 16;
 };
