@@ -300,3 +300,50 @@ TEST_CASE("weights plan: f32 depthwise windows from 3 taps only on short rows in
         }
     }
 }
+
+TEST_CASE("weights plan: prefetch lines cover the next chunk", "[jit][weights][plan]") {
+    // Tile-major chunks copied inside the kernels: per image 2 src lines and
+    // the tile's diff_dst lines a pixel, prefetched `lines` lines a step
+    // over all but one of a thread's calls. In-place gemm: enough lines for
+    // the next chunk's bytes over the thread's calls. Staged rows: 1.
+    struct Expect {
+        Case c;
+        bool in_kernel;
+    };
+    Case expand = resnet(16, 96, 112, 1);  // MobileNetV2 b1_expand: 4 tiles of 6 vectors
+    Case wav;                              // wav2vec 2.0's first layer: folded, in place
+    wav.mb = 4;
+    wav.ic = 1;
+    wav.oc = 512;
+    wav.in = {16000};
+    wav.k = {10};
+    wav.s = {5};
+    wav.pb = wav.pe = {0};
+    for (const Case& c : {expand, resnet(256, 64, 56, 1), resnet(64, 64, 56, 3), wav}) {
+        for (int threads : {1, 2}) {
+            const WeightsPlan plan = plan_weights(problem(c), Isa::avx512_core, threads);
+            INFO(c.ic << " -> " << c.oc << " k" << c.k[0] << ", " << threads << " threads\n" << plan.to_string());
+            const int64_t calls = (plan.blk.tiles + plan.grid.tile_threads - 1) / plan.grid.tile_threads;
+            const int lines = plan.pf_lines;
+            REQUIRE(lines >= 1);
+            if (plan.stage_in_kernel) {
+                const int64_t dst_lines = (plan.blk.n * plan.blk.vlen * 4 + 63) / 64;
+                auto steps = [&](int l) { return (2 + l - 1) / l + (dst_lines + l - 1) / l; };
+                CHECK((steps(lines) <= calls - 1 || lines == 16));
+                if (lines > 1) CHECK(steps(lines - 1) > calls - 1);  // the fewest that fit
+            } else if (plan.staged) {
+                CHECK(lines == 1);
+            } else {  // in place: the next chunk's bytes within the thread's calls
+                const auto& g = plan.geo;
+                const double pixels = double(plan.red.chunk_rows * g.segment);
+                const double dst_bytes = pixels * double(c.oc) * 4;
+                CHECK(double(lines) * 64 * pixels * double(calls) >= dst_bytes);
+            }
+        }
+    }
+    const WeightsPlan e = plan_weights(problem(expand), Isa::avx512_core, 2);
+    CHECK(e.stage_in_kernel);
+    CHECK(e.pf_lines == 3);  // 1 src step + 2 diff_dst steps of 3 lines (6 lines a pixel) in 3 of 4 calls
+    const WeightsPlan w = plan_weights(problem(wav), Isa::avx512_core, 2);
+    CHECK((!w.staged && w.geo.segs_per_row > 1));
+}

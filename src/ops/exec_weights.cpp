@@ -1049,13 +1049,14 @@ void JitWeightsExecutor::prefetch_first_call(Prefetch& pf, ThreadState& ts, int6
     const char* tile_src = src + (t.grp * g.icg + t.it * b.m) * es;
     const char* tile_dst = diff_dst + (t.grp * g.ocg + t.ot * b.n * b.vlen) * es;
     const int64_t dst_lines = (b.n * b.vlen * es + 63) / 64;
-    pf.lines = 1;
+    const int lines = plan_.pf_lines;  // the kernels prefetch `lines` consecutive lines a step
+    pf.lines = lines;
     for (int image = 0; image < (plan_.pairs ? 2 : 1); ++image) {  // a bf16 pair's second image
-        for (int line = 0; line < 2; ++line)
+        for (int line = 0; line < 2; line += lines)
             for (const WeightsRow& r : ts.next_rows)
                 pf.add_strided(tile_src + image * src_pair_bytes() + r.src_offset + 64 * line, user_src_step(),
                                r.pixels);
-        for (int64_t line = 0; line < dst_lines; ++line)
+        for (int64_t line = 0; line < dst_lines; line += lines)
             for (const WeightsRow& r : ts.next_rows)
                 pf.add_strided(tile_dst + image * dst_pair_bytes() + r.dst_offset + 64 * line, user_dst_step(),
                                r.pixels);

@@ -445,13 +445,24 @@ bool prepad_src(const Problem& p, Isa isa) {
 // each pixel (one tile's channels), so a thread makes tiles x pixels calls
 // per chunk over the chunk's bytes: enough lines that the next chunk is in
 // L2 by about 4/5 of this one, at least 2 for depthwise (memory bound), 1
-// for gemm. In-place gemm with 1 line had prefetched half of wav2vec 2.0's
-// first-layer chunks (2 threads, f32, AVX-512: 1.25-2.8x with 3 lines,
-// U-Net's 1x1 head and first layer 1.20-1.25x; AVX2 with 1 line again
-// 0.85x on wav2vec). EfficientNet-B0 480 channels 3x3 at 14x14 (10 tiles, 2 lines
-// then) ran its kernels on lines that missed L2.
+// for gemm. EfficientNet-B0 480 channels 3x3 at 14x14 (10 tiles, 2 lines
+// then) ran its kernels on lines that missed L2; in-place gemm with 1 line
+// had prefetched half of wav2vec 2.0's first-layer chunks (2 threads, f32,
+// AVX-512: 1.25-2.8x with 3 lines, U-Net's 1x1 head and first layer
+// 1.20-1.25x; AVX2 with 1 line again 0.85x on wav2vec).
+// Tile-major chunks copied inside the kernels prefetch what the next
+// chunk's first call on a tile reads (2 src lines and the tile's diff_dst
+// lines a pixel, per image) over the calls before it, `lines` lines of a
+// pixel per step: the fewest that fit in all but one of a thread's calls.
 int plan_prefetch_lines(const WeightsPlan& plan, const Problem& p) {
     const bool dw = plan.blk.kind == WeightsKernelKind::depthwise;
+    if (plan.stage_in_kernel) {
+        const int64_t calls = div_up(plan.blk.tiles, plan.grid.tile_threads), images = plan.pairs ? 2 : 1;
+        const int64_t dst_lines = div_up(int64_t(plan.blk.n) * plan.blk.vlen * dtype_size(p.dt), 64);
+        for (int lines = 1; lines < Cost::max_prefetch_lines; ++lines)
+            if (images * (div_up(2, lines) + div_up(dst_lines, lines)) <= calls - 1) return lines;
+        return Cost::max_prefetch_lines;
+    }
     if (!dw && plan.staged) return 1;
     const WeightsGeometry& g = plan.geo;
     const double es = plan.elem_bytes(), pixels = double(plan.red.chunk_rows * g.segment);
