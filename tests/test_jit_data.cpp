@@ -611,7 +611,7 @@ TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data
         for (DCase c : typed_cases()) {
             c.dt = dt;
             // The smallest minibatch above kSerialMaxFlopsData, so the op runs on t threads.
-            for (c.mb = 1; c.make("ref").flops() <= 5e4;) c.mb *= 2;
+            for (c.mb = 1; c.make("ref").flops() <= convgrad::detail::kSerialMaxFlopsData;) c.mb *= 2;
             const auto o = c.make(convgrad::max_isa());
             const auto dd = testutil::random_reals(dt, o.input0_elems(), 1);
             const auto w = testutil::random_reals(dt, o.input1_elems(), 2);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "jit/isa.hpp"
+#include "ops/executor.hpp"
 #include "test_util.hpp"
 
 namespace wtest {
@@ -181,10 +182,10 @@ inline std::string label(const Case& c, const std::string& isa) {
 // threads and checks the outputs are bitwise identical. Returns the inputs
 // and each cap's output, for further checks.
 // The case at a larger minibatch of the same parity, if needed, to exceed
-// the serial threshold (0.5 Mflop, ops/executor.hpp): thread-count tests
-// must really split the work.
+// the serial threshold (kSerialMaxFlops): thread-count tests must really
+// split the work.
 inline Case split_size(Case c) {
-    while (c.make("ref").flops() <= 5e5) c.mb = 2 * c.mb + c.mb % 2;
+    while (c.make("ref").flops() <= convgrad::detail::kSerialMaxFlops) c.mb = 2 * c.mb + c.mb % 2;
     return c;
 }
 

@@ -179,7 +179,7 @@ void op::execute(const void* input0, const void* input1, void* output) const {
 
 std::string op::describe() const {
     std::ostringstream os;
-    os << impl_->exec->describe() << " threads=" << detail::op_threads(impl_->problem);
+    os << impl_->exec->describe() << " threads=" << impl_->exec->threads();
     return os.str();
 }
 

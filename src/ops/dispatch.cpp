@@ -18,6 +18,7 @@ public:
         reference_execute(p_, in0, in1, out);
     }
     std::string describe() const override { return "ref: " + p_.to_string(); }
+    int threads() const override { return tbb::this_task_arena::max_concurrency(); }
 
 private:
     Problem p_;

@@ -283,6 +283,7 @@ public:
     JitDataExecutor(const Problem& p, const DataPlan& plan);
     void run(const void* in0, const void* in1, void* out) const override;
     std::string describe() const override;
+    int threads() const override { return op_threads(p_); }
 
 private:
     void build_kernels();
@@ -387,7 +388,7 @@ void JitDataExecutor::build_kernels() {
 }
 
 void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
-    const int threads = op_threads(p_);
+    const int threads = this->threads();
     const char* dd = static_cast<const char*>(in0);
     const ScratchLease wp(ScratchUse::wpack, plan_.scratch.wpack_elems * plan_.w_elem_bytes);
     pack_weights(in1, wp.get(), threads);

@@ -295,6 +295,7 @@ public:
     }
 
     void run(const void* input0, const void* input1, void* output) const override;
+    int threads() const override { return op_threads(p_); }
     std::string describe() const override {
         return std::string("jit:") + isa_name(plan_.isa) + " " + plan_.to_string();
     }
@@ -369,9 +370,9 @@ private:
                      const uint16_t* diff_dst) const;
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to) const;
-    void reduce_and_store(float* target, const float* partials, void* user, bool pooled) const;
+    void reduce_and_store(float* target, const float* partials, void* user, bool pooled, int threads) const;
     // plan.prepad: the user's NXC src into the zero-padded src of p_.
-    void pad_src(const char* src, char* to) const;
+    void pad_src(const char* src, char* to, int threads) const;
     // Staged strided 1x1 rows keep only the pixels read: one per output
     // pixel. Tile-major chunks: one tile's channels per pixel.
     int64_t src_step_bytes() const {
@@ -1066,9 +1067,9 @@ void JitWeightsExecutor::prefetch_first_call(Prefetch& pf, ThreadState& ts, int6
 
 // Phases 3 to 5: fixed-order sum of the partials, the permutation, the
 // rounding to a 16-bit user type.
-void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user, bool pooled) const {
+void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user, bool pooled,
+                                          int threads) const {
     const int64_t elems = plan_.weights_elems, slices = plan_.red.slices;
-    const int threads = op_threads(p_);
     constexpr int64_t block = 4096;  // a multiple of every vector length
     const bool round_here = plan_.rounded() && plan_.direct_weights;
     if (slices > 1 || round_here) {
@@ -1102,8 +1103,7 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
         });
 }
 
-void JitWeightsExecutor::pad_src(const char* src, char* to) const {
-    const int threads = op_threads(p_);
+void JitWeightsExecutor::pad_src(const char* src, char* to, int threads) const {
     const int64_t es = static_cast<int64_t>(dtype_size(p_.dt)), px = p_.ic() * es;
     const std::array<int64_t, 3>& in = user_.in;
     const std::array<int64_t, 3>& pb = user_.pad_begin;
@@ -1118,7 +1118,7 @@ void JitWeightsExecutor::pad_src(const char* src, char* to) const {
 }
 
 void JitWeightsExecutor::run(const void* input0, const void* input1, void* output) const {
-    const int nthreads = op_threads(p_);
+    const int nthreads = threads();
     const WeightsThreadGrid grid = nthreads == plan_.grid.nthr
                                            ? plan_.grid
                                            : plan_thread_grid(plan_.blk.tiles, plan_.red.slices, nthreads);
@@ -1150,7 +1150,7 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     }
     if (plan_.prepad) {
         char* padded = scratch(kSrcPad, p_.mb * p_.ic() * p_.in_sp() * es, pooled, fresh[4]);
-        pad_src(src, padded);
+        pad_src(src, padded, nthreads);
         src = padded;
     }
     // The kernels' f32 target: the user's buffer when it is f32 XIO-like,
@@ -1162,7 +1162,7 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
                               ? scratch<float>(kPartials, (plan_.red.slices - 1) * wbytes, pooled, fresh[3])
                               : nullptr;
     parallel_static(grid.nthr, grid.nthr, [&](int64_t tid) { compute_thread(tid, grid, src, diff_dst, target, partials); });
-    reduce_and_store(target, partials, output, pooled);
+    reduce_and_store(target, partials, output, pooled, nthreads);
 }
 
 }  // namespace

@@ -18,9 +18,11 @@ public:
     virtual void run(const void* input0, const void* input1, void* output) const = 0;
     // Implementation name first, then the plan.
     virtual std::string describe() const = 0;
+    // The threads run() uses in the current arena.
+    virtual int threads() const = 0;
 };
 
-// The threads an op runs on: the arena's (tbb::this_task_arena), or one
+// The threads a JIT op runs on: the arena's (tbb::this_task_arena), or one
 // for a problem small enough to finish before a second thread pays for its
 // wake-up: weight gradients of at most kSerialMaxFlops, data gradients of
 // at most kSerialMaxFlopsData. The results do not depend on it (both
