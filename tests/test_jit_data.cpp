@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <catch2/catch.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "jit/isa.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
 
@@ -190,6 +192,80 @@ TEST_CASE("data: groups and depthwise", "[jit][data]") {
                     check_exact(c, kAllIsas);
                     CHECK(c.make("avx2").describe().find("per kh: ") != std::string::npos);
                 }
+}
+
+// bf16 depthwise on avx512_core_bf16: kh rows kh and kh + s / gcd(s, dil)
+// go through vdpbf16ps as pairs, a row without a partner alone. Kernel
+// heights odd and even, H strides 1-3 with and without H dilation (steps
+// 1, 2, 3), pads that leave edge rows 1..KH valid rows, 3D (pairs never
+// cross kd), a W stride (row taps of a phase) and one tap per entry,
+// channel tails; bit for bit against the reference, and values that are
+// not finite where a row alone meets its zero half.
+TEST_CASE("data: bf16 depthwise pairs kh rows", "[jit][data]") {
+    if (!runs("avx512_core_bf16")) {
+        WARN("no avx512_core_bf16 here: row pairs not run");
+        return;
+    }
+    struct Shape {
+        dims in, k, s, d, pb, pe;
+        const char* step;  // the pair step the plan names
+    };
+    const std::vector<Shape> shapes{
+            {{9, 11}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, "(kh, kh+1)"},
+            {{10, 8}, {4, 3}, {1, 1}, {1, 1}, {3, 0}, {1, 2}, "(kh, kh+1)"},
+            {{12, 9}, {3, 3}, {2, 1}, {1, 1}, {1, 1}, {0, 1}, "(kh, kh+2)"},
+            {{13, 7}, {3, 3}, {2, 1}, {2, 1}, {2, 1}, {2, 1}, "(kh, kh+1)"},
+            {{14, 6}, {5, 3}, {3, 1}, {1, 1}, {2, 1}, {2, 1}, "(kh, kh+3)"},
+            {{11, 9}, {3, 3}, {1, 1}, {2, 1}, {2, 1}, {2, 1}, "(kh, kh+1)"},
+            {{5, 58}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 1}, "(kh, kh+2)"},
+            {{9, 14}, {3, 3}, {1, 2}, {1, 1}, {1, 1}, {1, 1}, "(kh, kh+1)"},
+            {{4, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, "(kh, kh+1)"},
+            {{5, 6, 7}, {2, 3, 3}, {1, 2, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 1}, "(kh, kh+2)"},
+    };
+    for (const Shape& sh : shapes)
+        for (int64_t ch : {1, 17, 48}) {
+            DCase c;
+            c.dt = data_type::bf16;
+            c.g = c.ic = c.oc = ch;
+            c.in = sh.in;
+            c.k = sh.k;
+            c.s = sh.s;
+            c.d = sh.d;
+            c.pb = sh.pb;
+            c.pe = sh.pe;
+            const std::string d = c.make("avx512_core_bf16").describe();
+            INFO(d);
+            CHECK(d.find(std::string("vdpbf16ps on kh row pairs ") + sh.step) != std::string::npos);
+            check_exact(c, {"avx512_core_bf16"});
+        }
+    // Two interleaves: vpermw, and vpexpandw (AVX512_VBMI2) where vpermw's
+    // index register would cost 90-96 channels their single block.
+    for (int64_t ch : {96, 90}) {  // 90: the tail vector's words
+        DCase c;
+        c.dt = data_type::bf16;
+        c.g = c.ic = c.oc = ch;
+        c.in = {12, 12};
+        c.pb = c.pe = {1, 1};
+        const std::string d = c.make("avx512_core_bf16").describe();
+        INFO(d);
+        const bool expand = d.find("vpexpandw") != std::string::npos;
+        CHECK(expand == convgrad::detail::cpu_has_vbmi2());
+        CHECK((expand || d.find("vpermw") != std::string::npos));
+        check_exact(c, {"avx512_core_bf16"});
+    }
+    // Infinities in diff_dst: a row alone adds (dd, 0) · (W, 0), never 0 · inf,
+    // so the non-finite outputs are exactly the reference's.
+    DCase c;
+    c.dt = data_type::bf16;
+    c.g = c.ic = c.oc = 33;
+    c.in = {9, 10};
+    c.pb = c.pe = {1, 1};
+    const auto ref = c.make("ref"), jit = c.make("avx512_core_bf16");
+    auto dd = testutil::small_ints(c.dt, ref.input0_elems(), 21);
+    const auto w = testutil::small_ints(c.dt, ref.input1_elems(), 22, 1, 2);  // positive: no inf - inf
+    for (int64_t i = 0; i < ref.input0_elems(); i += 97) dd.set(i, std::numeric_limits<double>::infinity());
+    const auto expect = testutil::run(ref, dd, w), got = testutil::run(jit, dd, w);
+    CHECK(testutil::bitwise_equal(got, expect));
 }
 
 // Groups of G = 2, 4, 8 channels (IC/g == OC/g; 16 with a W stride on

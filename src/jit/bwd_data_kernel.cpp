@@ -34,6 +34,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.tap_dil = d.row_taps > 1 ? types.tap_dil : 1;
     d.w_tap_step = d.row_taps > 1 ? types.w_tap_step : 1;
     d.lane_group = kind == DataKernelKind::depthwise ? types.lane_group : 1;
+    d.row_pairs = static_cast<int32_t>(kind == DataKernelKind::depthwise ? types.row_pairs : DataRowPairs::none);
     return d;
 }
 
@@ -52,6 +53,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
     if (d.w_tap_step > 1) os << "w" << d.w_tap_step;
     if (d.lane_group > 1) os << "_lg" << d.lane_group;
+    if (d.row_pairs) os << (d.row_pairs == int32_t(DataRowPairs::expand) ? "_khpairs_x" : "_khpairs");
     return os.str();
 }
 
@@ -61,10 +63,11 @@ int data_kernel_vregs(const DataKernelDesc& d) {
     // broadcast inside the instruction it borrows the second W register, so
     // only n = 1 needs one of its own.
     const bool bcast_reg = !d.bcast_in_fma || (d.compute == int32_t(DataCompute::bf16_dot) && d.n == 1);
-    // Depthwise: two diff_dst temporaries, and the permutation index for G >= 8.
-    const bool index = VecIsa::lane_group_needs_index(d.lane_group) || d.compute == int32_t(DataCompute::bf16_dot);
-    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 + index
-                                                                    : (bcast_reg ? 1 : 0);
+    // Depthwise: two diff_dst temporaries, and the permutation index for
+    // G >= 8 and bf16_dot (oc pairs of lane groups, or row pairs).
+    const bool index = VecIsa::lane_group_needs_index(d.lane_group) ||
+                       (d.compute == int32_t(DataCompute::bf16_dot) && d.row_pairs != int32_t(DataRowPairs::expand));
+    const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 + index : (bcast_reg ? 1 : 0);
     return d.m * d.n + d.row_taps * d.n + temps + (avx2_mask ? 1 : 0);
 }
 
@@ -76,14 +79,15 @@ namespace {
 //   r8   entry pointer               r9   entries left
 //   r10  dd pointer of the entry     r11  W pointer of the entry
 //   rax  oc left                     rbx  scratch
-//   r12  f32 acc pointer of block    r13  widen: element offset
+//   r12  f32 acc pointer of block    r13  widen: element offset; row pairs:
+//                                         the partner row's dd pointer
 //   r14  widen: f32 scratch base     r15  prefetch pointer (direct)
 // Vector registers: accumulators first (pixel-major), then n weights, then
 // temporaries; the AVX2 tail mask is the last register. Opmasks: k1 the
 // channel tail (VecIsa), k2 VecCvt's NaN lanes, k3 the widen tail.
 const Xbyak::Reg64 kArgs = rdi, kBlkOff = rsi, kDst = rcx, kBlocks = rdx, kEntry = r8,
                    kEntries = r9, kDd = r10, kW = r11, kOc = rax, kTmp = rbx, kAcc = r12,
-                   kCvtOff = r13, kCvtBuf = r14, kPf = r15;
+                   kCvtOff = r13, kCvtBuf = r14, kPf = r15, kDd2 = r13;
 
 template <typename T>
 Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
@@ -91,6 +95,19 @@ Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
     const auto off = reinterpret_cast<const char*>(&(probe.*field)) - reinterpret_cast<const char*>(&probe);
     return cg.qword[kArgs + static_cast<int>(off)];
 }
+
+// vpermw index interleaving the two halves of a vector: word 2c takes word
+// c (the row), word 2c + 1 word 16 + c (its partner row).
+struct RowPairIndex {
+    alignas(64) uint16_t w[32];
+    RowPairIndex() {
+        for (int c = 0; c < 16; ++c) {
+            w[2 * c] = static_cast<uint16_t>(c);
+            w[2 * c + 1] = static_cast<uint16_t>(16 + c);
+        }
+    }
+};
+const RowPairIndex kRowPairIndex;
 
 // Opmasks of the first n words, n = 0..16 (AVX-512 widen tail).
 const uint16_t kWordMasks[17] = {0x0,   0x1,   0x3,   0x7,    0xf,    0x1f,   0x3f,   0x7f,  0xff,
@@ -113,6 +130,19 @@ void DataKernel::generate() {
         kmovw(k3, ebx);
     }
     if (widen_direct()) mov(kCvtBuf, arg(*this, &DataKernelArgs::cvt));
+    if (d_.row_pairs == int32_t(DataRowPairs::permute)) {  // words 16-31 (k4; the tail's: k5), the index
+        mov(ebx, 0xffff0000);
+        kmovd(k4, ebx);
+        mov(ebx, static_cast<uint32_t>(((uint64_t(1) << d_.tail) - 1) << 16));
+        kmovd(k5, ebx);
+        mov(kTmp, reinterpret_cast<uintptr_t>(kRowPairIndex.w));
+        vi_.load(index_vreg(), ptr[kTmp]);
+    } else if (d_.row_pairs == int32_t(DataRowPairs::expand)) {  // the odd words (k4; the tail's: k5)
+        mov(ebx, 0xaaaaaaaa);
+        kmovd(k4, ebx);
+        mov(ebx, static_cast<uint32_t>(0xaaaaaaaaULL & ((uint64_t(1) << (2 * d_.tail)) - 1)));
+        kmovd(k5, ebx);
+    }
     block_loop();
     postamble();
     cvt_.emit_constants();
@@ -176,14 +206,17 @@ void DataKernel::entry_loop() {
     add(kDd, kBlkOff);
     lea(kPf, ptr[kDd + static_cast<int>(d_.dd_block_bytes)]);  // see prefetch_next_block
     mov(kW, qword[kEntry + offsetof(DataEntry, w)]);
-    if (d_.kind == int32_t(DataKernelKind::depthwise)) {
+    if (d_.row_pairs) {
+        depthwise_row_pairs();
+    } else if (d_.kind == int32_t(DataKernelKind::depthwise)) {
         depthwise_taps();
     } else {
         if (widen_direct()) widen_entry();
         oc_loop();
     }
-    add(kEntry, static_cast<int>(sizeof(DataEntry)));
-    dec(kEntries);
+    const int step = d_.row_pairs ? 2 : 1;  // row pairs: two entries a pass
+    add(kEntry, static_cast<int>(step * sizeof(DataEntry)));
+    sub(kEntries, step);
     jnz(l_entry);
     L(l_done);
 }
@@ -358,10 +391,26 @@ void DataKernel::depthwise_taps() {
     for (int o = 0; o < lane_group_passes(); ++o) depthwise_lane_group(o);
 }
 
+// Row pairs, one pair of entries: the second entry's dd is the partner row
+// (r13 := it plus the block offset; its W pointer is not read), or null
+// for a row alone. Reads r8, r10, r11, rsi; clobbers r13.
+void DataKernel::depthwise_row_pairs() {
+    Xbyak::Label l_alone, l_done;
+    mov(kDd2, qword[kEntry + static_cast<int>(sizeof(DataEntry) + offsetof(DataEntry, dd))]);
+    test(kDd2, kDd2);
+    jz(l_alone, T_NEAR);
+    add(kDd2, kBlkOff);
+    depthwise_lane_group(0, DwRows::pair);
+    jmp(l_done, T_NEAR);
+    L(l_alone);
+    depthwise_lane_group(0, DwRows::alone);
+    L(l_done);
+}
+
 // Pixel j of tap k reads diff_dst pixel q = j - k·tap_dil from r10, so each
 // q is loaded once per pass (widened on load; the tail vector read masked:
 // it may end the tensor) and feeds every (j, k) it serves.
-void DataKernel::depthwise_lane_group(int o) {
+void DataKernel::depthwise_lane_group(int o, DwRows rows) {
     const int mn = d_.m * d_.n, taps = d_.row_taps, dil = d_.tap_dil, g = d_.lane_group;
     const int dd_vec_bytes = vi_.vlen() * VecCvt::elem_bytes(in_dt());
     for (int k = 0; k < taps; ++k)
@@ -381,9 +430,10 @@ void DataKernel::depthwise_lane_group(int o) {
             }
         return;
     }
-    if (dot())
+    // Row pairs keep their index from the start (generate).
+    if (rows == DwRows::one && dot())
         vi_.lane_group_pair_index(index_vreg(), kTmp, g, o);
-    else if (VecIsa::lane_group_needs_index(g) && !bcast_lane_group())
+    else if (rows == DwRows::one && VecIsa::lane_group_needs_index(g) && !bcast_lane_group())
         vi_.lane_group_index(index_vreg(), kTmp, g, o);
     int next_temp = 0;
     for (int q = -(taps - 1) * dil; q < d_.m; ++q)
@@ -392,7 +442,9 @@ void DataKernel::depthwise_lane_group(int o) {
             next_temp ^= 1;
             const int disp = static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes);
             const bool tail = d_.tail && v == d_.n - 1;
-            if (dot())
+            if (rows != DwRows::one)
+                load_row_pair(t, disp, tail, rows);
+            else if (dot())
                 load_pairs(t, disp, tail);
             else
                 load_lane_group(t, disp, o, tail);
@@ -418,6 +470,35 @@ void DataKernel::load_pairs(const Xbyak::Xmm& t, int disp, bool tail) {
     else
         vmovdqu16(y, ptr[kDd + disp]);  // EVEX: the temporaries may be ymm16-31
     vpermd(Xbyak::Zmm(t.getIdx()), Xbyak::Zmm(index_vreg().getIdx()), Xbyak::Zmm(t.getIdx()));
+}
+
+// Row pairs: dword lane c of t := (word c at r10 + disp, word c at r13 +
+// disp), the 16 bf16 channels of the row and of its partner row. permute:
+// the row into the low half, the partner into the high half (a masked load
+// from 32 bytes before it, words 16-31 under k4, or k5 for the tail's:
+// masked words are not read), then vpermw interleaves the halves. expand:
+// the row zero-extended into the even words, the partner vpexpandw'ed into
+// the odd ones under k4 / k5 (words not selected stay 0). A row alone is
+// zero-extended, so the pair's second product is 0 · 0 whatever the row
+// holds.
+void DataKernel::load_row_pair(const Xbyak::Xmm& t, int disp, bool tail, DwRows rows) {
+    const Xbyak::Zmm z(t.getIdx());
+    const Xbyak::Opmask partner = tail ? k5 : k4;
+    if (rows == DwRows::alone || d_.row_pairs == int32_t(DataRowPairs::expand)) {
+        if (tail)
+            vpmovzxwd(z | k1 | T_z, ptr[kDd + disp]);
+        else
+            vpmovzxwd(z, ptr[kDd + disp]);
+        if (rows == DwRows::pair) vpexpandw(z | partner, ptr[kDd2 + disp]);
+        return;
+    }
+    const Xbyak::Ymm y(t.getIdx());
+    if (tail)
+        vmovdqu16(y | k3 | T_z, ptr[kDd + disp]);
+    else
+        vmovdqu16(y, ptr[kDd + disp]);  // EVEX: the temporaries may be ymm16-31
+    vmovdqu16(z | partner, ptr[kDd2 + disp - 32]);
+    vpermw(z, Xbyak::Zmm(index_vreg().getIdx()), z);
 }
 
 // t := perm_o of the diff_dst vector at r10 + disp, widened to f32. Whole

@@ -26,7 +26,9 @@
 // groups (G >= 2) run G / 2 passes, one per pair of output channels: the
 // 16 bf16 channels are loaded as 8 dwords and vpermd puts the group's pair
 // (2o, 2o + 1) in every dword lane, against W packed as pairs
-// [tap][o][lanes][2] for vdpbf16ps.
+// [tap][o][lanes][2] for vdpbf16ps. bf16_dot with G = 1 pairs kernel rows
+// instead (DataKernelDesc::row_pairs): one interleave of two diff_dst rows
+// serves every W tap of the entry.
 //
 // An entry is one tap that is valid for every pixel of every block of the
 // call: a diff_dst pointer (pixel 0 of block 0, first oc of the chunk) and a
@@ -74,6 +76,14 @@ enum class DataStore : int32_t {
     prefetched = 2,  // before its FMAs, each block prefetches its diff_src lines for writing
 };
 
+// Depthwise bf16_dot with G = 1 (DataKernelDesc::row_pairs): how the two
+// rows of a pair become dword pairs.
+enum class DataRowPairs : int32_t {
+    none = 0,
+    permute = 1,  // row into the low half, partner into the high half, vpermw (needs the index register)
+    expand = 2,   // row zero-extended, partner vpexpandw'ed into the odd words (AVX512_VBMI2; no index)
+};
+
 enum class DataCompute : int32_t {
     f32 = 0,       // f32 in, f32 FMA
     widen = 1,     // bf16 / f16 diff_dst widened to f32 (per entry, or per load for depthwise), f32 FMA
@@ -103,7 +113,13 @@ struct DataKernelDesc {
     int32_t row_taps = 1;
     int32_t tap_dil = 1;
     int32_t w_tap_step = 1;
-    int32_t reserved = 0;         // keeps the struct free of padding
+    // Depthwise bf16_dot with G = 1: entries come in pairs, the second one's
+    // dd being the partner kh row of the first (the same pixels, kh + d),
+    // or null for a row without one; the kernel interleaves the two rows'
+    // bf16 channels into dword pairs (DataRowPairs; a row alone:
+    // zero-extended)
+    // against W packed as (W[kh], W[kh + d]) pairs (alone: (W[kh], 0)).
+    int32_t row_pairs = 0;        // DataRowPairs
     int32_t lane_group = 1;       // depthwise: channels per group G, see the top of this file
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
@@ -125,6 +141,7 @@ struct DataKernelTypes {
     DataStore store = DataStore::plain;
     int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise: see DataKernelDesc
     int lane_group = 1;             // depthwise: see DataKernelDesc
+    DataRowPairs row_pairs = DataRowPairs::none;  // depthwise: see DataKernelDesc
 };
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,
@@ -172,12 +189,19 @@ private:
     void odd_oc_step();
     void widen_entry();
     void widen_tail(const Xbyak::Label& done);
+    // How a depthwise pass reads diff_dst: one row (permuted for lane
+    // groups), the interleaved rows of a row pair, or a row zero-extended
+    // into dword pairs (row_pairs, a row without a partner).
+    enum class DwRows { one, pair, alone };
     void depthwise_taps();
-    void depthwise_lane_group(int o);
+    void depthwise_row_pairs();
+    void depthwise_lane_group(int o, DwRows rows = DwRows::one);
     void load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail);
     void load_pairs(const Xbyak::Xmm& t, int disp, bool tail);
-    // Depthwise passes per entry: G output channels, or G / 2 pairs (bf16_dot).
-    int lane_group_passes() const { return dot() ? d_.lane_group / 2 : d_.lane_group; }
+    void load_row_pair(const Xbyak::Xmm& t, int disp, bool tail, DwRows rows);
+    // Depthwise passes per entry: G output channels, or G / 2 pairs (bf16_dot
+    // lane groups; row pairs: one).
+    int lane_group_passes() const { return dot() && d_.lane_group > 1 ? d_.lane_group / 2 : d_.lane_group; }
     // Depthwise: the permutation index (lane groups of 8+, bf16_dot pairs),
     // the register after the two diff_dst temporaries.
     Xbyak::Xmm index_vreg() const { return vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2); }

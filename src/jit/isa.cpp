@@ -33,6 +33,11 @@ Isa cpu_isa() {
     return detected;
 }
 
+bool cpu_has_vbmi2() {
+    static const bool has = Xbyak::util::Cpu().has(Xbyak::util::Cpu::tAVX512_VBMI2);
+    return has;
+}
+
 Isa effective_isa() {
     const Isa hw = cpu_isa();
     const char* env = std::getenv("CONVGRAD_MAX_ISA");

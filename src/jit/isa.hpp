@@ -15,5 +15,8 @@ Isa cpu_isa();
 // cpu_isa() capped by CONVGRAD_MAX_ISA (read on every call, so a process may
 // change it between op creations). Throws convgrad::error for an unknown value.
 Isa effective_isa();
+// AVX512_VBMI2 (vpexpandw), which some avx512_core_bf16 CPUs lack (Cooper
+// Lake): kernels use it only as an alternative form.
+bool cpu_has_vbmi2();
 
 }  // namespace convgrad::detail

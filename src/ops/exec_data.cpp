@@ -311,8 +311,13 @@ private:
                   float* colbuf, float* cvt) const;
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
                          const std::vector<ColTarget>& targets, std::vector<ColRun>& runs) const;
-    // oc rows of packed W per tap (depthwise: the G of a lane group).
-    int64_t w_oc_rows() const { return plan_.path == DataPath::depthwise ? plan_.lane_group : plan_.ocg_w; }
+    // oc rows of packed W per tap (depthwise: the G of a lane group; row
+    // pairs: 2 forms × 2 bf16, see DataPlan::dw_row_pairs).
+    int64_t w_oc_rows() const {
+        if (plan_.dw_row_pairs) return 4;
+        return plan_.path == DataPath::depthwise ? plan_.lane_group : plan_.ocg_w;
+    }
+    void pack_row_pairs(const uint16_t* w, char* wp, int threads) const;
     int64_t chunks() const {
         const int64_t ocg = plan_.path == DataPath::depthwise ? 1 : p_.ocg;
         return (ocg + plan_.oc_chunk - 1) / plan_.oc_chunk;
@@ -439,7 +444,9 @@ float weight_f32(const T* w, int64_t i, data_type dt) {
 // (an odd last oc pairs with 0). Lanes past the channels are zero, so the
 // kernel never needs a masked W load.
 void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
-    if (p_.dt == data_type::f32)
+    if (plan_.dw_row_pairs)
+        pack_row_pairs(static_cast<const uint16_t*>(w), wp, threads);
+    else if (p_.dt == data_type::f32)
         pack_weights_as(static_cast<const float*>(w), wp, threads);
     else
         pack_weights_as(static_cast<const uint16_t*>(w), wp, threads);
@@ -525,6 +532,36 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     });
 }
 
+// Depthwise row pairs (bf16): per channel block of `width` lanes,
+// [form][tap][lanes] dwords, form 0 the pair (W[kd][kh][kw], W[kd][kh +
+// step][kw]) (zero where kh + step is past the kernel) and form 1 the row
+// alone (W[kd][kh][kw], 0); lanes past the channels are zero.
+void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) const {
+    const DataChannelBlocks& cb = plan_.cb;
+    const int64_t ksp = p_.k_sp(), step_taps = plan_.row_pair_step * p_.k[2], kh_n = p_.k[1];
+    const int64_t items = cb.per_group * ksp;
+    for_each_thread(threads, [&](int t) {
+        std::vector<int64_t> src, partner;
+        for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
+            const int64_t b = it / ksp, tap = it % ksp;
+            const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
+            uint32_t* block = reinterpret_cast<uint32_t*>(wp) + b * cb.block * ksp * 2;
+            uint32_t* pair = block + tap * width;
+            uint32_t* alone = block + (ksp + tap) * width;
+            const bool has_partner = tap / p_.k[2] % kh_n + plan_.row_pair_step < kh_n;
+            pack_row_sources(0, b, tap, width, src);
+            if (has_partner) pack_row_sources(0, b, tap + step_taps, width, partner);
+            for (int64_t l = 0; l < width; ++l) {
+                const int64_t i = src[static_cast<size_t>(l)];
+                const uint32_t lo = i < 0 ? 0 : w[i];
+                const uint32_t hi = i < 0 || !has_partner ? 0 : w[partner[static_cast<size_t>(l)]];
+                pair[l] = lo | hi << 16;
+                alone[l] = lo;
+            }
+        }
+    });
+}
+
 // Items are (row group, channel block) pairs, group-major; each thread
 // takes a contiguous range and runs an item's oc chunks in order, every row
 // of the group per chunk (a 16-bit output keeps the group's f32 sums in
@@ -539,7 +576,7 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
         ctx.nt = nt;
-        ctx.entries.reserve(static_cast<size_t>(p_.k_sp()));
+        ctx.entries.reserve(static_cast<size_t>(2 * p_.k_sp()));  // row pairs: two a row
         if (plan_.scratch.acc_floats)
             ctx.acc = std::make_unique<ScratchLease>(ScratchUse::acc, plan_.scratch.acc_floats * 4);
         if (plan_.scratch.cvt_floats)
@@ -691,12 +728,32 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     const int64_t row_es = plan_.widen_rows ? 4 : es_;
     const int64_t pix_bytes = plan_.dd_pitch;
     ctx.entries.clear();
-    for (const RowTap& rt : rts)
-        for (const PhaseTap& pt : taps) {
-            const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
-            add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + (pt.base + j0) * pix_bytes, w);
-            if (plan_.dw_row_taps) break;  // the phase's first tap stands for the row's taps
+    if (plan_.dw_row_pairs) {
+        // Pairs of entries: the row and its partner kh + step of the same kd
+        // (the next valid row, if any), or the row alone (partner null).
+        const int64_t kh_n = plan_.geo.k[1], step = plan_.row_pair_step, ksp = p_.k_sp();
+        for (size_t i = 0; i < rts.size();) {
+            const RowTap& a = rts[i];
+            const bool paired = i + 1 < rts.size() && rts[i + 1].tap_dh == a.tap_dh + step &&
+                                rts[i + 1].tap_dh / kh_n == a.tap_dh / kh_n;
+            const char* b = paired ? rts[i + 1].dd_row : nullptr;
+            i += paired ? 2 : 1;
+            for (const PhaseTap& pt : taps) {
+                const int64_t off = chan_dd * row_es + (pt.base + j0) * pix_bytes;
+                const int64_t tap = (paired ? 0 : ksp) + a.tap_dh * kw_n + pt.kw;  // dwords of lanes
+                add_entry(ctx.entries, a.dd_row + off, wblock + tap * width * 4);
+                add_entry(ctx.entries, b ? b + off : nullptr, nullptr);
+                if (plan_.dw_row_taps) break;
+            }
         }
+    } else {
+        for (const RowTap& rt : rts)
+            for (const PhaseTap& pt : taps) {
+                const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
+                add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + (pt.base + j0) * pix_bytes, w);
+                if (plan_.dw_row_taps) break;  // the phase's first tap stands for the row's taps
+            }
+    }
     DataKernelArgs a;
     a.entries = ctx.entries.data();
     a.nentries = static_cast<int64_t>(ctx.entries.size());

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <numeric>
 #include <sstream>
 
 #include "jit/bwd_data_kernel.hpp"
@@ -72,12 +73,14 @@ int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Cycles of one oc step (direct; bf16_dot: an oc pair) or one tap
 // (depthwise) of an m × n block of `vbytes`-byte vectors; `w_in_l2`: the W
 // vectors come from L2.
+// Depthwise: `dd_rows` diff_dst vectors per pixel and vector (row pairs:
+// the two rows of a pair, on average).
 double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, bool w_in_l2,
-                   double latency = kFmaLatency) {
+                   double latency = kFmaLatency, double dd_rows = 1) {
     const double fma = m * n / kFmaPerCycle;
     double loads = 0;
     if (path == DataPath::depthwise)
-        loads = (n + m * n) / kVecLoadsPerCycle;
+        loads = (n + m * n * dd_rows) / kVecLoadsPerCycle;
     else
         loads = std::max(n / kVecLoadsPerCycle, (n + (bcast_in_fma ? m * n : m)) / kLoadsPerCycle);
     const double l2 = w_in_l2 ? n * vbytes / kL2BytesPerCycle : 0.0;
@@ -88,7 +91,7 @@ bool is_dot(const DataPlan& pl) { return pl.types.compute == DataCompute::bf16_d
 
 // Reduction steps per entry: oc (bf16_dot: oc pairs), G for depthwise.
 double reduction_steps(const Problem& p, const DataPlan& pl) {
-    if (pl.path == DataPath::depthwise) return is_dot(pl) ? pl.lane_group / 2 : pl.lane_group;
+    if (pl.path == DataPath::depthwise) return is_dot(pl) && !pl.dw_row_pairs ? pl.lane_group / 2 : pl.lane_group;
     return is_dot(pl) ? double(div_up(p.ocg, 2)) : double(p.ocg);
 }
 
@@ -96,7 +99,8 @@ double reduction_steps(const Problem& p, const DataPlan& pl) {
 // (row blocks: the oc chunk is cut to fit).
 bool w_block_in_l2(const Problem& p, const DataPlan& pl, const DataBlocking& b) {
     if (pl.row_blocks) return false;
-    const int64_t red = pl.path == DataPath::depthwise ? pl.lane_group : p.ocg;
+    // Row pairs: W pair and alone forms, each a dword of two bf16.
+    const int64_t red = pl.path != DataPath::depthwise ? p.ocg : pl.dw_row_pairs ? 4 : pl.lane_group;
     const int64_t taps = pl.path == DataPath::col ? 1 : p.k_sp();
     return taps * red * b.lanes() * pl.w_elem_bytes > kL1WBytes;
 }
@@ -154,6 +158,14 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
     const double lat = is_dot(pl) ? kDotLatency : kFmaLatency;
     const bool l2 = w_block_in_l2(p, pl, b);
     const int vb = b.vlen * 4;
+    // Entries per diff_src row: its (kd, kh) rows, or with row pairs about
+    // half of each kd's kh rows rounded up, each reading 2 rows but the
+    // last alone.
+    const double rows = row_taps(g);
+    const double kh_rows = double(g.k[1]) / double(g.stride[1]);
+    const double entries = pl.dw_row_pairs ? double(g.k[0]) / double(g.stride[0]) * std::max(1.0, kh_rows / 2 + 0.5)
+                                           : rows;
+    const double dd_rows = rows / entries;
     double per_row = 0;
     for (const PhaseSize& ph : phases) {
         const int64_t j = ph.pixels, taps = ph.taps;
@@ -161,14 +173,15 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
         for (int64_t c = 0; c < cb.per_group; ++c) {
             const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
             auto block = [&](int m) {
-                if (!pl.dw_row_taps) return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat);
+                if (!pl.dw_row_taps) return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat, dd_rows);
                 // One entry for the row's taps: each diff_dst vector loaded
                 // once; the entry's fixed cost (W loads, loop) favours long blocks.
-                const double loads = ((m + (taps - 1) * row_tap_pixels(g)) * n + taps * n) / kVecLoadsPerCycle;
+                const double loads =
+                        ((m + (taps - 1) * row_tap_pixels(g)) * n * dd_rows + taps * n) / kVecLoadsPerCycle;
                 return std::max({taps * m * n / kFmaPerCycle, loads, lat}) + kEntryCycles;
             };
             const double blocks = full * block(b.m) + (rem ? block(static_cast<int>(rem)) : 0);
-            per_row += blocks * row_taps(g) * red + 3 * kCallCycles;
+            per_row += blocks * entries * red + 3 * kCallCycles;
         }
     }
     const int64_t groups = path == DataPath::depthwise ? 1 : p.g;
@@ -249,7 +262,7 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
     const int64_t padded = pl.cb.padded();
     switch (pl.path) {
         case DataPath::direct: return p.g * padded * p.k_sp() * pl.ocg_w;
-        case DataPath::depthwise: return padded * p.k_sp() * pl.lane_group;
+        case DataPath::depthwise: return padded * p.k_sp() * (pl.dw_row_pairs ? 4 : pl.lane_group);
         case DataPath::col: return p.g * padded * p.ocg;
     }
     return 0;
@@ -361,13 +374,25 @@ void choose_types(const Problem& p, Isa isa, DataPlan* pl) {
     pl->dt = pl->types.in = pl->types.out = p.dt;
     const Isa base = isa >= Isa::avx512_core ? Isa::avx512_core : Isa::avx2;
     pl->isa = base;
+    // The depthwise convolution pairs kh rows: kh and kh + step are valid
+    // together for a diff_src row (a kh stride of s / gcd(s, dilation)).
+    const DataGeometry& g = pl->geo;
+    const int64_t step = g.stride[1] / std::gcd(g.stride[1], g.dil[1]);
+    const bool dw = pl->path == DataPath::depthwise;
+    pl->dw_row_pairs = false;
+    pl->row_pair_step = 0;
     if (p.dt == data_type::f32)
         pl->types.compute = DataCompute::f32;
     else if (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 &&
-             (pl->path == DataPath::direct || (pl->path == DataPath::depthwise && pl->lane_group >= 2)))
+             (pl->path == DataPath::direct || (dw && (pl->lane_group >= 2 || step < g.k[1]))))
         pl->types.compute = DataCompute::bf16_dot;
     else
         pl->types.compute = DataCompute::widen;
+    if (is_dot(*pl) && dw && pl->lane_group == 1) {
+        pl->dw_row_pairs = true;
+        pl->types.row_pairs = DataRowPairs::permute;
+        pl->row_pair_step = step;
+    }
     if (is_dot(*pl)) pl->isa = Isa::avx512_core_bf16;
     pl->w_elem_bytes = is_dot(*pl) ? 2 : 4;
     pl->ocg_w = is_dot(*pl) ? div_up(p.ocg, 2) * 2 : p.ocg;
@@ -437,6 +462,19 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
                         : p.icg == 1 && p.dt == data_type::f32 && row_tap_count(g) >= 3);
         pl->dw_row_taps = g.k[2] > 1 && (g.stride[2] == 1 || strided_taps);
         ok = choose_blocking(p, pl);
+        // Row pairs: vpermw beat vpexpandw at equal blockings (AMD Zen 4, 2
+        // threads, 21 MobileNetV2 / EfficientNet-B0 / ConvNeXt-T layers:
+        // 0.72-1.01x with vpexpandw), but its index register can cost the
+        // channels their single block: 96 channels at 112 -> 56 in 2 blocks
+        // ran at 0.46x the vpexpandw form's one. (Where the register costs
+        // a block a pixel instead, neither form wins throughout: 144
+        // channels at 56 -> 28 m4 x n5 1.47x, 672 at 14 -> 7 0.76x, 96
+        // at 56x56 7x7 0.82x.)
+        if (ok && pl->dw_row_pairs && pl->cb.per_group > 1 && cpu_has_vbmi2()) {
+            DataPlan x = *pl;
+            x.types.row_pairs = DataRowPairs::expand;
+            if (choose_blocking(p, &x) && x.cb.per_group == 1) *pl = x;
+        }
     } else {
         pl->path = DataPath::direct;
         choose_types(p, isa, pl);
@@ -522,11 +560,16 @@ std::string DataPlan::body_text() const {
     const std::string per_o = lane_group <= 1 ? ""
                               : is_dot(*this)  ? "for oc pair in " + std::to_string(lane_group / 2) + ": "
                                                : "for o in " + std::to_string(lane_group) + ": ";
-    const std::string dd = lane_group > 1 ? " permuted dd loads" : " dd loads";
+    const std::string dd =
+            lane_group > 1 ? " permuted dd loads"
+            : !dw_row_pairs ? " dd loads"
+            : types.row_pairs == DataRowPairs::expand
+                    ? " dd pairs (vpmovzxwd + vpexpandw; a kh alone: vpmovzxwd)"
+                    : " dd pairs (2 loads + vpermw; a kh alone: vpmovzxwd)";
+    const std::string kh = dw_row_pairs ? "per kh pair" : "per kh";
     if (dw_row_taps) {
         const int64_t taps = row_tap_count(geo);
-        return std::string(geo.stride[2] > 1 ? "per kh, up to " + std::to_string(taps) + " taps of the phase: "
-                                             : "per kh: ") +
+        return (geo.stride[2] > 1 ? kh + ", up to " + std::to_string(taps) + " taps of the phase: " : kh + ": ") +
                per_o + std::to_string(taps * blk.n) + " W loads, " +
                std::to_string((blk.m + (taps - 1) * row_tap_pixels(geo)) * blk.n) + dd + ", " +
                std::to_string(taps * blk.m * blk.n) + " FMAs";
@@ -535,7 +578,8 @@ std::string DataPlan::body_text() const {
     // broadcasts each diff_dst value inside its FMA.
     if (lane_group == blk.vlen && blk.vlen == 16 && (dt == data_type::f32 || is_dot(*this)))
         return per_o + n + " W loads, " + std::to_string(blk.m * blk.n) + " FMAs with a dd broadcast";
-    return per_o + n + " W loads, " + std::to_string(blk.m * blk.n) + dd + " + FMAs";
+    return (dw_row_pairs ? kh + " and kw: " : per_o) + n + " W loads, " + std::to_string(blk.m * blk.n) + dd +
+           " + FMAs";
 }
 
 std::string DataPlan::to_string() const {
@@ -546,7 +590,10 @@ std::string DataPlan::to_string() const {
        << blk.vlen << (blk.bcast_in_fma ? " bcast-in-fma" : "");
     if (dt != data_type::f32)
         os << " " << dtype_name(dt)
-           << (is_dot(*this) ? " vdpbf16ps on oc pairs" : widen_rows ? " widened to f32 in padded rows" : " widened to f32");
+           << (dw_row_pairs    ? " vdpbf16ps on kh row pairs (kh, kh+" + std::to_string(row_pair_step) + ")"
+               : is_dot(*this) ? " vdpbf16ps on oc pairs"
+               : widen_rows    ? " widened to f32 in padded rows"
+                               : " widened to f32");
     os << " threads " << grid.threads << "\n";
     const char* lane_name = path == DataPath::col ? "(tap, ic) lanes" : "channels";
     if (path == DataPath::col) {

@@ -16,7 +16,8 @@
 // depends on it, so results are identical for any thread count.
 //
 // bf16 / f16 (DataKernelTypes): bf16 on avx512_core_bf16 runs the direct
-// path and lane groups with vdpbf16ps on oc pairs; every other 16-bit case
+// path and lane groups with vdpbf16ps on oc pairs, the depthwise
+// convolution on pairs of kh rows; every other 16-bit case
 // widens diff_dst to f32 inside the kernel (once per entry, feeding n FMAs
 // per value) with W packed as f32. Sums stay f32 and are rounded once at
 // the final store.
@@ -115,6 +116,12 @@ struct DataPlan {
     // Depthwise, unit W stride: one kernel entry per kh row carrying all KW
     // taps, so each diff_dst vector is loaded once for every tap it meets.
     bool dw_row_taps = false;
+    // Depthwise bf16 with vdpbf16ps (G = 1): a diff_src row's valid kh rows
+    // of one kd, kh and kh + row_pair_step, go through the kernel in pairs
+    // (DataKernelDesc::row_pairs), W packed as [block][pair, alone][tap]
+    // [lanes] dword pairs: (W[kh], W[kh + step]) and (W[kh], 0).
+    bool dw_row_pairs = false;
+    int64_t row_pair_step = 0;
     int lane_group = 1;  // depthwise: channels per group G (1: a depthwise convolution)
     // Edges read per-thread copies of the diff_dst rows with zero pixels on
     // both W sides (widened to f32 when widen_rows), so a phase runs as one
