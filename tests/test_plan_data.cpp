@@ -13,7 +13,8 @@ using namespace convgrad;
 using namespace convgrad::detail;
 
 // A square 2D NXC/XIO problem at mb = 32 given like a benchdnn line.
-Problem square(int64_t g, int64_t ic, int64_t oc, int64_t ih, int64_t k, int64_t s, int64_t p, int64_t oh) {
+Problem square(int64_t g, int64_t ic, int64_t oc, int64_t ih, int64_t k, int64_t s, int64_t p, int64_t oh,
+               data_type dt = data_type::f32) {
     attributes a;
     a.strides = {s, s};
     a.pads_begin = {p, p};
@@ -21,7 +22,7 @@ Problem square(int64_t g, int64_t ic, int64_t oc, int64_t ih, int64_t k, int64_t
     a.pads_end = {pe, pe};
     a.groups = g;
     a.dst_shape = {32, ih, ih, ic};
-    return make_problem(op_kind::conv_bwd_data, data_type::f32, a, {32, oh, oh, oc}, {k, k, ic / g, oc}, nullptr);
+    return make_problem(op_kind::conv_bwd_data, dt, a, {32, oh, oh, oc}, {k, k, ic / g, oc}, nullptr);
 }
 
 DataPlan plan_of(const Problem& p, Isa isa, int threads) {
@@ -55,6 +56,16 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "      for oc chunk of 1\n"
           "        for W phase in 1, block of 12 pixels (zero-padded rows), streaming stores\n"
           "          for valid tap (kd, kh, kw): per kh: 6 W loads, 28 dd loads, 72 FMAs\n");
+    // bf16 depthwise on kh row pairs (MobileNetV2 b2, 144 channels at
+    // 56x56): blocks of 48 channels split lines, so no streaming stores.
+    CHECK(plan_of(square(144, 144, 144, 56, 3, 1, 1, 56, data_type::bf16), Isa::avx512_core_bf16, 2).to_string() ==
+          "jit:avx512_core_bf16 depthwise m6 n3x16 bf16 vdpbf16ps on kh row pairs (kh, kh+1) threads 2\n"
+          "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
+          "    for cb in 3 (144 channels/group, tail 3 vec 0 lanes)\n"
+          "      for oc chunk of 1\n"
+          "        for W phase in 1, block of 6 pixels (zero-padded rows), diff_src lines prefetched for writing\n"
+          "          for valid tap (kd, kh, kw): per kh pair: 9 W loads, 24 dd pairs (2 loads + vpermw; a kh alone: "
+          "vpmovzxwd), 54 FMAs\n");
     // RegNetX-400MF stage 4: 24 groups of 16 at 7x7. One vector per group,
     // whole rows, the broadcast inside the FMA; the column path's col2im
     // (a masked read-modify-write per group and tap) costs more.
