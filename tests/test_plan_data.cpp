@@ -102,6 +102,28 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "          for valid tap (kd, kh, kw): for oc: 2 W loads, 6 bcasts, 12 FMAs\n");
 }
 
+// The oc loop's trips prefetch the next block's diff_dst: over one chunk
+// they cover its m pixels (MobileNetV2's 16 <- 96 expansion at 112x112,
+// m16: 2 lines a trip), one line where a trip already does (ResNet-50's
+// 64 <- 256), and one line where the chunk is not the whole pixel.
+TEST_CASE("data plan: prefetch lines cover the next block", "[jit][data][plan]") {
+    for (data_type dt : {data_type::f32, data_type::bf16}) {
+        const Isa isa = dt == data_type::f32 ? Isa::avx512_core : Isa::avx512_core_bf16;
+        for (const Problem& p : {square(1, 16, 96, 112, 1, 1, 0, 112, dt), square(1, 64, 256, 56, 1, 1, 0, 56, dt),
+                                 square(1, 64, 64, 56, 3, 1, 1, 56, dt)}) {
+            INFO(p.to_string());
+            const DataPlan pl = plan_of(p, isa, 2);
+            INFO(pl.to_string());
+            const int64_t steps = pl.blk.oc_unroll * (dt == data_type::bf16 ? 2 : 1);
+            const int64_t trips = pl.oc_chunk / steps, lines = (pl.blk.m * pl.dd_pitch + 63) / 64;
+            CHECK(pl.types.pf_lines * trips >= lines);
+            CHECK((pl.types.pf_lines - 1) * trips < lines);  // no more than that
+        }
+        const DataPlan grouped = plan_of(square(24, 384, 384, 7, 3, 1, 1, 7, dt), isa, 2);
+        CHECK(grouped.types.pf_lines == 1);
+    }
+}
+
 TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
     std::mt19937 gen(7);
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };

@@ -121,12 +121,17 @@ struct DataKernelDesc {
     // against W packed as (W[kh], W[kh + d]) pairs (alone: (W[kh], 0)).
     int32_t row_pairs = 0;        // DataRowPairs
     int32_t lane_group = 1;       // depthwise: channels per group G, see the top of this file
+    // Direct: lines of the next block's diff_dst prefetched per trip of the
+    // oc loop (prefetch_next_block), enough that a whole oc chunk's trips
+    // cover the next block's m pixels.
+    int32_t pf_lines = 1;
+    int32_t reserved = 0;         // keeps the struct free of padding
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
     int64_t dd_block_bytes = 0;   // diff_dst bytes between blocks (m pixels of a row, or a whole row)
 };
-static_assert(sizeof(DataKernelDesc) == 96, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 104, "DataKernelDesc must have no padding");
 
 // The element types and compute form of a kernel; f32 by default.
 struct DataKernelTypes {
@@ -142,6 +147,7 @@ struct DataKernelTypes {
     int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise: see DataKernelDesc
     int lane_group = 1;             // depthwise: see DataKernelDesc
     DataRowPairs row_pairs = DataRowPairs::none;  // depthwise: see DataKernelDesc
+    int pf_lines = 1;               // direct: see DataKernelDesc
 };
 
 DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int tail, int oc_unroll,

@@ -347,6 +347,16 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
     choose_padded_rows(p, pl);
     if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
         pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
+    // The oc loop's trips prefetch the next block's m pixels of diff_dst,
+    // a linear walk: where a chunk is each pixel's whole dd_pitch (one
+    // group, one oc chunk), enough lines a trip that the chunk's trips
+    // cover them; else one line a trip (the walk then reads past the
+    // chunk's channels).
+    if (pl->path != DataPath::depthwise && p.g == 1 && pl->oc_chunk == p.ocg &&
+        pl->dd_pitch == p.oc() * static_cast<int64_t>(pl->widen_rows ? 4 : dtype_size(p.dt))) {
+        const int64_t trips = std::max<int64_t>(1, pl->oc_chunk / u);
+        pl->types.pf_lines = static_cast<int>(std::max<int64_t>(1, div_up(div_up(pl->blk.m * pl->dd_pitch, kCacheLineBytes), trips)));
+    }
     if (pl->path == DataPath::col) {
         const int64_t px = std::max<int64_t>(1, kColBufferBytes / (pl->cb.padded() * 4));
         pl->col_pixels = std::max<int64_t>(pl->blk.m, px / pl->blk.m * pl->blk.m);
@@ -562,7 +572,10 @@ std::string DataPlan::body_text() const {
     const std::string n = std::to_string(blk.n);
     if (path != DataPath::depthwise)
         return std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + n + " W loads, " +
-               std::to_string(blk.m) + " bcasts, " + std::to_string(blk.m * blk.n) + " FMAs";
+               std::to_string(blk.m) + " bcasts, " + std::to_string(blk.m * blk.n) + " FMAs" +
+               (types.pf_lines > 1 ? ", " + std::to_string(types.pf_lines) + " lines of the next block prefetched per " +
+                                             std::to_string(blk.oc_unroll) + " steps"
+                                   : "");
     const std::string per_o = lane_group <= 1 ? ""
                               : is_dot(*this)  ? "for oc pair in " + std::to_string(lane_group / 2) + ": "
                                                : "for o in " + std::to_string(lane_group) + ": ";
