@@ -463,15 +463,18 @@ void JitDataExecutor::pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t 
         return tap / (kh * kw) * ws.k[0] + tap / kw % kh * ws.k[1] + tap % kw * ws.k[2];
     };
     src.assign(static_cast<size_t>(width), -1);
+    const int64_t tap_x = plan_.path == DataPath::col ? 0 : tap_offset(x);  // once: it divides
     for (int64_t l = 0; l < width; ++l) {
         const int64_t lane = b * cb.block + l;
         if (lane >= cb.lanes) break;
-        if (plan_.path == DataPath::depthwise)  // oc row o adds o·ws.o
-            src[l] = (lane - lane % plan_.lane_group) * ws.o + lane % plan_.lane_group * ws.i + tap_offset(x);
+        if (plan_.path == DataPath::depthwise && plan_.lane_group == 1)
+            src[l] = lane * ws.o + tap_x;
+        else if (plan_.path == DataPath::depthwise)  // oc row o adds o·ws.o
+            src[l] = (lane - lane % plan_.lane_group) * ws.o + lane % plan_.lane_group * ws.i + tap_x;
         else if (plan_.path == DataPath::col)
             src[l] = g * p_.ocg * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
         else
-            src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_offset(x);
+            src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_x;
     }
 }
 
