@@ -217,6 +217,7 @@ struct ThreadCtx {
     std::unique_ptr<ScratchLease> slab;  // row blocks: the current plane's padded rows
     int64_t slab_plane = -1;
     std::vector<RowTap> row_taps;
+    int64_t row_taps_row = -1;  // the diff_src row row_taps belong to
     std::vector<DataEntry> entries;
     PaddedRows rows;
     std::unique_ptr<ScratchLease> acc, cvt;
@@ -680,8 +681,10 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const DataChannelBlocks& cbs = plan_.cb;
     const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
     std::vector<RowTap>& rts = ctx.row_taps;
-    rts.clear();
-    for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+    // The same row's taps for its next channel block or oc chunk: no row
+    // was fetched since, so the padded copies are still where they were.
+    if (ctx.row_taps_row != row) rts.clear();
+    for (int64_t kd = 0; kd < g.k[0] && ctx.row_taps_row != row; ++kd) {
         const int64_t td = id + g.pad[0] - kd * g.dil[0];
         if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
         for (int64_t kh = 0; kh < g.k[1]; ++kh) {
@@ -692,6 +695,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
             rts.push_back({kd * g.k[1] + kh, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
         }
     }
+    ctx.row_taps_row = row;
     const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
     const int64_t grp = dw ? 0 : cb / cbs.per_group, blk = cb % cbs.per_group;
     const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block;
