@@ -313,9 +313,9 @@ private:
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
                          const std::vector<ColTarget>& targets, std::vector<ColRun>& runs) const;
     // oc rows of packed W per tap (depthwise: the G of a lane group; row
-    // pairs: 2 forms × 2 bf16, see DataPlan::dw_row_pairs).
+    // pairs: 2 forms × 2 bf16, see DataPlan::dw_row_pairs()).
     int64_t w_oc_rows() const {
-        if (plan_.dw_row_pairs) return 4;
+        if (plan_.dw_row_pairs()) return 4;
         return plan_.path == DataPath::depthwise ? plan_.lane_group : plan_.ocg_w;
     }
     void pack_row_pairs(const uint16_t* w, char* wp, int threads) const;
@@ -445,7 +445,7 @@ float weight_f32(const T* w, int64_t i, data_type dt) {
 // (an odd last oc pairs with 0). Lanes past the channels are zero, so the
 // kernel never needs a masked W load.
 void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
-    if (plan_.dw_row_pairs)
+    if (plan_.dw_row_pairs())
         pack_row_pairs(static_cast<const uint16_t*>(w), wp, threads);
     else if (p_.dt == data_type::f32)
         pack_weights_as(static_cast<const float*>(w), wp, threads);
@@ -681,21 +681,23 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const DataChannelBlocks& cbs = plan_.cb;
     const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
     std::vector<RowTap>& rts = ctx.row_taps;
-    // The same row's taps for its next channel block or oc chunk: no row
+    // The same row's taps serve its next channel block or oc chunk: no row
     // was fetched since, so the padded copies are still where they were.
-    if (ctx.row_taps_row != row) rts.clear();
-    for (int64_t kd = 0; kd < g.k[0] && ctx.row_taps_row != row; ++kd) {
-        const int64_t td = id + g.pad[0] - kd * g.dil[0];
-        if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
-        for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-            const int64_t th = ih + g.pad[1] - kh * g.dil[1];
-            if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
-            const int64_t dd_row = (n * g.out[0] + td / g.stride[0]) * g.out[1] + th / g.stride[1];
-            const char* src = dd + dd_row * dd_str_.h * es_;
-            rts.push_back({kd * g.k[1] + kh, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
+    if (ctx.row_taps_row != row) {
+        rts.clear();
+        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+            const int64_t td = id + g.pad[0] - kd * g.dil[0];
+            if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
+            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                const int64_t th = ih + g.pad[1] - kh * g.dil[1];
+                if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
+                const int64_t dd_row = (n * g.out[0] + td / g.stride[0]) * g.out[1] + th / g.stride[1];
+                const char* src = dd + dd_row * dd_str_.h * es_;
+                rts.push_back({kd * g.k[1] + kh, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
+            }
         }
+        ctx.row_taps_row = row;
     }
-    ctx.row_taps_row = row;
     const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
     const int64_t grp = dw ? 0 : cb / cbs.per_group, blk = cb % cbs.per_group;
     const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block;
@@ -735,7 +737,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     const int64_t row_es = plan_.widen_rows ? 4 : es_;
     const int64_t pix_bytes = plan_.dd_pitch;
     ctx.entries.clear();
-    if (plan_.dw_row_pairs) {
+    if (plan_.dw_row_pairs()) {
         // Pairs of entries: the row and its partner kh + step of the same kd
         // (the next valid row, if any), or the row alone (partner null).
         const int64_t kh_n = plan_.geo.k[1], step = plan_.row_pair_step, ksp = p_.k_sp();

@@ -91,7 +91,7 @@ bool is_dot(const DataPlan& pl) { return pl.types.compute == DataCompute::bf16_d
 
 // Reduction steps per entry: oc (bf16_dot: oc pairs), G for depthwise.
 double reduction_steps(const Problem& p, const DataPlan& pl) {
-    if (pl.path == DataPath::depthwise) return is_dot(pl) && !pl.dw_row_pairs ? pl.lane_group / 2 : pl.lane_group;
+    if (pl.path == DataPath::depthwise) return is_dot(pl) && !pl.dw_row_pairs() ? pl.lane_group / 2 : pl.lane_group;
     return is_dot(pl) ? double(div_up(p.ocg, 2)) : double(p.ocg);
 }
 
@@ -100,7 +100,7 @@ double reduction_steps(const Problem& p, const DataPlan& pl) {
 bool w_block_in_l2(const Problem& p, const DataPlan& pl, const DataBlocking& b) {
     if (pl.row_blocks) return false;
     // Row pairs: W pair and alone forms, each a dword of two bf16.
-    const int64_t red = pl.path != DataPath::depthwise ? p.ocg : pl.dw_row_pairs ? 4 : pl.lane_group;
+    const int64_t red = pl.path != DataPath::depthwise ? p.ocg : pl.dw_row_pairs() ? 4 : pl.lane_group;
     const int64_t taps = pl.path == DataPath::col ? 1 : p.k_sp();
     return taps * red * b.lanes() * pl.w_elem_bytes > kL1WBytes;
 }
@@ -163,8 +163,8 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
     // last alone.
     const double rows = row_taps(g);
     const double kh_rows = double(g.k[1]) / double(g.stride[1]);
-    const double entries = pl.dw_row_pairs ? double(g.k[0]) / double(g.stride[0]) * std::max(1.0, kh_rows / 2 + 0.5)
-                                           : rows;
+    const double entries =
+            pl.dw_row_pairs() ? double(g.k[0]) / double(g.stride[0]) * std::max(1.0, kh_rows / 2 + 0.5) : rows;
     const double dd_rows = rows / entries;
     double per_row = 0;
     for (const PhaseSize& ph : phases) {
@@ -262,7 +262,7 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
     const int64_t padded = pl.cb.padded();
     switch (pl.path) {
         case DataPath::direct: return p.g * padded * p.k_sp() * pl.ocg_w;
-        case DataPath::depthwise: return padded * p.k_sp() * (pl.dw_row_pairs ? 4 : pl.lane_group);
+        case DataPath::depthwise: return padded * p.k_sp() * (pl.dw_row_pairs() ? 4 : pl.lane_group);
         case DataPath::col: return p.g * padded * p.ocg;
     }
     return 0;
@@ -352,8 +352,7 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
     // group, one oc chunk), enough lines a trip that the chunk's trips
     // cover them; else one line a trip (the walk then reads past the
     // chunk's channels).
-    if (pl->path != DataPath::depthwise && p.g == 1 && pl->oc_chunk == p.ocg &&
-        pl->dd_pitch == p.oc() * static_cast<int64_t>(pl->widen_rows ? 4 : dtype_size(p.dt))) {
+    if (pl->path != DataPath::depthwise && p.g == 1 && pl->oc_chunk == p.ocg && !pl->dd_pitch_spread) {
         const int64_t trips = std::max<int64_t>(1, pl->oc_chunk / u);
         pl->types.pf_lines = static_cast<int>(std::max<int64_t>(1, div_up(div_up(pl->blk.m * pl->dd_pitch, kCacheLineBytes), trips)));
     }
@@ -389,7 +388,6 @@ void choose_types(const Problem& p, Isa isa, DataPlan* pl) {
     const DataGeometry& g = pl->geo;
     const int64_t step = g.stride[1] / std::gcd(g.stride[1], g.dil[1]);
     const bool dw = pl->path == DataPath::depthwise;
-    pl->dw_row_pairs = false;
     pl->row_pair_step = 0;
     if (p.dt == data_type::f32)
         pl->types.compute = DataCompute::f32;
@@ -399,7 +397,6 @@ void choose_types(const Problem& p, Isa isa, DataPlan* pl) {
     else
         pl->types.compute = DataCompute::widen;
     if (is_dot(*pl) && dw && pl->lane_group == 1) {
-        pl->dw_row_pairs = true;
         pl->types.row_pairs = DataRowPairs::permute;
         pl->row_pair_step = step;
     }
@@ -480,7 +477,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         // a block a pixel instead, neither form wins throughout: 144
         // channels at 56 -> 28 m4 x n5 1.47x, 672 at 14 -> 7 0.76x, 96
         // at 56x56 7x7 0.82x.)
-        if (ok && pl->dw_row_pairs && pl->cb.per_group > 1 && cpu_has_vbmi2()) {
+        if (ok && pl->dw_row_pairs() && pl->cb.per_group > 1 && cpu_has_vbmi2()) {
             DataPlan x = *pl;
             x.types.row_pairs = DataRowPairs::expand;
             if (choose_blocking(p, &x) && x.cb.per_group == 1) *pl = x;
@@ -580,12 +577,12 @@ std::string DataPlan::body_text() const {
                               : is_dot(*this)  ? "for oc pair in " + std::to_string(lane_group / 2) + ": "
                                                : "for o in " + std::to_string(lane_group) + ": ";
     const std::string dd =
-            lane_group > 1 ? " permuted dd loads"
-            : !dw_row_pairs ? " dd loads"
+            lane_group > 1    ? " permuted dd loads"
+            : !dw_row_pairs() ? " dd loads"
             : types.row_pairs == DataRowPairs::expand
                     ? " dd pairs (vpmovzxwd + vpexpandw; a kh alone: vpmovzxwd)"
                     : " dd pairs (2 loads + vpermw; a kh alone: vpmovzxwd)";
-    const std::string kh = dw_row_pairs ? "per kh pair" : "per kh";
+    const std::string kh = dw_row_pairs() ? "per kh pair" : "per kh";
     if (dw_row_taps) {
         const int64_t taps = row_tap_count(geo);
         return (geo.stride[2] > 1 ? kh + ", up to " + std::to_string(taps) + " taps of the phase: " : kh + ": ") +
@@ -597,7 +594,7 @@ std::string DataPlan::body_text() const {
     // broadcasts each diff_dst value inside its FMA.
     if (lane_group == blk.vlen && blk.vlen == 16 && (dt == data_type::f32 || is_dot(*this)))
         return per_o + n + " W loads, " + std::to_string(blk.m * blk.n) + " FMAs with a dd broadcast";
-    return (dw_row_pairs ? kh + " and kw: " : per_o) + n + " W loads, " + std::to_string(blk.m * blk.n) + dd +
+    return (dw_row_pairs() ? kh + " and kw: " : per_o) + n + " W loads, " + std::to_string(blk.m * blk.n) + dd +
            " + FMAs";
 }
 
@@ -609,7 +606,7 @@ std::string DataPlan::to_string() const {
        << blk.vlen << (blk.bcast_in_fma ? " bcast-in-fma" : "");
     if (dt != data_type::f32)
         os << " " << dtype_name(dt)
-           << (dw_row_pairs    ? " vdpbf16ps on kh row pairs (kh, kh+" + std::to_string(row_pair_step) + ")"
+           << (dw_row_pairs()  ? " vdpbf16ps on kh row pairs (kh, kh+" + std::to_string(row_pair_step) + ")"
                : is_dot(*this) ? " vdpbf16ps on oc pairs"
                : widen_rows    ? " widened to f32 in padded rows"
                                : " widened to f32");

@@ -116,11 +116,12 @@ struct DataPlan {
     // Depthwise, unit W stride: one kernel entry per kh row carrying all KW
     // taps, so each diff_dst vector is loaded once for every tap it meets.
     bool dw_row_taps = false;
-    // Depthwise bf16 with vdpbf16ps (G = 1): a diff_src row's valid kh rows
-    // of one kd, kh and kh + row_pair_step, go through the kernel in pairs
-    // (DataKernelDesc::row_pairs), W packed as [block][pair, alone][tap]
-    // [lanes] dword pairs: (W[kh], W[kh + step]) and (W[kh], 0).
-    bool dw_row_pairs = false;
+    // Depthwise bf16 with vdpbf16ps (G = 1, types.row_pairs set): a
+    // diff_src row's valid kh rows of one kd, kh and kh + row_pair_step, go
+    // through the kernel in pairs (DataKernelDesc::row_pairs), W packed as
+    // [block][pair, alone][tap][lanes] dword pairs: (W[kh], W[kh + step])
+    // and (W[kh], 0).
+    bool dw_row_pairs() const { return types.row_pairs != DataRowPairs::none; }
     int64_t row_pair_step = 0;
     int lane_group = 1;  // depthwise: channels per group G (1: a depthwise convolution)
     // Edges read per-thread copies of the diff_dst rows with zero pixels on
