@@ -544,11 +544,82 @@ TEST_CASE("weights: depthwise pixel windows share src vectors across taps", "[ji
             if (convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core) {
                 const std::string d = t.make("avx512_core").describe();
                 INFO(label(t, "avx512_core") << "\n" << d);
-                CHECK((d.find(" window=") != std::string::npos) == windows);
+                const bool shared = d.find(" window=") != std::string::npos || d.find(" whole-rows") != std::string::npos;
+                CHECK(shared == windows);
             }
             check_exact_any_type(t);
         }
         check_reals(base);
+    }
+}
+
+TEST_CASE("weights: depthwise whole rows compile their W edges in", "[jit][weights]") {
+    // Rows of up to 64 output pixels run as one straight-line body each,
+    // the pixels' out-of-src taps skipped at generation (the generator's
+    // edge shapes and strides: "weights kernel: depthwise whole rows against
+    // a scalar sum"). Here the plans around it: H edges (kernel rows outside
+    // src masked per row), H stride and dilation, pads wider than the
+    // kernel's reach, 3D, NCX, channel tails, rows of 64 pixels (whole) and
+    // 65 (not), merged unpadded 1D rows (not), W strides where the cost
+    // model keeps one pixel at a time; all three types on every ISA (bf16
+    // on avx512_core_bf16 pairs pixels instead), 1-4 threads bitwise alike.
+    auto dw = [](int64_t ch, dims in, dims k) {
+        Case c = conv2d(ch, ch, std::move(in), std::move(k));
+        c.g = ch;
+        return c;
+    };
+    enum Expect { whole, not_whole, either };  // f32 on avx512_core
+    std::vector<std::pair<Case, Expect>> cases;
+    Case c = dw(17, {7, 7}, {3, 3});
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, whole});
+    c = dw(20, {9, 11}, {5, 5});  // one-sided pads, H stride and dilation
+    c.s = {2, 1};
+    c.d = {2, 1};
+    c.pb = {2, 4};
+    c.pe = {0, 0};
+    cases.push_back({c, whole});
+    c = dw(16, {6, 5}, {3, 3});  // W pads of 3: the first and last pixels read only padding
+    c.pb = {1, 3};
+    c.pe = {1, 3};
+    cases.push_back({c, whole});
+    c = dw(18, {4, 5, 6}, {3, 3, 3});  // 3D, NCX
+    c.pb = c.pe = {1, 1, 1};
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cases.push_back({c, whole});
+    c = dw(16, {3, 64}, {3, 3});  // 64-pixel rows
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, whole});
+    c = dw(16, {3, 65}, {3, 3});  // 65: windows instead
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, not_whole});
+    c = dw(32, {40}, {3});  // 1D unpadded: one merged row per image
+    cases.push_back({c, not_whole});
+    c = dw(33, {14, 14}, {3, 3});  // W stride 2
+    c.s = {2, 2};
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, either});
+    c = dw(24, {10, 23}, {1, 7});  // W stride 3
+    c.s = {1, 3};
+    c.pb = {0, 2};
+    c.pe = {0, 5};
+    cases.push_back({c, either});
+    const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    for (const auto& [base, expect] : cases) {
+        if (avx512 && expect != either) {
+            const std::string d = base.make("avx512_core").describe();
+            INFO(label(base, "avx512_core") << "\n" << d);
+            CHECK((d.find(" whole-rows") != std::string::npos) == (expect == whole));
+        }
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case t = base;
+            t.dt = dt;
+            check_exact_any_type(t);
+        }
+        check_exact(base);
+        check_reals(base);
+        wtest::check_thread_counts(wtest::split_size(base), false);
     }
 }
 

@@ -37,6 +37,14 @@ Case resnet(int64_t ic, int64_t oc, int64_t sp, int64_t k, int64_t s = 1) {
     return c;
 }
 
+// A ResNet-style square depthwise layer of ch channels at minibatch mb.
+Case resnet_dw(int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) {
+    Case c = resnet(ch, ch, sp, k, s);
+    c.g = ch;
+    c.mb = mb;
+    return c;
+}
+
 Case depthwise(int64_t ch, dims in, dims k) {
     Case c;
     c.mb = 4;
@@ -264,20 +272,17 @@ TEST_CASE("weights plan: kernel descs are independent of the shape", "[jit][weig
     CHECK(std::memcmp(&da, &db, sizeof da) == 0);
 }
 
-TEST_CASE("weights plan: f32 depthwise windows from 3 taps only on short rows in L3", "[jit][weights][plan]") {
-    // 3x3 f32 depthwise takes pixel windows at W stride 1 on rows of up to
-    // 28 pixels whose src and diff_dst fit in L3, pixel strides not a
-    // multiple of 2 KiB; 5+ taps take them everywhere. bf16 / f16 read in
-    // place widen each load and take them from 3 taps regardless.
-    auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) {
-        Case c = resnet(ch, ch, sp, k, s);
-        c.g = ch;
-        c.mb = mb;
-        return c;
-    };
+TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from L3", "[jit][weights][plan]") {
+    // 3x3 f32 depthwise shares each src vector between the taps that read
+    // it (pixel windows on rows of up to 28 pixels at W stride 1, whole
+    // rows of up to 64 pixels) only where src and diff_dst fit in L3 and
+    // the pixel stride is not a multiple of 2 KiB; 5+ taps take windows
+    // everywhere. bf16 / f16 read in place widen each load and share from
+    // 3 taps regardless.
+    auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) { return resnet_dw(ch, sp, k, mb, s); };
     struct Expect {
         Case c;
-        bool f32_windows;
+        bool f32_shared;
     };
     const std::vector<Expect> cases = {
         {dw(384, 14, 3, 32), true},    // 19 MB
@@ -286,8 +291,8 @@ TEST_CASE("weights plan: f32 depthwise windows from 3 taps only on short rows in
         {dw(192, 28, 3, 32), false},   // 38 MB: from DRAM
         {dw(512, 14, 3, 8), false},    // 2 KiB pixels
         {dw(1024, 7, 3, 8), false},    // 4 KiB pixels
-        {dw(144, 56, 3, 2), false},    // 56-pixel rows
-        {dw(192, 28, 3, 8, 2), false}, // W stride 2
+        {dw(144, 56, 3, 2), true},     // 56-pixel rows: whole rows
+        {dw(144, 112, 3, 1), false},   // 112-pixel rows: neither
         {dw(192, 56, 5, 32), true},    // 5 taps: windows regardless
     };
     for (const Expect& e : cases) {
@@ -296,8 +301,41 @@ TEST_CASE("weights plan: f32 depthwise windows from 3 taps only on short rows in
             c.dt = dt;
             const WeightsPlan plan = plan_weights(problem(c), Isa::avx512_core, 2);
             INFO(c.ic << " channels " << c.in[1] << " px mb " << c.mb << "\n" << plan.to_string());
-            CHECK((plan.blk.window > 1) == (dt == convgrad::data_type::f32 ? e.f32_windows : true));
+            const bool shared = plan.blk.window > 1 || plan.blk.whole_rows;
+            CHECK(shared == (dt == convgrad::data_type::f32 ? e.f32_shared : true));
+            CHECK(!(plan.blk.window > 1 && plan.blk.whole_rows));
+            if (plan.blk.whole_rows) CHECK(c.in[1] <= 64);
         }
+    }
+}
+
+TEST_CASE("weights plan: bf16 depthwise from DRAM on short rows widens instead of pairing", "[jit][weights][plan]") {
+    // On avx512_core_bf16, bf16 depthwise pairs W pixels for vdpbf16ps,
+    // except where src and diff_dst exceed L3 on rows of up to 64 pixels
+    // with kernels up to 5 wide: those read bf16 widened, in whole rows.
+    auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) {
+        Case c = resnet_dw(ch, sp, k, mb, s);
+        c.dt = convgrad::data_type::bf16;
+        return c;
+    };
+    struct Expect {
+        Case c;
+        bool pairs;
+    };
+    const std::vector<Expect> cases = {
+        {dw(144, 56, 3, 32), false},    // 58 MB
+        {dw(144, 56, 3, 32, 2), false}, // 36 MB, W stride 2
+        {dw(144, 56, 5, 32, 2), false}, // 5x5
+        {dw(144, 56, 3, 2), true},      // 3.6 MB: in L3
+        {dw(96, 112, 3, 32, 2), true},  // 112-pixel src rows
+        {dw(96, 56, 7, 32), true},      // 7x7
+    };
+    for (const Expect& e : cases) {
+        const WeightsPlan plan = plan_weights(problem(e.c), Isa::avx512_core_bf16, 2);
+        INFO(e.c.ic << " channels " << e.c.in[1] << " px k " << e.c.k[1] << " mb " << e.c.mb << "\n"
+                    << plan.to_string());
+        CHECK(plan.w_pairs == e.pairs);
+        if (!e.pairs) CHECK(plan.blk.whole_rows);
     }
 }
 

@@ -12,6 +12,8 @@
 #include "jit/bwd_weights_skeleton.hpp"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 namespace convgrad::detail {
 namespace {
@@ -159,6 +161,72 @@ private:
             });
     }
     void odd_pixel_body() override { pair_pixel_body(false); }
+    // ---- whole rows (desc.row_px) ----
+    // Ungated: one pass over the row's src columns inside src, every kernel
+    // row per column; gated (kernel rows outside src): a pass per kernel
+    // row, each behind its mask test, the row's prefetches first.
+    void row_body() override {
+        const int kh = std::max<int>(1, desc_.kh);
+        if (gate_ == Gate::none) {
+            row_pass(0, kh, true);
+            return;
+        }
+        prefetch_pixels(desc_.row_px);
+        for (int ir = 0; ir < kh; ++ir) gate_row(ir, [&] { row_pass(ir, ir + 1, false); });
+    }
+    // Kernel rows [ir0, ir1) over the src columns inside src, in order:
+    // column c's src vector (per kernel row, vector) is loaded once and
+    // multiplied into every (pixel u, tap k) with s * u + k = c. A pixel's
+    // diff_dst vectors are loaded at its first column and held (in one of
+    // (m - 1) / s + 1 slots) until its last; with `prefetch`, its
+    // prefetches go with that load (and a row's pixels that read nothing
+    // inside src prefetch at the end).
+    void row_pass(int ir0, int ir1, bool prefetch) {
+        const int ow = desc_.row_px, s = w_stride(), taps = desc_.m, n = vecs();
+        const int first = desc_.row_lo, end = s * (ow - 1) + taps - desc_.row_cut;
+        const int64_t px = desc_.tap_disp;  // bytes per pixel, in src and diff_dst alike
+        const int slots = (taps - 1) / s + 1;
+        std::vector<int> slot_of(static_cast<size_t>(ow), -1);
+        std::vector<bool> busy(static_cast<size_t>(slots), false);
+        int prefetched = 0;
+        for (int c = first; c < end; ++c) {
+            std::vector<std::pair<int, int>> uses;  // (pixel, tap)
+            for (int k = c % s; k < taps; k += s)
+                if ((c - k) / s < ow && c >= k) uses.push_back({(c - k) / s, k});
+            for (const auto& [u, k] : uses) {
+                if (slot_of[static_cast<size_t>(u)] >= 0) continue;
+                const int slot = static_cast<int>(std::find(busy.begin(), busy.end(), false) - busy.begin());
+                if (slot == slots) throw error("JIT kernel " + name() + ": whole row ran out of diff_dst slots");
+                busy[static_cast<size_t>(slot)] = true;
+                slot_of[static_cast<size_t>(u)] = slot;
+                if (prefetch) {
+                    prefetch_pixels(1);
+                    ++prefetched;
+                }
+                for (int v = 0; v < n; ++v)
+                    load_vec(temp(1 + slot * n + v), ptr[reg_dst_ + u * px + v * in_vbytes()], v);
+            }
+            for (int ir = ir0; ir < ir1; ++ir)
+                for (int v = 0; v < n; ++v) {
+                    const Xbyak::Address a = ptr[reg_src_ + ir * int64_t(desc_.row_disp) + c * px + v * in_vbytes()];
+                    if (uses.size() == 1 && in_dt() == data_type::f32) {  // the one product reads memory
+                        const auto [u, k] = uses[0];
+                        mac_mem(acc(ir * taps + k, v), temp(1 + slot_of[static_cast<size_t>(u)] * n + v), a, v,
+                                temp(0));
+                        continue;
+                    }
+                    load_vec(temp(0), a, v);
+                    for (const auto& [u, k] : uses)
+                        mac(acc(ir * taps + k, v), temp(1 + slot_of[static_cast<size_t>(u)] * n + v), temp(0));
+                }
+            for (const auto& [u, k] : uses)  // pixels whose last column this is
+                if (std::min(s * u + taps, end) - 1 == c && slot_of[static_cast<size_t>(u)] >= 0) {
+                    busy[static_cast<size_t>(slot_of[static_cast<size_t>(u)])] = false;
+                    slot_of[static_cast<size_t>(u)] = -2;  // done
+                }
+        }
+        if (prefetch) prefetch_pixels(ow - prefetched);
+    }
     // A block of `window` pairs (2 x window pixels, W stride s): the
     // diff_dst pairs D(u) (pixels 2u, 2u+1) in temp(1 + u*n + v); per kernel
     // row and vector, the row's src vectors s_0, s_1, ... are loaded once

@@ -30,7 +30,9 @@ int gemm_temps(const WeightsKernelDesc& d) {
 // and a window at W stride s a ring of s + 1 src registers.
 int dw_temps(const WeightsKernelDesc& d) {
     const int ring = d.dot && d.window > 1 ? std::max<int>(1, d.w_stride) - 1 : 0;
-    return std::max<int>(1, d.window) * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group) + (d.dot ? 2 + ring : 0);
+    // Whole rows: the pixels whose diff_dst is live at one src column.
+    const int held = d.row_px ? (d.m - 1) / std::max<int>(1, d.w_stride) + 1 : std::max<int>(1, d.window);
+    return held * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group) + (d.dot ? 2 + ring : 0);
 }
 
 }  // namespace
@@ -49,6 +51,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
     if (dw && d.window > 1) os << "_w" << int(d.window);
+    if (d.row_px) os << "_row" << int(d.row_px) << '_' << int(d.row_lo) << '_' << int(d.row_cut);
     if (d.w_stride > 1) os << "_ws" << int(d.w_stride);
     if (d.lane_group > 1) os << "_lg" << int(d.lane_group);
     if (d.dot) os << "_dot";
@@ -112,6 +115,8 @@ void WeightsSkeleton::generate() {
     if (desc_.edges && (desc_.stage || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::depthwise) ||
                         mask_pairs() > 31))
         throw error("JIT kernel " + name() + ": edge masks need a depthwise kernel of at most 31 (row, tap) pairs");
+    if (desc_.row_px && (!dw() || dot() || desc_.lane_group > 1 || desc_.window > 1))
+        throw error("JIT kernel " + name() + ": whole rows need a depthwise kernel without pairs, groups or windows");
     preamble(desc_.stage || desc_.edges ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
     if (stage_src() && desc_.m % vec_.vlen()) {
@@ -167,25 +172,37 @@ void WeightsSkeleton::row_loop() {
     add(reg_src_, qword[reg_row_ + offsetof(WeightsRow, src_offset)]);
     mov(reg_dst_, qword[reg_args_ + offsetof(WeightsKernelArgs, diff_dst)]);
     add(reg_dst_, qword[reg_row_ + offsetof(WeightsRow, dst_offset)]);
-    mov(reg_npix_, qword[reg_row_ + offsetof(WeightsRow, pixels)]);
+    if (!desc_.row_px) mov(reg_npix_, qword[reg_row_ + offsetof(WeightsRow, pixels)]);
+    // Whole rows compile their W edges in: their masks name whole kernel rows.
+    auto body = [&] {
+        if (desc_.row_px)
+            row_body();
+        else
+            pixel_loop();
+    };
     if (desc_.edges) {  // a pixel loop per Gate (see gate_row)
         Xbyak::Label some_rows, some_pairs, next;
         mov(reg_mask_, qword[reg_row_ + offsetof(WeightsRow, mask)]);
         cmp(reg_mask_, static_cast<uint32_t>((uint64_t(1) << mask_pairs()) - 1));
         jne(some_rows, T_NEAR);
-        pixel_loop();
+        body();
         jmp(next, T_NEAR);
         L(some_rows);
-        bt(reg_mask_, 63);
-        jc(some_pairs, T_NEAR);
+        if (!desc_.row_px) {
+            bt(reg_mask_, 63);
+            jc(some_pairs, T_NEAR);
+        }
         gate_ = Gate::kernel_row;
-        pixel_loop();
+        body();
+        gate_ = Gate::none;
         jmp(next, T_NEAR);
-        L(some_pairs);
-        partial_taps_loops(next);
+        if (!desc_.row_px) {
+            L(some_pairs);
+            partial_taps_loops(next);
+        }
         L(next);
     } else {
-        pixel_loop();
+        body();
     }
     add(reg_row_, sizeof(WeightsRow));
     dec(reg_nrows_);
@@ -234,26 +251,26 @@ void WeightsSkeleton::partial_taps_loops(const Xbyak::Label& next) {
     }
 }
 
+void WeightsSkeleton::prefetch_pixels(int count) {
+    for (int p = 0; p < count; ++p) {
+        for (int line = 0; line < desc_.pf_lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
+        add(reg_prefetch_, reg_prefetch_step_);
+        if (dw()) {  // the walk's last step: on to the next walk
+            Xbyak::Label same_walk;
+            dec(reg_src_pair_);
+            jnz(same_walk);
+            next_walk();
+            L(same_walk);
+        }
+    }
+}
+
 // rbx (> 0) pixels from r11/rax, stepping by r9/r10; desc.pf_lines
 // prefetches per pixel at r13, then r13 += r14 (depthwise: rsi steps, then
 // the next walk); the stage pointers move one
 // pixel's copy (they run on across rows). Clobbers rbx, r11, rax, r13.
 void WeightsSkeleton::pixel_loop() {
     Xbyak::Label pixel, done;
-    const int lines = desc_.pf_lines;
-    auto prefetch_pixels = [&](int count) {  // desc.pf_lines lines for each of `count` pixels
-        for (int p = 0; p < count; ++p) {
-            for (int line = 0; line < lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
-            add(reg_prefetch_, reg_prefetch_step_);
-            if (dw()) {  // the walk's last step: on to the next walk
-                Xbyak::Label same_walk;
-                dec(reg_src_pair_);
-                jnz(same_walk);
-                next_walk();
-                L(same_walk);
-            }
-        }
-    };
     if (block_pixels() > 1 && (gate_ == Gate::none || gate_ == Gate::kernel_row)) {  // blocks first, then one pixel at a time
         Xbyak::Label block, singles;
         const int u = block_pixels();

@@ -160,11 +160,21 @@ struct WeightsKernelDesc {
     // pixels; 0 = 1). Pixel u's tap k reads src vector stride * u + k of
     // the block (taps 1 pixel apart: W dilation 1).
     uint8_t w_stride = 0;
-    uint8_t unused[2] = {};
+    // depthwise whole rows (f32 or widened 16-bit, G = 1, W dilation 1,
+    // the tile's m taps all of KW): row_px > 0 = each WeightsRow is a whole
+    // output row of row_px pixels, its W edges compiled in. Pixel u's tap k
+    // reads src column c = w_stride * u + k of the row (from the entry's
+    // src_offset, tap_disp bytes a column), inside src for c in [row_lo,
+    // w_stride * (row_px - 1) + m - row_cut). Straight-line code: each
+    // diff_dst vector and each src vector of a kernel row loaded once.
+    uint8_t row_px = 0;
+    uint8_t row_lo = 0;
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
+    uint8_t row_cut = 0;   // see row_px
+    uint8_t reserved[7] = {};
 };
-static_assert(sizeof(WeightsKernelDesc) == 24, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 32, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);

@@ -51,6 +51,14 @@ protected:
     // Emitted once before the row loop (after the arguments are loaded).
     virtual void prologue() {}
     virtual void odd_pixel_body() {}
+    // desc.row_px: the work of one whole output row at [reg_src_] /
+    // [reg_dst_] (pixel_loop's contract), under gate_ none or kernel_row,
+    // including desc.pf_lines prefetches for each of its row_px pixels
+    // (prefetch_pixels).
+    virtual void row_body() {}
+    // desc.pf_lines lines for each of `count` pixels at r13, stepping r14
+    // (depthwise: rsi steps a walk, then the next walk).
+    void prefetch_pixels(int count);
 
     // desc.edges: the bodies emit the work of kernel row ir through
     // gate_row(ir, ...) and of its tap k through gate_pair(ir, k, ...);

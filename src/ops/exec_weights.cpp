@@ -813,7 +813,9 @@ void JitWeightsExecutor::plan_dw_edges() {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     kw_pieces_.resize(static_cast<size_t>(b.m_tiles));
-    for (int64_t kt = 0; kt < b.m_tiles; ++kt) {
+    // Whole rows: one piece of every tap, the kernel skips the W edges.
+    if (b.whole_rows) kw_pieces_[0] = {{0, g.out[2], 0, b.m}};
+    for (int64_t kt = 0; kt < b.m_tiles && !b.whole_rows; ++kt) {
         const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
         std::vector<std::array<int64_t, 2>> valid;  // per tap of the tile
         for (int k = 0; k < taps; ++k) valid.push_back(valid_ow(g, kt * b.m + k));

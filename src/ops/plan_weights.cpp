@@ -224,6 +224,15 @@ bool dw_disp_fits(const WeightsPlan& plan, int m, int n, int kh, int window) {
     return (kh - 1) * dw_row_disp(plan) + (m + s * (block - 1)) * dw_tap_disp(plan) + 64 * n <= INT32_MAX;
 }
 
+bool dw_f32_src_shared(const WeightsPlan& plan);
+
+// src and diff_dst bytes of a depthwise problem.
+double dw_data_bytes(const WeightsPlan& plan) {
+    const WeightsGeometry& g = plan.geo;
+    return double(g.mb) * double(g.g * plan.elem_bytes()) *
+           double(g.in[0] * g.in[1] * g.in[2] * g.icg + g.out[0] * g.out[1] * g.out[2] * g.ocg);
+}
+
 // f32 depthwise windows from 3 taps (not 5): at W stride 1 on rows of up
 // to dw_window_3tap_max_ow pixels whose src and diff_dst fit in L3
 // together (l3_bytes), pixel strides not a multiple of 2 KiB. 3x3 windows
@@ -235,10 +244,30 @@ bool dw_disp_fits(const WeightsPlan& plan, int m, int n, int kh, int window) {
 // pixels: a row's lines in two L1 sets) 0.74-0.88x, 1024 at 7x7 0.87x.
 bool dw_f32_short_windows(const WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
-    const double bytes = double(g.mb) * double(g.g * plan.elem_bytes()) *
-                         double(g.in[0] * g.in[1] * g.in[2] * g.icg + g.out[0] * g.out[1] * g.out[2] * g.ocg);
-    return g.stride[2] == 1 && g.out[2] <= Cost::dw_window_3tap_max_ow && bytes <= Cost::l3_bytes &&
-           dw_tap_disp(plan) % (kL1SetSpan / 2) != 0;
+    return g.stride[2] == 1 && g.out[2] <= Cost::dw_window_3tap_max_ow && dw_f32_src_shared(plan);
+}
+
+// f32 depthwise src vectors shared across taps (windows from 3 taps, whole
+// rows) need src and diff_dst in L3 together and a pixel stride not a
+// multiple of 2 KiB. Whole rows against pixels one at a time on 3-vector
+// tiles (AMD Zen 4, 2 threads, mb 32, min of 5): 0.74x from DRAM
+// (MobileNetV2 192 channels at 28x28, 38 MB), 0.68x at 512 channels
+// (14x14, 26 MB).
+bool dw_f32_src_shared(const WeightsPlan& plan) {
+    return dw_data_bytes(plan) <= Cost::l3_bytes && dw_tap_disp(plan) % (kL1SetSpan / 2) != 0;
+}
+
+// Depthwise whole rows: f32 or 16-bit widened per load (not W pairs), no
+// lane groups, W dilation 1, rows of at most dw_row_max_px unmerged
+// pixels, edges that fit the desc's bytes; f32 where dw_f32_src_shared.
+bool whole_rows_ok(const WeightsPlan& plan) {
+    const WeightsGeometry& g = plan.geo;
+    const WholeRowEdges e = whole_row_edges(g);
+    if (plan.elem_bytes() == 4 && !dw_f32_src_shared(plan)) return false;
+    return plan.blk.kind == WeightsKernelKind::depthwise && plan.blk.lane_group == 1 && !plan.w_pairs &&
+           !plan.pairs && !plan.staged && !plan.prepad && !g.merged && g.dil[2] == 1 &&
+           g.out[2] <= Cost::dw_row_max_px && e.lo <= 255 && e.cut <= 255 &&
+           e.lo < g.stride[2] * (g.out[2] - 1) + g.k[2] - e.cut;
 }
 
 // The share of a row's output pixels in whole blocks of `block` pixels of
@@ -290,29 +319,36 @@ void choose_blocking(WeightsPlan& plan) {
     // 1.08-1.37x; bf16 lane groups 0.95-1.00x keep stride 1.
     const bool strided_ok = g.stride[2] <= Cost::dw_window_max_stride && (b.lane_group == 1 || plan.elem_bytes() == 4);
     const bool windows = dw && (g.stride[2] == 1 || strided_ok) && g.dil[2] == 1 && g.k[2] >= window_min_kw;
-    const int window_options[] = {1, 2, 3, 4, 6, 8};
+    // Whole rows (option 0): every pixel as in a window of the row's width.
+    const int window_options[] = {1, 2, 3, 4, 6, 8, 0};
+    const bool rows_ok = whole_rows_ok(plan);
     double best = 1e300;
     int best_window = 1;
     for (int kh : kh_options) {
         const double passes = double(g.k[1]) / kh;
         if (dw && g.k[1] % kh != 0) continue;
-        for (int w : window_options) {
-            if (w > 1 && !windows) continue;
-            b.window = w;  // fits() reads it
+        for (int option : window_options) {
+            if ((option > 1 && !windows) || (option == 0 && !rows_ok)) continue;
+            const bool rows = option == 0;
+            const int w = rows ? static_cast<int>(g.out[2]) : option;
+            b.window = rows ? 1 : w;  // fits() reads both
+            b.whole_rows = rows;
             for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
+                if (rows && m != rows_total) continue;  // one kw tile
                 for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
                     if (!fits(plan, m, n, b.tail, kh) || (dw && !dw_disp_fits(plan, m, n, kh, w))) continue;
                     const double pixels = chunk_pixels(plan, n);
                     // Depthwise windows take blocks of a row's interior pixels
                     // (pairs: 2w pixels a block); the rest run one (pair) at a time.
-                    const double in_blocks = w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
+                    const double in_blocks =
+                            rows ? 1 : w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
                     auto row_cost = [&](int r) {
                         return over_tiles(vecs, n, [&](int v) {
                             if (!dw) return gemm_tile(r, v, pixels, latency);
                             const double l2 = 2.0 * v * b.vlen * plan.elem_bytes() / Cost::l2_bytes_per_cycle;
                             auto tile = [&](int ww) {
-                                return dw_tile(r, kh, v, ww, windows, pixels, latency, b.lane_group, plan.w_pairs,
-                                               g.stride[2]);
+                                return dw_tile(r, kh, v, ww, windows || rows, pixels, latency, b.lane_group,
+                                               plan.w_pairs, g.stride[2]);
                             };
                             return (w > 1 ? in_blocks * tile(w) + (1 - in_blocks) * tile(1) : tile(1)) + l2;
                         });
@@ -323,13 +359,14 @@ void choose_blocking(WeightsPlan& plan) {
                         b.m = m;
                         b.n = n;
                         b.kh = kh;
-                        best_window = w;
+                        best_window = option;
                     }
                 }
             }
         }
     }
-    b.window = best_window;
+    b.window = std::max(1, best_window);
+    b.whole_rows = best_window == 0;
     b.cycles_per_pixel = best * g.k[0] * (dw ? 1 : g.k[1] * g.k[2] / plan.fold_kw);
     b.m_tiles = div_up(rows_total, b.m);
     b.n_tiles = div_up(vecs, b.n);
@@ -398,11 +435,21 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 }
 
 // bf16 depthwise pairs W pixels (see plan_weights) on avx512_core_bf16,
-// W stride up to dw_window_max_stride, W dilation 1, kernels of dw_window_min_kw_16bit taps or more.
+// W stride up to dw_window_max_stride, W dilation 1, kernels of
+// dw_window_min_kw_16bit taps or more; but not where src and diff_dst
+// exceed L3 on short rows (src and output rows of up to dw_row_max_px
+// pixels) with kernels up to dw_pairs_dram_max_kw wide: widened whole rows
+// stream those from DRAM faster (AMD Zen 4, 2 threads, mb 32, min of 5,
+// two runs: MobileNetV2 144 channels at 56x56 1.61x, 56 -> 28 3x3 s2
+// 1.14-1.34x, EfficientNet-B0 5x5 s2 1.35-1.91x; against that, 112-pixel
+// src rows 0.88-0.96x at W stride 2, ConvNeXt 7x7 at 56x56 0.74-0.77x).
 bool w_pairs(const Problem& p, Isa isa) {
+    const double bytes = 2.0 * double(p.mb) * double(p.in_sp() * p.ic() + p.out_sp() * p.oc());
+    const bool dram_short_rows = bytes > Cost::l3_bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
+                                 p.in[2] <= Cost::dw_row_max_px && p.out[2] <= Cost::dw_row_max_px;
     return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 &&
-           p.stride[2] <= Cost::dw_window_max_stride &&
-           p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit;
+           p.stride[2] <= Cost::dw_window_max_stride && p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit &&
+           !dram_short_rows;
 }
 
 // Depthwise pre-pads src (copies it into a zero-padded scratch and plans
@@ -531,16 +578,29 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     // ones as they load them (depthwise in place; gemm stage copies).
     d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 && !stage ? data_type::f32 : dt);
     d.window = static_cast<uint8_t>(blk.kind == WeightsKernelKind::depthwise ? blk.window : 1);
-    d.w_stride = static_cast<uint8_t>(d.window > 1 ? geo.stride[2] : 0);
+    if (blk.kind == WeightsKernelKind::depthwise && blk.whole_rows) {
+        const WholeRowEdges e = whole_row_edges(geo);
+        d.row_px = static_cast<uint8_t>(geo.out[2]);
+        d.row_lo = static_cast<uint8_t>(e.lo);
+        d.row_cut = static_cast<uint8_t>(e.cut);
+    }
+    d.w_stride = static_cast<uint8_t>(d.window > 1 || d.row_px ? geo.stride[2] : 0);
     // A single-tap depthwise tile without windows (which step by it) never
     // uses the displacement: share it.
-    const bool uses_disp = blk.kind == WeightsKernelKind::depthwise && (m > 1 || d.window > 1);
+    const bool uses_disp = blk.kind == WeightsKernelKind::depthwise && (m > 1 || d.window > 1 || d.row_px);
     d.tap_disp = uses_disp ? static_cast<int32_t>(tap_disp) : 0;
     d.kh = static_cast<uint8_t>(kh);
     d.row_disp = kh > 1 ? static_cast<int32_t>(row_disp) : 0;
     d.stage = static_cast<uint8_t>(stage);
     d.pf_lines = static_cast<uint8_t>(pf_lines);
     return d;
+}
+
+// Depthwise whole rows: the src columns a row reads inside src (see
+// WeightsKernelDesc::row_px; one kw tile of every tap).
+WholeRowEdges whole_row_edges(const WeightsGeometry& g) {
+    const int64_t columns = g.stride[2] * (g.out[2] - 1) + g.k[2];  // column c is iw = c - pad
+    return {std::max<int64_t>(0, g.pad[2]), std::max<int64_t>(0, columns - (g.in[2] + g.pad[2]))};
 }
 
 std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw) {
@@ -636,6 +696,7 @@ std::string WeightsPlan::to_string() const {
                                                    : rounded() ? " widened-in-kernel"
                                                                : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
        << (dw && blk.window > 1 ? " window=" + std::to_string(blk.window) : std::string())
+       << (dw && blk.whole_rows ? " whole-rows" : "")
        << " tiles=" << blk.tiles << " (" << (dw ? "kw" : fold_kw > 1 ? "kw.ic" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
        << " last " << blk.m_last << ", " << (dw ? "ch" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
        << "v last " << blk.n_last << "v tail " << blk.tail << ")"

@@ -52,6 +52,7 @@ struct WeightsBlocking {
     int kh = 1;  // depthwise: kernel rows per tile (KH: each chunk passes once; or 1)
     int n = 1;  // vectors of output channels (gemm) / channels (depthwise) per tile
     int window = 1;  // depthwise, W stride 1 or 2: pixels per block sharing src vectors (WeightsKernelDesc::window)
+    bool whole_rows = false;  // depthwise: a call entry per output row, W edges in the kernel (WeightsKernelDesc::row_px)
     // depthwise: channels per group G (WeightsKernelDesc::lane_group); a
     // tile's m kw taps are m x G rows of diff_weights
     int lane_group = 1;
@@ -173,6 +174,11 @@ struct WeightsCostModel {
     static constexpr int64_t dw_window_max_stride = 2;  // ... and up to this W stride
     static constexpr int64_t dw_window_min_kw_16bit = 3;  // ... when 16-bit loads are widened in the kernel
     static constexpr int64_t dw_window_3tap_max_ow = 28;  // ... and in f32 on rows this short (dw_f32_short_windows)
+    // Depthwise whole rows (WeightsKernelDesc::row_px): straight-line code
+    // per output row, so rows up to this long.
+    static constexpr int64_t dw_row_max_px = 64;
+    // bf16 from DRAM on short rows: kernels up to this wide widen instead of pairing W pixels (w_pairs).
+    static constexpr int64_t dw_pairs_dram_max_kw = 5;
     static constexpr double l3_bytes = 32.0 * 1024 * 1024;  // the project hosts' L3 (Zen 4 and Zen 5 guests)
     static constexpr double fma_latency = 4;
     // AVX2 counts it 6: with 16 registers its tiles are small, and one of 8
@@ -221,6 +227,12 @@ struct WeightsCostModel {
 
 // Output pixels [lo, hi) of a W row that tap kw reads inside src.
 std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw);
+// Depthwise whole rows: a row's src columns c (iw = c - pad, all KW taps)
+// inside src are [lo, columns - cut) (WeightsKernelDesc::row_lo / row_cut).
+struct WholeRowEdges {
+    int64_t lo, cut;
+};
+WholeRowEdges whole_row_edges(const WeightsGeometry& g);
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads);
 // The problem with its pads made part of src: in + pads, no padding (the
 // same output, taps and weights).
