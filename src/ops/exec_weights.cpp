@@ -202,8 +202,18 @@ struct Prefetch {
     }
     // The next call's `pixels` steps across walks (depthwise kernels), and
     // after them a walk of step 0 at `idle` that never ends.
+    // The list's entries are written field by field in place: a braced
+    // Walk pushed back went through a stack temporary whose reload missed
+    // store forwarding (7 % of a 7x7-plane depthwise layer, 1 thread).
     const Walk* take_walks(int64_t pixels, const char* idle) {
-        call_walks.clear();
+        size_t k = 0;
+        auto put = [&](const char* pos, int64_t step, int64_t count) {
+            if (call_walks.size() <= k) call_walks.resize(k + 1);
+            Walk& to = call_walks[k++];
+            to.pos = pos;
+            to.step = step;
+            to.count = count;
+        };
         if (skip > 0) {
             --skip;
             pixels = 0;
@@ -212,13 +222,13 @@ struct Prefetch {
             Walk& w = walks[at];
             const int64_t n = std::min(pixels, w.count);
             if (n <= 0) continue;
-            call_walks.push_back({w.pos, w.step, n});
+            put(w.pos, w.step, n);
             w.pos += n * w.step;
             w.count -= n;
             pixels -= n;
             if (w.count > 0) break;
         }
-        call_walks.push_back({idle, 0, std::numeric_limits<int64_t>::max()});
+        put(idle, 0, std::numeric_limits<int64_t>::max());
         return call_walks.data();
     }
 };
