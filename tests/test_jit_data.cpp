@@ -412,6 +412,65 @@ TEST_CASE("data: 1x1 layers fold H into W", "[jit][data]") {
     check_exact(c);
 }
 
+TEST_CASE("data: plain layers on small planes put several images in a row", "[jit][data]") {
+    // 1x1, unit stride, unpadded layers whose image is under 16 pixels run
+    // consecutive images as one W row (up to 32 pixels, whole images, every
+    // row alike): squeeze-excitation planes of one pixel at mb 32 (one row)
+    // and 33 (three rows of 11), 2x2 planes (rows of 8 images), 3D 1x1x3;
+    // channel tails, NCX, all three types on every ISA (1-3 threads: "data:
+    // bitwise identical for 1, 2 and 3 threads"). Not:
+    // a 1x1 kernel with a pad, a stride or a 3D plane of several depths.
+    struct Expect {
+        int64_t mb, ic, oc;
+        dims in;
+        int64_t images;  // per row, 0: not batched
+    };
+    const Expect cases[] = {
+            {32, 10, 240, {1, 1}, 32}, {33, 240, 10, {1, 1}, 11}, {8, 17, 40, {2, 2}, 8},
+            {6, 33, 20, {1, 1, 3}, 6}, {5, 16, 16, {4, 4}, 0},
+    };
+    for (const Expect& e : cases) {
+        DCase c;
+        c.mb = e.mb;
+        c.ic = e.ic;
+        c.oc = e.oc;
+        c.in = e.in;
+        c.k = dims(e.in.size(), 1);
+        for (bool nxc : {true, false})
+            for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+                c.nxc = nxc;
+                c.dt = dt;
+                if (runs("avx512_core")) {
+                    const std::string d = c.make("avx512_core").describe();
+                    INFO(d);
+                    const std::string rows = "rows of " + std::to_string(e.images) + " images";
+                    CHECK((d.find(e.images ? rows : " images") != std::string::npos) == (e.images > 0));
+                }
+                check_exact(c, kAllIsas);
+            }
+    }
+    DCase padded;  // 1x1 with a pad: its own geometry
+    padded.mb = 16;
+    padded.ic = 8;
+    padded.oc = 8;
+    padded.in = {1, 1};
+    padded.k = {1, 1};
+    padded.pb = padded.pe = {1, 0};
+    DCase strided = padded;
+    strided.pb = strided.pe = {0, 0};
+    strided.in = {3, 3};
+    strided.s = {2, 2};
+    DCase deep = strided;
+    deep.in = {2, 1, 1};
+    deep.k = {1, 1, 1};
+    deep.s = {};
+    deep.pb = deep.pe = {0, 0, 0};
+    for (const DCase& c : {padded, strided, deep}) {
+        if (runs("avx512_core")) CHECK(c.make("avx512_core").describe().find(" images") == std::string::npos);
+        check_exact(c, kAllIsas);
+    }
+}
+
 TEST_CASE("data: random reals within tolerance", "[jit][data]") {
     DCase c;
     c.ic = 48;
@@ -440,7 +499,7 @@ TEST_CASE("data: random reals within tolerance", "[jit][data]") {
 }
 
 TEST_CASE("data: bitwise identical for 1, 2 and 3 threads", "[jit][data]") {
-    std::vector<DCase> cases(4);
+    std::vector<DCase> cases(5);
     cases[0].ic = 35;
     cases[0].oc = 20;
     cases[0].in = {9, 10};
@@ -460,6 +519,11 @@ TEST_CASE("data: bitwise identical for 1, 2 and 3 threads", "[jit][data]") {
     cases[3].ic = cases[3].oc = 40;
     cases[3].in = {18, 20};
     cases[3].pb = cases[3].pe = {1, 1};
+    cases[4].mb = 96;  // 1x1 planes: rows of 32 images, three of them
+    cases[4].ic = 64;
+    cases[4].oc = 512;
+    cases[4].in = {1, 1};
+    cases[4].k = {1, 1};
     for (const DCase& c : cases) {
         const auto o = c.make("avx512_core");
         const auto dd = testutil::random_reals(data_type::f32, o.input0_elems(), 1);

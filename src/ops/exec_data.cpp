@@ -414,14 +414,16 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
 }
 
 // Packs `rows` rows of 16·`groups` 32-bit values: out[r][l] = the 32 bits
-// at base + offset[l] + r·row_step (bytes). One gather per 16 values: the
-// lanes' sources are a W row apart, so scalar copies touch a line per value.
-__attribute__((target("avx512f"))) void gather_rows(const char* base, const int32_t* offset, int64_t groups,
-                                                  int64_t rows, int64_t row_step, int64_t out_row, uint32_t* out) {
+// at base + offset[l] + r·row_step (bytes), or 0 for a lane outside its
+// group's `live` mask. One gather per 16 values: the lanes' sources are a W
+// row apart, so scalar copies touch a line per value.
+__attribute__((target("avx512f"))) void gather_rows(const char* base, const int32_t* offset, const uint16_t* live,
+                                                  int64_t groups, int64_t rows, int64_t row_step, int64_t out_row,
+                                                  uint32_t* out) {
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < groups; ++g) {
             const __m512i idx = _mm512_loadu_si512(offset + 16 * g);
-            const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), 0xffff, idx, base + r * row_step, 1);
+            const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live[g], idx, base + r * row_step, 1);
             _mm512_storeu_si512(out + r * out_row + 16 * g, v);
         }
 }
@@ -495,6 +497,7 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
     for_each_thread(threads, [&](int t) {
         std::vector<int64_t> src;
         std::vector<int32_t> offsets;
+        std::vector<uint16_t> live;
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
             const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
@@ -502,20 +505,24 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             float* out32 = reinterpret_cast<float*>(wp) + row0;
             uint32_t* out_pairs = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(wp) + row0);
             pack_row_sources(g, b, x, width, src);
-            // AVX-512, f32 or bf16 pairs with oc adjacent (XIO), real lanes:
-            // the whole oc rows by gathers, then only the odd last oc below.
+            // AVX-512, f32 or bf16 pairs with oc adjacent (XIO): the whole oc
+            // rows by gathers (lanes past the channels masked to 0), then only
+            // the odd last oc and the padded oc rows below.
             int64_t o_start = 0;
-            const int64_t full = (width / 16) * 16;
-            const bool gather = plan_.isa >= Isa::avx512_core && full == width && (!pairs || ws.o == 1) &&
-                                (std::is_same_v<T, float> || pairs) && src[static_cast<size_t>(width - 1)] >= 0 &&
-                                w_bytes_ < (int64_t(1) << 31);
+            const bool gather = plan_.isa >= Isa::avx512_core && width % 16 == 0 && (!pairs || ws.o == 1) &&
+                                (std::is_same_v<T, float> || pairs) && w_bytes_ < (int64_t(1) << 31);
             if (gather) {
                 std::vector<int32_t>& off = offsets;
                 off.resize(static_cast<size_t>(width));
-                for (int64_t l = 0; l < width; ++l) off[static_cast<size_t>(l)] = static_cast<int32_t>(src[static_cast<size_t>(l)] * int64_t(sizeof(T)));
+                live.assign(static_cast<size_t>(width / 16), 0);
+                for (int64_t l = 0; l < width; ++l) {
+                    const int64_t i = src[static_cast<size_t>(l)];
+                    off[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(i, 0) * int64_t(sizeof(T)));
+                    if (i >= 0) live[static_cast<size_t>(l / 16)] |= static_cast<uint16_t>(1u << (l % 16));
+                }
                 const int64_t rows = pairs ? real_reps / 2 : real_reps;
                 const int64_t step = int64_t(sizeof(T)) * ws.o * (pairs ? 2 : 1);
-                gather_rows(reinterpret_cast<const char*>(w), off.data(), width / 16, rows, step, width,
+                gather_rows(reinterpret_cast<const char*>(w), off.data(), live.data(), width / 16, rows, step, width,
                             pairs ? out_pairs : reinterpret_cast<uint32_t*>(out32));
                 o_start = pairs ? rows * 2 : rows;
             }

@@ -49,6 +49,9 @@ constexpr int64_t kWChunkBytes = 640 * 1024;
 constexpr int64_t kWResidentBytes = 512 * 1024;
 // A row group covers at least this many diff_src pixels per channel block.
 constexpr int64_t kGroupPixels = 56;
+// Plain layers' images shorter than half this many pixels share W rows
+// (DataGeometry::images_per_row).
+constexpr int64_t kBatchRowPixels = 32;
 constexpr double kRowBlockSlack = 1.1;
 // Outputs at least this big (twice a core's L2) with fewer flops per output
 // byte than this are written with streaming stores. Strided 1x1 layers,
@@ -106,12 +109,25 @@ bool w_block_in_l2(const Problem& p, const DataPlan& pl, const DataBlocking& b) 
 }
 
 // Folds H into W (not D: the executor's rows are (n, id, ih)); max_folds 0: no folding.
+// A plain layer whose image is one short W row takes DataGeometry::images_per_row images a row.
 DataGeometry make_geometry(const Problem& p, int max_folds = 1) {
     DataGeometry g;
     static_cast<SpatialView&>(g) = fold_plain_axes(p, max_folds);
     g.folded_hw = g.merged > 0 && p.in[1] > 1;
+    const bool plain = p.k_sp() == 1 && g.in == g.out && g.in[0] == 1 && g.in[1] == 1 &&
+                       g.stride == std::array<int64_t, 3>{1, 1, 1} && p.pad_begin == std::array<int64_t, 3>{};
+    if (max_folds > 0 && plain && 2 * g.in[2] <= kBatchRowPixels) {
+        int64_t d = kBatchRowPixels / g.in[2];
+        while (p.mb % d != 0) --d;  // whole images per row, every row alike
+        g.images_per_row = d;
+        g.in[2] *= d;
+        g.out[2] *= d;
+    }
     return g;
 }
+
+// The executor's images: groups of images_per_row.
+int64_t row_images(const Problem& p, const DataGeometry& g) { return p.mb / g.images_per_row; }
 
 DataChannelBlocks make_channel_blocks(int64_t lanes, int64_t groups, int n, int vlen) {
     DataChannelBlocks c;
@@ -185,7 +201,7 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
         }
     }
     const int64_t groups = path == DataPath::depthwise ? 1 : p.g;
-    return per_row * groups * p.mb * g.in[0] * g.in[1];
+    return per_row * groups * row_images(p, g) * g.in[0] * g.in[1];
 }
 
 // Cost of the col path: a GEMM per diff_dst pixel, then the scatter.
@@ -521,7 +537,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     }
     choose_cache_blocking(p, pl);
     size_scratch(p, pl);
-    pl->rows = p.mb * pl->geo.in[0] * pl->geo.in[1];
+    pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
     pl->grid.items = pl->path == DataPath::col ? pl->rows : div_up(pl->rows, pl->group_rows) * pl->cb.total;
     // Streaming stores for outputs far bigger than the caches whose FMAs are
@@ -621,7 +637,9 @@ std::string DataPlan::to_string() const {
            << blk.m << " bcasts, " << blk.m * blk.n << " FMAs\n"
            << "      col2im: add columns into diff_src rows\n";
     } else {
-        const std::string row_kind = geo.folded_hw ? " (n, id) planes" : " (n, id, ih) rows";
+        const std::string row_kind = geo.images_per_row > 1 ? " rows of " + std::to_string(geo.images_per_row) + " images"
+                                     : geo.folded_hw        ? " (n, id) planes"
+                                                            : " (n, id, ih) rows";
         const std::string row = "for row in " + std::to_string(rows) + row_kind;
         const std::string cbl = "for cb in " + std::to_string(cb.total) + " (" + std::to_string(cb.lanes) + " " +
                                 lane_name + "/group, tail " + std::to_string(cb.tail_n) + " vec " +

@@ -43,6 +43,11 @@ const char* data_path_name(DataPath p);
 // whole plane is one long row of pixels.
 struct DataGeometry : SpatialView {
     bool folded_hw = false;
+    // Whole images of a plain layer (every axis 1x1, unit stride, no pad)
+    // shorter than kBatchRowPixels per W row: this many consecutive images
+    // make one W row (NXC keeps them contiguous), so blocks of pixels span
+    // images (EfficientNet's squeeze-excitation layers: one pixel an image).
+    int64_t images_per_row = 1;
     int64_t k_sp() const { return k[0] * k[1] * k[2]; }
 };
 
