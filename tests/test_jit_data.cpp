@@ -543,10 +543,10 @@ TEST_CASE("data: bitwise identical for 1, 2 and 3 threads", "[jit][data]") {
 }
 
 TEST_CASE("small ops run on the calling thread alone", "[jit][data][weights]") {
-    // Weight gradients of at most 0.5 Mflop, data gradients of at most 0.05
+    // Weight gradients of at most 0.5 Mflop, data gradients of at most 0.3
     // Mflop (ops/executor.hpp): EfficientNet-B0 squeeze-excitation shapes (1x1
-    // planes, 16 and 153 kflop), 64 -> 64 (262 kflop) and 128 -> 128 (1 Mflop)
-    // 1x1 layers, in an arena of 2. The runs match the reference.
+    // planes, 16 and 153 kflop), 64 -> 64 (262 and 524 kflop) and 128 -> 128
+    // (1 Mflop) 1x1 layers, in an arena of 2. The runs match the reference.
     struct Shape {
         int64_t ic, oc, mb;
     };
@@ -564,7 +564,7 @@ TEST_CASE("small ops run on the calling thread alone", "[jit][data][weights]") {
             convgrad::op jit, ref;
             bool serial;
         };
-        const Run runs[] = {{d.make("avx512_core"), d.make("ref"), flops <= 5e4},
+        const Run runs[] = {{d.make("avx512_core"), d.make("ref"), flops <= 3e5},
                             {w.make("avx512_core"), w.make("ref"), flops <= 5e5}};
         for (const Run& r : runs) {
             INFO(sh.ic << " -> " << sh.oc << " mb " << sh.mb << ", " << flops << " flop, " << r.jit.describe());

@@ -30,11 +30,15 @@ public:
 // thread against two (tools/sweep_ab.py, min of 5, f32 and bf16): weight
 // gradients of EfficientNet-B0's squeeze-excitation layers (16-153 kflop)
 // 1.06-1.43x, a 64 -> 64 1x1 layer on a 1x1 plane at mb 32 (262 kflop)
-// 1.28-1.48x, 128 -> 128 (1 Mflop) 1.00x; data gradients gain only on the
-// smallest (16 kflop: 1.22-1.40x) and lose from 147 kflop (a 64-channel
-// depthwise 3x3 at 4x4 0.82-0.85x, 10 -> 240 on a 1x1 plane f32 0.80x).
+// 1.28-1.48x, 128 -> 128 (1 Mflop) 1.00x. Data gradients since their
+// small-plane images share rows (DataGeometry::images_per_row), one
+// thread against two, three alternating runs each (convgrad-sweep
+// --mode=P --threads=1 / 2, microseconds): SE 240 -> 10 f32 3.3-3.4 /
+// 4.0-4.1, bf16 2.3 / 3.1-3.4; 10 -> 240 f32 4.0 / 4.2, bf16 2.2 / 2.5-3.1;
+// a 64-channel depthwise 3x3 at 4x4, mb 8 (147 kflop), 5.1-5.4 / 5.3-11.1;
+// 64 -> 64 (262 kflop) f32 4.3 / 4.7-5.5, bf16 2.4 / 2.8-3.6.
 inline constexpr double kSerialMaxFlops = 5e5;
-inline constexpr double kSerialMaxFlopsData = 5e4;
+inline constexpr double kSerialMaxFlopsData = 3e5;
 int op_threads(const Problem& p);
 
 // The dispatch list: the first implementation that accepts the Problem at
