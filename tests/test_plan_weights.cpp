@@ -5,6 +5,7 @@
 #include <climits>
 #include <set>
 
+#include "ops/executor.hpp"
 #include "ops/plan_weights.hpp"
 #include "weights_case.hpp"
 
@@ -336,6 +337,26 @@ TEST_CASE("weights plan: bf16 depthwise from DRAM on short rows widens instead o
                     << plan.to_string());
         CHECK(plan.w_pairs == e.pairs);
         if (!e.pairs) CHECK(plan.blk.whole_rows);
+    }
+}
+
+TEST_CASE("weights plan: problems that always run on one thread have no slices", "[jit][weights][plan]") {
+    // op_threads runs weight gradients of at most kSerialMaxFlops on one
+    // thread whatever the arena, so their plans take no slices (partials
+    // and a reduction for threads that never come); above it the same
+    // layers split the pixels into slices again.
+    for (int64_t mb : {32, 1024}) {
+        for (const auto& [ic, oc] : {std::pair<int64_t, int64_t>{32, 8}, {240, 10}, {64, 64}}) {
+            Case c = resnet(ic, oc, 1, 1);
+            c.mb = mb;
+            const Problem p = problem(c);
+            const WeightsPlan plan = plan_weights(p, Isa::avx512_core, 2);
+            INFO(ic << " -> " << oc << " mb " << mb << ", " << p.flops() << " flop\n" << plan.to_string());
+            if (p.flops() <= convgrad::detail::kSerialMaxFlops)
+                CHECK(plan.red.slices == 1);
+            else
+                CHECK(plan.red.slices > 1);
+        }
     }
 }
 

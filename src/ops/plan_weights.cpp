@@ -21,13 +21,16 @@
 //    the tiles: no reduction at all), else enough slices to reach that many
 //    (slice, tile) pairs; stream_slices when the layer does fewer than
 //    stream_intensity flop per byte of src + diff_dst (threads then split
-//    the DRAM traffic too); at most max_slices and max_partial_bytes.
+//    the DRAM traffic too); at most max_slices and max_partial_bytes; 1
+//    for problems that always run on one thread (kSerialMaxFlops).
 #include "ops/plan_weights.hpp"
 
 #include <algorithm>
 #include <climits>
 #include <cmath>
 #include <sstream>
+
+#include "ops/executor.hpp"
 
 namespace convgrad::detail {
 namespace {
@@ -410,6 +413,10 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     // threads: +12 %), for partials that are small next to the data.
     if (plan.staged && wei_bytes * Cost::staged_partial_ratio < data_bytes)
         slices = std::max(slices, Cost::staged_slices);
+    // A problem that always runs on one thread (op_threads: the rule reads
+    // only its flops, so every arena gives the same plan and the same sums)
+    // gains nothing from slices, and pays their partials and reduction.
+    if (p.flops() <= kSerialMaxFlops) slices = 1;
     if (slices > 1) {
         const int64_t by_memory = 1 + static_cast<int64_t>(Cost::max_partial_bytes / std::max(wei_bytes, 4.0));
         slices = std::min({slices, Cost::max_slices, by_memory, r.rows});
