@@ -471,6 +471,34 @@ TEST_CASE("data: plain layers on small planes put several images in a row", "[ji
     }
 }
 
+TEST_CASE("data: 16-bit W widened by gathers in every weights layout", "[jit][data][dtype]") {
+    // AVX-512 packs f16 / bf16 W (widened, not oc pairs) with 32-bit
+    // gathers of the dword ending at each element; the lane of W's first
+    // element (no dword ends there) is copied alone. One input channel (W
+    // a single column), one element, channel tails, groups; XIO and OIX.
+    struct Shape {
+        int64_t g, ic, oc;
+        dims in, k;
+    };
+    const Shape shapes[] = {{1, 1, 3, {5, 5}, {1, 1}}, {1, 1, 1, {1, 1}, {1, 1}}, {3, 3, 6, {4, 4}, {3, 3}},
+                            {1, 17, 40, {5, 5}, {3, 3}}, {2, 20, 10, {4, 3}, {1, 1}}};
+    for (const Shape& sh : shapes)
+        for (const char* wfmt : {"XIO", "OIX"})
+            for (data_type dt : {data_type::f16, data_type::bf16}) {
+                DCase c;
+                c.g = sh.g;
+                c.ic = sh.ic;
+                c.oc = sh.oc;
+                c.in = sh.in;
+                c.k = sh.k;
+                c.pb = c.pe = dims(sh.k.size(), sh.k[0] / 2);
+                c.wfmt = wfmt;
+                c.dt = dt;
+                INFO(sh.ic << " -> " << sh.oc << " g " << sh.g << " " << wfmt << " " << convgrad::dtype_name(dt));
+                check_exact(c, {"avx512_core"});
+            }
+}
+
 TEST_CASE("data: random reals within tolerance", "[jit][data]") {
     DCase c;
     c.ic = 48;
