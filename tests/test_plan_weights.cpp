@@ -61,6 +61,7 @@ std::vector<Case> property_cases() {
     r.push_back(depthwise(32, {112, 112}, {3, 3}));
     r.push_back(depthwise(33, {20}, {11}));
     r.push_back(depthwise(40, {5, 6, 7}, {3, 3, 3}));
+    r.push_back(resnet_dw(144, 56, 3, 32));  // bf16 from DRAM on short rows: widened, whole rows
     Case grouped = resnet(48, 96, 10, 3);
     grouped.g = 3;
     r.push_back(grouped);
@@ -207,8 +208,15 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             if (dw) {
                 const int64_t tap_disp = p.dil[2] * p.ic() * 4, row_disp = p.dil[1] * p.in[2] * p.ic() * 4;
                 CHECK((b.kh - 1) * row_disp + (b.m - 1) * tap_disp + 64 * b.n <= INT32_MAX);
+                if (b.whole_rows) {  // one kw tile of every tap, rows the desc can name, no windows
+                    CHECK(b.window == 1);
+                    CHECK(b.m_tiles == 1);
+                    CHECK(base.geo.out[2] <= 64);
+                    CHECK(!base.w_pairs);
+                }
             } else {
                 CHECK(b.kh == 1);
+                CHECK(!b.whole_rows);
             }
             // Reduction: chunks cover the rows, slices never exceed them.
             const auto& r = base.red;
@@ -221,11 +229,16 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             CHECK(r.rows == base.geo.rows());
             // 16-bit types: pairs of images exactly for bf16 gemm on
             // avx512_core_bf16, pairs of W pixels for bf16 depthwise there
-            // (W stride 1 or 2, W dilation 1, 3+ taps); staged for gemm,
+            // (W stride 1 or 2, W dilation 1, 3+ taps; not from DRAM on rows
+            // of up to 64 pixels with kernels up to 5 wide); staged for gemm,
             // read in place for depthwise.
             const bool bf16_isa = dt == convgrad::data_type::bf16 && isa == Isa::avx512_core_bf16;
             const bool pairs = bf16_isa && !dw;
-            const bool w_pairs = bf16_isa && dw && p.icg == 1 && p.stride[2] <= 2 && p.dil[2] == 1 && p.k[2] >= 3;
+            const double bf16_bytes = 2.0 * double(p.mb) * double(p.in_sp() * p.ic() + p.out_sp() * p.oc());
+            const bool dram_short_rows =
+                    bf16_bytes > 32.0 * 1024 * 1024 && p.k[2] <= 5 && p.in[2] <= 64 && p.out[2] <= 64;
+            const bool w_pairs = bf16_isa && dw && p.icg == 1 && p.stride[2] <= 2 && p.dil[2] == 1 && p.k[2] >= 3 &&
+                                 !dram_short_rows;
             CHECK(base.pairs == pairs);
             CHECK(base.w_pairs == w_pairs);
             CHECK(base.geo.mb == (pairs ? (p.mb + 1) / 2 : p.mb));
