@@ -5,9 +5,11 @@
 // 1 or 2) each src vector loaded is used by every tap that reads it within
 // a block of pixels too. With desc.edges a row runs only the (kernel row,
 // tap) pairs its mask names: the interior of a chunk and its edges in one
-// call, one flush (see WeightsSkeleton::gate_row). bf16 on
-// avx512_core_bf16 (desc.dot): vdpbf16ps over pairs of consecutive output
-// pixels of a row (see pairs() below).
+// call, one flush (see WeightsSkeleton::gate_row). With desc.row_px each
+// row entry is a whole output row, one straight-line body with its W edges
+// compiled in (see row_pass() below). bf16 on avx512_core_bf16
+// (desc.dot): vdpbf16ps over pairs of consecutive output pixels of a row
+// (see pairs() below).
 #include "jit/bwd_weights_kernel.hpp"
 #include "jit/bwd_weights_skeleton.hpp"
 
@@ -193,6 +195,7 @@ private:
             std::vector<std::pair<int, int>> uses;  // (pixel, tap)
             for (int k = c % s; k < taps; k += s)
                 if ((c - k) / s < ow && c >= k) uses.push_back({(c - k) / s, k});
+            if (uses.empty()) continue;  // a column between taps (W stride above the kernel width)
             for (const auto& [u, k] : uses) {
                 if (slot_of[static_cast<size_t>(u)] >= 0) continue;
                 const int slot = static_cast<int>(std::find(busy.begin(), busy.end(), false) - busy.begin());
