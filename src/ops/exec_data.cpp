@@ -413,37 +413,28 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     if (!p_.nxc) transpose_any(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads);
 }
 
+// How gather_rows turns each gathered dword into its output.
+enum class GatherWiden { none, f16, bf16 };
+
 // Packs `rows` rows of 16·`groups` 32-bit values: out[r][l] = the 32 bits
 // at base + offset[l] + r·row_step (bytes), or 0 for a lane outside its
 // group's `live` mask. One gather per 16 values: the lanes' sources are a W
-// row apart, so scalar copies touch a line per value.
+// row apart, so scalar copies touch a line per value. f16 / bf16: the
+// dword's high half is a 16-bit element, stored widened to f32.
 __attribute__((target("avx512f"))) void gather_rows(const char* base, const int32_t* offset, const uint16_t* live,
                                                   int64_t groups, int64_t rows, int64_t row_step, int64_t out_row,
-                                                  uint32_t* out) {
+                                                  GatherWiden widen, uint32_t* out) {
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < groups; ++g) {
             const __m512i idx = _mm512_loadu_si512(offset + 16 * g);
-            const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live[g], idx, base + r * row_step, 1);
-            _mm512_storeu_si512(out + r * out_row + 16 * g, v);
-        }
-}
-
-// gather_rows for 16-bit W widened to f32 (f16: vcvtph2ps; bf16: shift):
-// each live lane reads the dword ending at its element (offset[l] = its
-// byte offset - 2: never before W, never past its last element), the
-// element in the high half; dead lanes are 0.0f.
-__attribute__((target("avx512f"))) void gather_rows_16(const char* base, const int32_t* offset,
-                                                     const uint16_t* live, int64_t groups, int64_t rows,
-                                                     int64_t row_step, int64_t out_row, bool f16, float* out) {
-    for (int64_t r = 0; r < rows; ++r)
-        for (int64_t g = 0; g < groups; ++g) {
-            const __m512i idx = _mm512_loadu_si512(offset + 16 * g);
-            const __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live[g], idx, base + r * row_step, 1);
+            __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live[g], idx, base + r * row_step, 1);
             // (zero-masked forms: GCC 12 flags the plain ones' undefined pass-through)
-            const __m512 f = f16 ? _mm512_maskz_cvtph_ps(0xffff, _mm512_maskz_cvtepi32_epi16(
-                                           0xffff, _mm512_maskz_srlv_epi32(0xffff, v, _mm512_set1_epi32(16))))
-                                 : _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int32_t(0xffff0000u))));
-            _mm512_storeu_ps(out + r * out_row + 16 * g, f);
+            if (widen == GatherWiden::f16)
+                v = _mm512_castps_si512(_mm512_maskz_cvtph_ps(
+                        0xffff, _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_maskz_srlv_epi32(0xffff, v, _mm512_set1_epi32(16)))));
+            else if (widen == GatherWiden::bf16)
+                v = _mm512_and_si512(v, _mm512_set1_epi32(int32_t(0xffff0000u)));
+            _mm512_storeu_si512(out + r * out_row + 16 * g, v);
         }
 }
 
@@ -524,45 +515,38 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             float* out32 = reinterpret_cast<float*>(wp) + row0;
             uint32_t* out_pairs = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(wp) + row0);
             pack_row_sources(g, b, x, width, src);
-            // AVX-512, f32 or bf16 pairs with oc adjacent (XIO): the whole oc
-            // rows by gathers (lanes past the channels masked to 0), then only
-            // the odd last oc and the padded oc rows below.
+            // AVX-512, f32, 16-bit widened to f32, or bf16 pairs with oc
+            // adjacent (XIO): the whole oc rows by gathers (lanes past the
+            // channels masked to 0), then only the odd last oc and the
+            // padded oc rows below. Widened: each lane reads the dword ending
+            // at its element (never before W, never past its end), so the
+            // lane of W's first element, which no dword ends at, is copied
+            // alone.
             int64_t o_start = 0;
+            const bool widen16 = !pairs && std::is_same_v<T, uint16_t>;
             const bool gather = plan_.isa >= Isa::avx512_core && width % 16 == 0 && (!pairs || ws.o == 1) &&
-                                (std::is_same_v<T, float> || pairs) && w_bytes_ < (int64_t(1) << 31);
-            // 16-bit widened to f32 (not pairs): gathered dwords, any W layout.
-            const bool gather16 = !gather && !pairs && std::is_same_v<T, uint16_t> &&
-                                  plan_.isa >= Isa::avx512_core && width % 16 == 0 && w_bytes_ < (int64_t(1) << 31);
-            std::vector<int32_t>& off = offsets;
-            int64_t first_lane = -1;
+                                w_bytes_ < (int64_t(1) << 31);
             if (gather) {
-                off.resize(static_cast<size_t>(width));
+                const int64_t back = widen16 ? 2 : 0;  // bytes from a lane's dword to its element
+                int64_t first_lane = -1;
+                offsets.resize(static_cast<size_t>(width));
                 live.assign(static_cast<size_t>(width / 16), 0);
                 for (int64_t l = 0; l < width; ++l) {
-                    const int64_t i = src[static_cast<size_t>(l)];
-                    off[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(i, 0) * int64_t(sizeof(T)));
-                    if (i >= 0) live[static_cast<size_t>(l / 16)] |= static_cast<uint16_t>(1u << (l % 16));
+                    const int64_t i = src[static_cast<size_t>(l)], at = i * int64_t(sizeof(T)) - back;
+                    offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(at, 0));
+                    if (i >= 0 && at >= 0) live[static_cast<size_t>(l / 16)] |= static_cast<uint16_t>(1u << (l % 16));
+                    if (i == 0 && widen16) first_lane = l;
                 }
                 const int64_t rows = pairs ? real_reps / 2 : real_reps;
                 const int64_t step = int64_t(sizeof(T)) * ws.o * (pairs ? 2 : 1);
-                gather_rows(reinterpret_cast<const char*>(w), off.data(), live.data(), width / 16, rows, step, width,
-                            pairs ? out_pairs : reinterpret_cast<uint32_t*>(out32));
-                o_start = pairs ? rows * 2 : rows;
-            } else if (gather16) {
-                // Lanes whose element is W's first (no dword ends there) are left to the loop below.
-                off.resize(static_cast<size_t>(width));
-                live.assign(static_cast<size_t>(width / 16), 0);
-                for (int64_t l = 0; l < width; ++l) {
-                    const int64_t i = src[static_cast<size_t>(l)];
-                    off[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(i, 1) * 2 - 2);
-                    if (i > 0) live[static_cast<size_t>(l / 16)] |= static_cast<uint16_t>(1u << (l % 16));
-                    first_lane = i == 0 ? l : first_lane;
-                }
-                gather_rows_16(reinterpret_cast<const char*>(w), off.data(), live.data(), width / 16, real_reps,
-                               2 * ws.o, width, p_.dt == data_type::f16, out32);
-                for (int64_t o = 0; o < real_reps && first_lane >= 0; ++o)
+                const GatherWiden widen = !widen16                 ? GatherWiden::none
+                                          : p_.dt == data_type::f16 ? GatherWiden::f16
+                                                                    : GatherWiden::bf16;
+                gather_rows(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 16, rows, step,
+                            width, widen, pairs ? out_pairs : reinterpret_cast<uint32_t*>(out32));
+                for (int64_t o = 0; o < rows && first_lane >= 0; ++o)
                     out32[o * width + first_lane] = weight_f32(w, o * ws.o, p_.dt);
-                o_start = real_reps;
+                o_start = pairs ? rows * 2 : rows;
             }
             // oc outer, lanes inner: the output is written in order, and the
             // lanes' reads come back to the same lines for the next oc.

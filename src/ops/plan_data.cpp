@@ -114,9 +114,8 @@ DataGeometry make_geometry(const Problem& p, int max_folds = 1) {
     DataGeometry g;
     static_cast<SpatialView&>(g) = fold_plain_axes(p, max_folds);
     g.folded_hw = g.merged > 0 && p.in[1] > 1;
-    const bool plain = p.k_sp() == 1 && g.in == g.out && g.in[0] == 1 && g.in[1] == 1 &&
-                       g.stride == std::array<int64_t, 3>{1, 1, 1} && p.pad_begin == std::array<int64_t, 3>{};
-    if (max_folds > 0 && plain && 2 * g.in[2] <= kBatchRowPixels) {
+    const bool plain = plain_axis(p, 0) && plain_axis(p, 1) && plain_axis(p, 2);
+    if (max_folds > 0 && plain && g.in[0] == 1 && g.in[1] == 1 && 2 * g.in[2] <= kBatchRowPixels) {
         int64_t d = kBatchRowPixels / g.in[2];
         while (p.mb % d != 0) --d;  // whole images per row, every row alike
         g.images_per_row = d;

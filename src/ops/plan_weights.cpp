@@ -399,7 +399,7 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     r.rows = g.rows();
     r.chunk_rows = std::clamp<int64_t>((target + g.segment / 2) / g.segment, 1, r.rows);
     const double wei_bytes = 4.0 * plan.weights_elems;
-    const double data_bytes = 4.0 * (p.mb * p.in_sp() * p.ic() + p.mb * p.out_sp() * p.oc());
+    const double data_bytes = 4.0 * double(p.activation_elems());
     int64_t slices = 1;
     if (plan.blk.tiles < Cost::tiles_for_balance)
         slices = div_up(Cost::tiles_for_balance, plan.blk.tiles);
@@ -451,8 +451,7 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 // 1.14-1.34x, EfficientNet-B0 5x5 s2 1.35-1.91x; against that, 112-pixel
 // src rows 0.88-0.96x at W stride 2, ConvNeXt 7x7 at 56x56 0.74-0.77x).
 bool w_pairs(const Problem& p, Isa isa) {
-    const double bytes = 2.0 * double(p.mb) * double(p.in_sp() * p.ic() + p.out_sp() * p.oc());
-    const bool dram_short_rows = bytes > Cost::l3_bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
+    const bool dram_short_rows = 2.0 * double(p.activation_elems()) > Cost::l3_bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
                                  p.in[2] <= Cost::dw_row_max_px && p.out[2] <= Cost::dw_row_max_px;
     return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 &&
            p.stride[2] <= Cost::dw_window_max_stride && p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit &&

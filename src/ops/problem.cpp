@@ -455,6 +455,10 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
     return p;
 }
 
+bool plain_axis(const Problem& p, int a) {
+    return p.k[a] == 1 && p.stride[a] == 1 && p.pad_begin[a] == 0 && p.in[a] == p.out[a];
+}
+
 SpatialView fold_plain_axes(const Problem& p, int max_axes) {
     SpatialView v;
     v.in = p.in;
@@ -463,9 +467,8 @@ SpatialView fold_plain_axes(const Problem& p, int max_axes) {
     v.stride = p.stride;
     v.dil = p.dil;
     v.pad = p.pad_begin;
-    auto plain = [&](int a) { return v.k[a] == 1 && v.stride[a] == 1 && v.pad[a] == 0 && v.in[a] == v.out[a]; };
     for (int a = 1; a >= 0 && v.merged < max_axes; --a) {
-        if (!plain(a) || !plain(2) || (a == 0 && v.out[1] != 1)) break;
+        if (!plain_axis(p, a) || !plain_axis(p, 2) || (a == 0 && v.out[1] != 1)) break;
         v.out[2] *= v.out[a];
         v.in[2] *= v.in[a];
         v.out[a] = v.in[a] = 1;

@@ -69,6 +69,8 @@ struct Problem {
     int64_t in_sp() const { return in[0] * in[1] * in[2]; }
     int64_t out_sp() const { return out[0] * out[1] * out[2]; }
     int64_t k_sp() const { return k[0] * k[1] * k[2]; }
+    // Elements of src and diff_dst together (the convolution view).
+    int64_t activation_elems() const { return mb * (in_sp() * ic() + out_sp() * oc()); }
     double flops() const;
     // "mb2 g1 ic3 oc4 i5x5 o3x3 k3x3 s1x1 d1x1 pb0x0 pe0x0 NXC/XIO f32"
     std::string to_string() const;
@@ -92,6 +94,8 @@ struct SpatialView {
     int merged = 0;  // axes folded into W
 };
 SpatialView fold_plain_axes(const Problem& p, int max_axes);
+// Axis a (0 = D, 1 = H, 2 = W) has no tap, stride or padding, and in == out.
+bool plain_axis(const Problem& p, int a);
 
 // L1d has 64 sets of 64-byte lines on every target (32 KiB 8-way, 48 KiB
 // 12-way): lines 4 KiB apart share a set. Lines the kernels read in step
