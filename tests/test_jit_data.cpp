@@ -471,20 +471,24 @@ TEST_CASE("data: plain layers on small planes put several images in a row", "[ji
     }
 }
 
-TEST_CASE("data: 16-bit W widened by gathers in every weights layout", "[jit][data][dtype]") {
-    // AVX-512 packs f16 / bf16 W (widened, not oc pairs) with 32-bit
-    // gathers of the dword ending at each element; the lane of W's first
-    // element (no dword ends there) is copied alone. One input channel (W
-    // a single column), one element, channel tails, groups; XIO and OIX.
+TEST_CASE("data: W packing by gathers and by transposed runs in every weights layout", "[jit][data][dtype]") {
+    // AVX-512 packs W with 32-bit gathers (16-bit W widened: the dword
+    // ending at each element, the lane of W's first element copied alone),
+    // or, where each lane's oc rows are adjacent (XIO) and at least 8, by
+    // masked loads of those runs and a 16 x 16 register transpose: f32,
+    // widened f16 / bf16, and bf16 oc pairs (vdpbf16ps). One input channel
+    // (W a single column), one element, channel tails (dead lanes), groups,
+    // 8 rows, whole 16-row tiles with tails, an odd oc count; XIO and OIX.
     struct Shape {
         int64_t g, ic, oc;
         dims in, k;
     };
-    const Shape shapes[] = {{1, 1, 3, {5, 5}, {1, 1}}, {1, 1, 1, {1, 1}, {1, 1}}, {3, 3, 6, {4, 4}, {3, 3}},
-                            {1, 17, 40, {5, 5}, {3, 3}}, {2, 20, 10, {4, 3}, {1, 1}}};
+    const Shape shapes[] = {{1, 1, 3, {5, 5}, {1, 1}},    {1, 1, 1, {1, 1}, {1, 1}},   {3, 3, 6, {4, 4}, {3, 3}},
+                            {1, 17, 40, {5, 5}, {3, 3}},  {2, 20, 10, {4, 3}, {1, 1}}, {1, 33, 8, {3, 3}, {1, 1}},
+                            {1, 16, 35, {4, 4}, {3, 3}},  {1, 40, 64, {3, 2}, {2, 1}}};
     for (const Shape& sh : shapes)
         for (const char* wfmt : {"XIO", "OIX"})
-            for (data_type dt : {data_type::f16, data_type::bf16}) {
+            for (data_type dt : {data_type::f32, data_type::f16, data_type::bf16}) {
                 DCase c;
                 c.g = sh.g;
                 c.ic = sh.ic;
@@ -495,7 +499,10 @@ TEST_CASE("data: 16-bit W widened by gathers in every weights layout", "[jit][da
                 c.wfmt = wfmt;
                 c.dt = dt;
                 INFO(sh.ic << " -> " << sh.oc << " g " << sh.g << " " << wfmt << " " << convgrad::dtype_name(dt));
-                check_exact(c, {"avx512_core"});
+                if (dt == data_type::bf16)
+                    check_exact(c, {"avx512_core", "avx512_core_bf16"});  // widened, then oc pairs
+                else
+                    check_exact(c, {"avx512_core"});
             }
 }
 

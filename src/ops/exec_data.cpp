@@ -438,6 +438,63 @@ __attribute__((target("avx512f"))) void gather_rows(const char* base, const int3
         }
 }
 
+// Transposes 16 rows of 16 dwords in place: r[i][j] becomes r[j][i].
+__attribute__((target("avx512f"))) inline void transpose_16x16(__m512i r[16]) {
+    __m512i t[16];  // (zero-masked forms: GCC 12 flags the plain ones' undefined pass-through)
+    for (int i = 0; i < 8; ++i) {  // dword pairs of rows 2i, 2i + 1
+        t[2 * i] = _mm512_maskz_unpacklo_epi32(0xffff, r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_maskz_unpackhi_epi32(0xffff, r[2 * i], r[2 * i + 1]);
+    }
+    // r[4i + j], 128-bit lane k: rows 4i .. 4i + 3 of column 4k + j
+    for (int i = 0; i < 4; ++i) {
+        r[4 * i] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int j = 0; j < 4; ++j) {
+        const __m512i even_lo = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0x88);  // lanes 0, 2 of rows 0-7
+        const __m512i odd_lo = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0xdd);
+        const __m512i even_hi = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0x88);
+        const __m512i odd_hi = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0xdd);
+        t[j] = _mm512_maskz_shuffle_i32x4(0xffff, even_lo, even_hi, 0x88);
+        t[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, even_lo, even_hi, 0xdd);
+        t[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, odd_lo, odd_hi, 0x88);
+        t[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, odd_lo, odd_hi, 0xdd);
+    }
+    for (int i = 0; i < 16; ++i) r[i] = t[i];
+}
+
+// gather_rows where each lane's values are contiguous (XIO: oc innermost):
+// out[r][l] = element r of the run at base + offset[l] (4-byte elements,
+// or 16-bit ones widened to f32), 0 for a dead lane. Per 16 rows × 16
+// lanes one masked load a lane (never past a run's end) and a register
+// transpose, instead of 16 gathers that each touch 16 lines.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void transpose_runs(const char* base, const int32_t* offset, const uint16_t* live,
+                                                     int64_t groups, int64_t rows, int64_t out_row,
+                                                     GatherWiden widen, uint32_t* out) {
+    const int64_t es = widen == GatherWiden::none ? 4 : 2;
+    __m512i r[16];
+    for (int64_t r0 = 0; r0 < rows; r0 += 16) {
+        const int64_t valid = std::min<int64_t>(16, rows - r0);
+        const __mmask16 rows_mask = static_cast<__mmask16>((1u << valid) - 1);
+        for (int64_t g = 0; g < groups; ++g) {
+            for (int l = 0; l < 16; ++l) {
+                const __mmask16 m = (live[g] >> l & 1) ? rows_mask : __mmask16(0);
+                const char* at = base + offset[16 * g + l] + r0 * es;
+                if (widen == GatherWiden::none)
+                    r[l] = _mm512_maskz_loadu_epi32(m, at);
+                else if (widen == GatherWiden::f16)
+                    r[l] = _mm512_castps_si512(_mm512_maskz_cvtph_ps(0xffff, _mm256_maskz_loadu_epi16(m, at)));
+                else
+                    r[l] = _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(m, at)), 16);
+            }
+            transpose_16x16(r);
+            for (int64_t i = 0; i < valid; ++i) _mm512_storeu_si512(out + (r0 + i) * out_row + 16 * g, r[i]);
+        }
+    }
+}
+
 // Element i of the user's W as f32 (T = float or the 16-bit bits).
 template <typename T>
 float weight_f32(const T* w, int64_t i, data_type dt) {
@@ -526,8 +583,12 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             const bool widen16 = !pairs && std::is_same_v<T, uint16_t>;
             const bool gather = plan_.isa >= Isa::avx512_core && width % 16 == 0 && (!pairs || ws.o == 1) &&
                                 w_bytes_ < (int64_t(1) << 31);
+            // Runs: each lane's oc rows are adjacent elements (oc pairs:
+            // dwords), enough of them for a transpose to beat gathers.
+            const int64_t rows = pairs ? real_reps / 2 : real_reps;
+            const bool runs = gather && ws.o == 1 && rows >= 8;
             if (gather) {
-                const int64_t back = widen16 ? 2 : 0;  // bytes from a lane's dword to its element
+                const int64_t back = widen16 && !runs ? 2 : 0;  // bytes from a lane's dword to its element
                 int64_t first_lane = -1;
                 offsets.resize(static_cast<size_t>(width));
                 live.assign(static_cast<size_t>(width / 16), 0);
@@ -535,15 +596,19 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
                     const int64_t i = src[static_cast<size_t>(l)], at = i * int64_t(sizeof(T)) - back;
                     offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(at, 0));
                     if (i >= 0 && at >= 0) live[static_cast<size_t>(l / 16)] |= static_cast<uint16_t>(1u << (l % 16));
-                    if (i == 0 && widen16) first_lane = l;
+                    if (i == 0 && widen16 && !runs) first_lane = l;
                 }
-                const int64_t rows = pairs ? real_reps / 2 : real_reps;
                 const int64_t step = int64_t(sizeof(T)) * ws.o * (pairs ? 2 : 1);
                 const GatherWiden widen = !widen16                 ? GatherWiden::none
                                           : p_.dt == data_type::f16 ? GatherWiden::f16
                                                                     : GatherWiden::bf16;
-                gather_rows(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 16, rows, step,
-                            width, widen, pairs ? out_pairs : reinterpret_cast<uint32_t*>(out32));
+                uint32_t* out = pairs ? out_pairs : reinterpret_cast<uint32_t*>(out32);
+                if (runs)
+                    transpose_runs(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 16, rows,
+                                   width, widen, out);
+                else
+                    gather_rows(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 16, rows, step,
+                                width, widen, out);
                 for (int64_t o = 0; o < rows && first_lane >= 0; ++o)
                     out32[o * width + first_lane] = weight_f32(w, o * ws.o, p_.dt);
                 o_start = pairs ? rows * 2 : rows;
