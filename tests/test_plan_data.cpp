@@ -127,6 +127,7 @@ TEST_CASE("data plan: prefetch lines cover the next block", "[jit][data][plan]")
 TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
     std::mt19937 gen(7);
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
+    int direct_row_taps = 0;
     for (int iter = 0; iter < 300; ++iter) {
         const int64_t g = pick(0, 3) == 0 ? pick(2, 4) : 1;
         const bool dw = pick(0, 4) == 0;
@@ -160,6 +161,16 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             types.lane_group = pl.lane_group;
             if (pl.dw_row_taps)  // a phase's taps: all KW with a unit W stride
                 types.row_taps = static_cast<int>((pl.geo.k[2] + pl.geo.stride[2] - 1) / pl.geo.stride[2]);
+            if (pl.direct_row_taps) {  // whole rows, a kh row's KW taps per entry, one broadcast register
+                CHECK(pl.row_blocks);
+                CHECK(pl.path == DataPath::direct);
+                CHECK(pl.types.compute != DataCompute::widen);
+                CHECK(!pl.blk.bcast_in_fma);
+                CHECK(pl.geo.stride[2] == 1);
+                types.row_taps = static_cast<int>(pl.geo.k[2]);
+                types.row_w = static_cast<int>(pl.geo.out[2]);
+                ++direct_row_taps;
+            }
             for (int m = 1; m <= pl.blk.m; ++m) {
                 CHECK(data_kernel_vregs(make_data_desc(isa, kind, m, pl.blk.n, 0, pl.blk.oc_unroll,
                                                        pl.blk.bcast_in_fma, 0, 0, types)) <= nregs);
@@ -210,8 +221,10 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(one.oc_chunk == pl.oc_chunk);
             CHECK(one.padded_rows == pl.padded_rows);
             CHECK(one.group_rows == pl.group_rows);
+            CHECK(one.direct_row_taps == pl.direct_row_taps);
         }
     }
+    CHECK(direct_row_taps > 0);  // the generator reaches the row-taps form
 }
 
 TEST_CASE("data plan: a block's broadcast rows fit the L1 sets", "[jit][data][plan]") {

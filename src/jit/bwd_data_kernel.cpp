@@ -31,9 +31,14 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     const bool widen_direct = types.compute == DataCompute::widen && kind == DataKernelKind::direct;
     d.cvt_pix_bytes = widen_direct ? types.cvt_pix_bytes : 0;
     d.store = static_cast<int32_t>(types.store);
-    d.row_taps = kind == DataKernelKind::depthwise ? types.row_taps : 1;
+    // Direct row taps: f32 or bf16 pairs, the broadcast in a register.
+    const bool direct_taps = kind == DataKernelKind::direct && types.row_taps > 1 && !widen_direct && !d.bcast_in_fma;
+    d.row_taps = kind == DataKernelKind::depthwise || direct_taps ? types.row_taps : 1;
     d.tap_dil = d.row_taps > 1 ? types.tap_dil : 1;
-    d.w_tap_step = d.row_taps > 1 ? types.w_tap_step : 1;
+    d.w_tap_step = d.row_taps > 1 && !direct_taps ? types.w_tap_step : 1;
+    d.row_x0 = direct_taps ? types.row_x0 : 0;
+    d.row_w = direct_taps ? types.row_w : 0;
+    d.w_tap_bytes = direct_taps ? types.w_tap_bytes : 0;
     d.lane_group = kind == DataKernelKind::depthwise ? types.lane_group : 1;
     d.row_pairs = static_cast<int32_t>(kind == DataKernelKind::depthwise ? types.row_pairs : DataRowPairs::none);
     d.pf_lines = kind == DataKernelKind::direct ? std::max(1, types.pf_lines) : 1;
@@ -53,6 +58,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.store == int32_t(DataStore::streaming)) os << "_nt";
     if (d.store == int32_t(DataStore::prefetched)) os << "_pfw";
     if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
+    if (d.row_w) os << "x" << d.row_x0 << "of" << d.row_w << "w" << d.w_tap_bytes;
     if (d.w_tap_step > 1) os << "w" << d.w_tap_step;
     if (d.lane_group > 1) os << "_lg" << d.lane_group;
     if (d.row_pairs) os << (d.row_pairs == int32_t(DataRowPairs::expand) ? "_khpairs_x" : "_khpairs");
@@ -344,6 +350,10 @@ void DataKernel::prefetch_next_block() {
 }
 
 void DataKernel::oc_step(int i) {
+    if (direct_row_taps()) {
+        oc_step_row_taps(i);
+        return;
+    }
     const int mn = d_.m * d_.n;
     const int w_oc_bytes = d_.n * vi_.vbytes();
     for (int v = 0; v < d_.n; ++v)
@@ -374,6 +384,10 @@ void DataKernel::oc_step(int i) {
 // it runs once per entry, so the repeated broadcasts cost nothing. Reads
 // r10, r11; clobbers rbx.
 void DataKernel::odd_oc_step() {
+    if (direct_row_taps()) {
+        odd_oc_step_row_taps();
+        return;
+    }
     const int mn = d_.m * d_.n;
     const Xbyak::Xmm w = vi_.vreg(mn), bc = vi_.vreg(mn + 1);
     for (int v = 0; v < d_.n; ++v) {
@@ -384,6 +398,53 @@ void DataKernel::odd_oc_step() {
             vdpbf16ps(vi_.vreg(j * d_.n + v), w, bc);
         }
     }
+}
+
+// Direct row taps, one oc (bf16_dot: oc pair) at offset i: the n W vectors
+// of each of the row_taps taps, then each diff_dst pixel any (block pixel,
+// tap) reads broadcast once and multiplied into every such pair. Reads r10,
+// r11.
+void DataKernel::oc_step_row_taps(int i) {
+    const int mn = d_.m * d_.n, taps = d_.row_taps;
+    const int w_oc_bytes = d_.n * vi_.vbytes();
+    for (int k = 0; k < taps; ++k)
+        for (int v = 0; v < d_.n; ++v)
+            vi_.load(vi_.vreg(mn + k * d_.n + v),
+                     ptr[kW + static_cast<int>(k * d_.w_tap_bytes) + i * w_oc_bytes + v * vi_.vbytes()]);
+    const Xbyak::Xmm bc = vi_.vreg(mn + taps * d_.n);
+    for (int x = 0; x < d_.row_w; ++x) {
+        bool read = false;
+        for (int k = 0; k < taps; ++k) read = read || row_tap_pixel(x, k) >= 0;
+        if (!read) continue;
+        vi_.bcast(bc, ptr[kDd + static_cast<int>((x - d_.row_x0) * d_.dd_pix_bytes + i * 4)]);
+        for (int k = 0; k < taps; ++k) {
+            const int j = row_tap_pixel(x, k);
+            for (int v = 0; v < d_.n && j >= 0; ++v) {
+                if (dot())
+                    vdpbf16ps(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), bc);
+                else
+                    vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), bc);
+            }
+        }
+    }
+}
+
+// bf16_dot row taps, the odd last oc: as odd_oc_step, tap by tap. Reads
+// r10, r11; clobbers rbx.
+void DataKernel::odd_oc_step_row_taps() {
+    const int mn = d_.m * d_.n;
+    const Xbyak::Xmm w = vi_.vreg(mn), bc = vi_.vreg(mn + 1);
+    for (int k = 0; k < d_.row_taps; ++k)
+        for (int v = 0; v < d_.n; ++v) {
+            vi_.load(w, ptr[kW + static_cast<int>(k * d_.w_tap_bytes) + v * vi_.vbytes()]);
+            for (int x = 0; x < d_.row_w; ++x) {
+                const int j = row_tap_pixel(x, k);
+                if (j < 0) continue;
+                movzx(ebx, word[kDd + static_cast<int>((x - d_.row_x0) * d_.dd_pix_bytes)]);
+                vpbroadcastd(bc, ebx);
+                vdpbf16ps(vi_.vreg(j * d_.n + v), w, bc);
+            }
+        }
 }
 
 // Depthwise, one entry: for each of the G output channels o of a lane

@@ -125,13 +125,24 @@ struct DataKernelDesc {
     // oc loop (prefetch_next_block), enough that a whole oc chunk's trips
     // cover the next block's m pixels.
     int32_t pf_lines = 1;
+    // Direct with row_taps > 1 (row blocks: a block is a whole diff_src row
+    // under a unit W stride): an entry is a kh row of row_taps kw taps, tap
+    // k reading the diff_dst pixel tap_dil·k before tap 0's and the W
+    // w_tap_bytes·k after tap 0's. Block pixel j's tap k reads pixel x =
+    // j + row_x0 - tap_dil·k of a diff_dst row of row_w pixels: the (j, k)
+    // whose x falls outside the row are left out at generation (the W
+    // edges compiled in), and each pixel is broadcast once per oc for every
+    // tap that reads it.
+    int32_t row_x0 = 0;
+    int32_t row_w = 0;
     int32_t reserved = 0;         // keeps the struct free of padding
+    int64_t w_tap_bytes = 0;      // direct row taps: W bytes between taps k and k+1
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
     int64_t dd_block_bytes = 0;   // diff_dst bytes between blocks (m pixels of a row, or a whole row)
 };
-static_assert(sizeof(DataKernelDesc) == 104, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 120, "DataKernelDesc must have no padding");
 
 // The element types and compute form of a kernel; f32 by default.
 struct DataKernelTypes {
@@ -144,7 +155,9 @@ struct DataKernelTypes {
     // prefetched: PREFETCHW of every line the block will store, issued before
     // the block's FMAs, so the lines' reads for ownership overlap them.
     DataStore store = DataStore::plain;
-    int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise: see DataKernelDesc
+    int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise, direct row taps: see DataKernelDesc
+    int row_x0 = 0, row_w = 0;      // direct row taps: see DataKernelDesc
+    int64_t w_tap_bytes = 0;        // direct row taps: see DataKernelDesc
     int lane_group = 1;             // depthwise: see DataKernelDesc
     DataRowPairs row_pairs = DataRowPairs::none;  // depthwise: see DataKernelDesc
     int pf_lines = 1;               // direct: see DataKernelDesc
@@ -193,6 +206,15 @@ private:
     void oc_step(int u);
     void prefetch_next_block();
     void odd_oc_step();
+    void oc_step_row_taps(int i);
+    void odd_oc_step_row_taps();
+    bool direct_row_taps() const { return d_.kind == int32_t(DataKernelKind::direct) && d_.row_taps > 1; }
+    // Direct row taps: the block pixel tap k of diff_dst pixel x adds to
+    // (-1: none; see DataKernelDesc::row_x0).
+    int row_tap_pixel(int x, int k) const {
+        const int j = x - d_.row_x0 + k * d_.tap_dil;
+        return j >= 0 && j < d_.m ? j : -1;
+    }
     void widen_entry();
     void widen_tail(const Xbyak::Label& done);
     // How a depthwise pass reads diff_dst: one row (permuted for lane

@@ -380,6 +380,9 @@ void JitDataExecutor::build_kernels() {
             if (slot) continue;
             DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
             if (col) types.out = data_type::f32;
+            if (plan_.direct_row_taps)  // W taps one [oc][lanes] block apart
+                types.w_tap_bytes = plan_.ocg_w * (last ? plan_.cb.tail_n * plan_.cb.vlen : plan_.cb.block) *
+                                    plan_.w_elem_bytes;
             types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
@@ -744,10 +747,12 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
             while (end < g.in[1] && kh_range(end) == kh) ++end;
             ctx.entries.clear();
             for (int64_t k = kh.first; k < kh.second; ++k)
-                for (const PhaseTap& pt : taps)
+                for (const PhaseTap& pt : taps) {
                     add_entry(ctx.entries,
                               dd_chunk + (ih + g.pad[1] - k * g.dil[1]) * plan_.scratch.row_bytes + pt.base * pix_bytes,
                               wblock + (k * g.k[2] + pt.kw) * plan_.ocg_w * width * plan_.w_elem_bytes);
+                    if (plan_.direct_row_taps) break;  // tap kw = 0 stands for the row's taps
+                }
             DataKernelArgs a;
             a.entries = ctx.entries.data();
             a.nentries = static_cast<int64_t>(ctx.entries.size());

@@ -164,6 +164,26 @@ std::vector<PhaseSize> phase_sizes(const DataGeometry& g) {
     return r;
 }
 
+// Direct row taps (unit W stride, a block = the row's m pixels): the
+// (pixel, kw tap) pairs that read inside the diff_dst row, and the row's
+// pixels they read.
+struct RowTapWork {
+    int64_t pairs = 0, pixels = 0;
+};
+RowTapWork direct_row_tap_work(const DataGeometry& g, int64_t m) {
+    RowTapWork w;
+    std::vector<bool> read(static_cast<size_t>(g.out[2]), false);
+    for (int64_t j = 0; j < m; ++j)
+        for (int64_t k = 0; k < g.k[2]; ++k) {
+            const int64_t x = j + g.pad[2] - k * g.dil[2];
+            if (x < 0 || x >= g.out[2]) continue;
+            ++w.pairs;
+            read[static_cast<size_t>(x)] = true;
+        }
+    for (bool r : read) w.pixels += r;
+    return w;
+}
+
 // Cost of the direct or depthwise path, one thread, whole problem.
 double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb,
                      const std::vector<PhaseSize>& phases) {
@@ -188,6 +208,15 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
         for (int64_t c = 0; c < cb.per_group; ++c) {
             const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
             auto block = [&](int m) {
+                if (pl.direct_row_taps) {
+                    // One entry for a kh row's taps, per oc step: the
+                    // (pixel, tap) pairs inside the row, a W load per tap
+                    // and vector, a broadcast per pixel read; each
+                    // accumulator's taps are one dependent chain.
+                    const RowTapWork w = direct_row_tap_work(g, m);
+                    const double loads = double(taps * n + w.pixels) / kLoadsPerCycle;
+                    return std::max({double(w.pairs * n) / kFmaPerCycle, loads, taps * lat});
+                }
                 if (!pl.dw_row_taps) return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat, dd_rows);
                 // One entry for the row's taps: each diff_dst vector loaded
                 // once; the entry's fixed cost (W loads, loop) favours long blocks.
@@ -239,6 +268,7 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
         for (int n = 1; n <= max_n; ++n)
             for (int m = 1; m <= kMaxM; ++m) {
                 if (pl->row_blocks && m != pl->geo.in[2]) continue;
+                if (pl->direct_row_taps && bif) continue;  // one broadcast serves several taps
                 DataBlocking b;
                 b.m = m;
                 b.n = n;
@@ -431,6 +461,12 @@ DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps) {
         t.tap_dil = static_cast<int>(row_tap_pixels(pl.geo));
         t.w_tap_step = static_cast<int>(pl.geo.stride[2]);
     }
+    if (pl.direct_row_taps) {
+        t.row_taps = static_cast<int>(pl.geo.k[2]);
+        t.tap_dil = static_cast<int>(pl.geo.dil[2]);
+        t.row_x0 = static_cast<int>(pl.geo.pad[2]);
+        t.row_w = static_cast<int>(pl.geo.out[2]);
+    }
     t.lane_group = pl.lane_group;
     return t;
 }
@@ -514,12 +550,20 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
                 *pl = rows;
                 ok = true;
             }
+            // Row taps where they cost less by the model (f32 or bf16
+            // pairs; widened diff_dst is converted per entry for m pixels).
+            DataPlan taps = *pl;
+            taps.direct_row_taps = true;
+            if (pl->row_blocks && p.k[2] > 1 && pl->types.compute != DataCompute::widen &&
+                choose_blocking(p, &taps) && taps.est_cycles < pl->est_cycles)
+                *pl = taps;
         }
         const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
         if (p.icg < 2 * vlen && p.k_sp() > 1) {
             DataPlan col = *pl;
             col.path = DataPath::col;
             col.row_blocks = false;
+            col.direct_row_taps = false;
             // The col executor walks the Problem's own (n, id, ih) rows: a
             // folded H (3D, kernel only in D) would leave rows unwritten.
             col.geo = make_geometry(p, 0);
@@ -582,6 +626,12 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
 // The innermost loop of to_string: what one entry of a block does.
 std::string DataPlan::body_text() const {
     const std::string n = std::to_string(blk.n);
+    if (direct_row_taps) {
+        const RowTapWork w = direct_row_tap_work(geo, blk.m);
+        return std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") +
+               std::to_string(geo.k[2] * blk.n) + " W loads, " + std::to_string(w.pixels) + " bcasts, " +
+               std::to_string(w.pairs * blk.n) + " FMAs (W edges compiled in)";
+    }
     if (path != DataPath::depthwise)
         return std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + n + " W loads, " +
                std::to_string(blk.m) + " bcasts, " + std::to_string(blk.m * blk.n) + " FMAs" +
@@ -660,7 +710,8 @@ std::string DataPlan::to_string() const {
                : dd_pitch_spread ? " (zero-padded rows, pixels spaced out of one L1 set)"
                                  : " (zero-padded rows)")
            << (nt_store ? ", streaming stores\n" : pf_store ? ", diff_src lines prefetched for writing\n" : "\n")
-           << "          for valid tap (kd, kh, kw): " << body_text() << "\n";
+           << (direct_row_taps ? "          for valid (kd, kh) row: " : "          for valid tap (kd, kh, kw): ")
+           << body_text() << "\n";
     }
     return os.str();
 }
