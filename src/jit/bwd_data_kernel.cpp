@@ -132,6 +132,9 @@ DataKernel::DataKernel(const DataKernelDesc& d)
 
 // Everything: prologue, tail mask, the block loop, epilogue, constants.
 void DataKernel::generate() {
+    if (data_kernel_vregs(d_) > vi_.num_vregs())  // a planner bug, never silently wrong code
+        throw error("JIT kernel " + name() + ": needs " + std::to_string(data_kernel_vregs(d_)) +
+                    " vector registers");
     preamble(5);  // rbx, r12-r15
     if (d_.tail) vi_.set_tail(d_.tail, kTmp, vi_.num_vregs() - 1);
     if (d_.tail && dot() && d_.kind == int32_t(DataKernelKind::depthwise)) {  // the tail's bf16 words

@@ -462,6 +462,10 @@ DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps) {
         t.w_tap_step = static_cast<int>(pl.geo.stride[2]);
     }
     if (pl.direct_row_taps) {
+        if (t.compute == DataCompute::widen) {  // widened in the padded rows (choose_padded_rows)
+            t.compute = DataCompute::f32;
+            t.in = data_type::f32;
+        }
         t.row_taps = static_cast<int>(pl.geo.k[2]);
         t.tap_dil = static_cast<int>(pl.geo.dil[2]);
         t.row_x0 = static_cast<int>(pl.geo.pad[2]);
@@ -550,12 +554,12 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
                 *pl = rows;
                 ok = true;
             }
-            // Row taps where they cost less by the model (f32 or bf16
-            // pairs; widened diff_dst is converted per entry for m pixels).
+            // Row taps where they cost less by the model. Row blocks read
+            // padded rows, which a widen plan widens to f32 as it copies
+            // them (choose_padded_rows), so its kernels run f32 too.
             DataPlan taps = *pl;
             taps.direct_row_taps = true;
-            if (pl->row_blocks && p.k[2] > 1 && pl->types.compute != DataCompute::widen &&
-                choose_blocking(p, &taps) && taps.est_cycles < pl->est_cycles)
+            if (pl->row_blocks && p.k[2] > 1 && choose_blocking(p, &taps) && taps.est_cycles < pl->est_cycles)
                 *pl = taps;
         }
         const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;

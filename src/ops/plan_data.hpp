@@ -118,10 +118,11 @@ struct DataPlan {
     // same valid taps, against an oc chunk of W small enough for L1; so W
     // serves the whole plane from L1 instead of one row from L2.
     bool row_blocks = false;
-    // Row blocks, f32 or bf16 pairs: one kernel entry per (kd, kh) row
-    // carrying its KW taps, the row's W edges compiled into the kernel
-    // (DataKernelDesc::row_x0): per oc, KW·n W loads and one broadcast per
-    // diff_dst pixel for every tap reading it, and no FMA on the zero pads.
+    // Row blocks (f32, bf16 pairs, or 16-bit widened in the padded rows):
+    // one kernel entry per (kd, kh) row carrying its KW taps, the row's W
+    // edges compiled into the kernel (DataKernelDesc::row_x0): per oc, KW·n
+    // W loads and one broadcast per diff_dst pixel for every tap reading
+    // it, and no FMA on the zero pads.
     bool direct_row_taps = false;
     // Depthwise, unit W stride: one kernel entry per kh row carrying all KW
     // taps, so each diff_dst vector is loaded once for every tap it meets.
