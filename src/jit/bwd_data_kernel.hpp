@@ -38,7 +38,8 @@
 // zero-padded staging copy. A call with no entries writes zeros.
 //
 // The sum over one pixel is a single running chain in entry order then oc
-// order (depthwise: entry, then o, then the row's taps); with `accumulate`
+// order (depthwise: entry, then o, then the row's taps; direct row taps:
+// entry, then oc, then the taps by their diff_dst pixel); with `accumulate`
 // the chain continues from the f32 partial sums in `acc`, so splitting oc
 // into chunks never changes a bit.
 //
