@@ -193,11 +193,12 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(pl.scratch.wpack_elems == (lanes ? 1 : pr.g) * cb.padded() * per_block_rows);
             // Padded diff_dst pixels: OC f32 elements, one line more when spread out of an L1 set.
             if (pl.padded_rows) CHECK(pl.dd_pitch == pr.oc() * 4 + (pl.dd_pitch_spread ? 64 : 0));
-            if (pl.row_blocks) {  // whole rows as blocks; a slab holds the plane; W chunks fit L1
+            if (pl.row_blocks) {  // whole rows as blocks; a slab holds the plane; W chunks fit L1 (row taps: L2)
                 CHECK(pl.blk.m == pl.geo.in[2]);
                 CHECK(pl.group_rows == pl.geo.in[1]);
                 CHECK(pl.scratch.slab_bytes == pl.geo.out[1] * pl.scratch.row_bytes);
-                CHECK((pl.oc_chunk * pr.k_sp() * pl.blk.lanes() * 4 <= 32 * 1024 || pl.oc_chunk <= pl.blk.oc_unroll));
+                const int64_t w_budget = (pl.direct_row_taps ? 256 : 32) * 1024;  // row taps: from L2
+                CHECK((pl.oc_chunk * pr.k_sp() * pl.blk.lanes() * 4 <= w_budget || pl.oc_chunk <= pl.blk.oc_unroll));
             } else if (pl.padded_rows) {  // a row with both pads; more slots than one item's rows
                 CHECK(pl.scratch.row_bytes == (pl.pad_left + pl.geo.out[2] + pl.pad_right) * pl.dd_pitch);
                 CHECK(pl.scratch.row_slots > pr.k[0] * pr.k[1]);

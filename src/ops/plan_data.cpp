@@ -35,6 +35,10 @@ constexpr double kLoadsPerCycle = 2.0;
 // W vectors stream from L2 when a channel block's W does not fit L1.
 constexpr double kL2BytesPerCycle = 32.0;
 constexpr int64_t kL1WBytes = 32 * 1024;
+// Row-taps plans' W chunk, from L2 (ResNet-50 res5 3x3 at 7x7, 2 threads:
+// f32 240-251 -> 254-267 GFLOP/s, bf16 482-487 -> 490-496 against the L1
+// budget; wider chunks measured no better).
+constexpr int64_t kRowTapsWBytes = 256 * 1024;
 constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list setup
 constexpr double kEntryCycles = 8.0;         // one kernel entry per block: pointers, W loads issue
 // col2im: a run of one target row (a masked read-modify-write of diff_src
@@ -375,7 +379,10 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
     const int64_t lane_bytes = int64_t(pl->blk.lanes()) * pl->w_elem_bytes;
     const int64_t u = pl->blk.oc_unroll * (is_dot(*pl) ? 2 : 1);  // whole unrolled trips
     if (pl->row_blocks) {
-        pl->oc_chunk = std::min(p.ocg, std::max(u, kL1WBytes / (p.k_sp() * lane_bytes) / u * u));
+        // Row taps load a W vector per tap for all of a row's pixels, few
+        // enough to come from L2: fewer, longer chunks.
+        const int64_t budget = pl->direct_row_taps ? kRowTapsWBytes : kL1WBytes;
+        pl->oc_chunk = std::min(p.ocg, std::max(u, budget / (p.k_sp() * lane_bytes) / u * u));
     } else if (pl->path == DataPath::direct) {
         const int64_t chunk_bytes = p.k_sp() * p.ocg * lane_bytes;
         int64_t chunks = div_up(chunk_bytes, kWChunkBytes);

@@ -116,7 +116,8 @@ struct DataPlan {
     // whole row (m = width), the plane's diff_dst rows are padded once into
     // a contiguous slab, and one kernel call runs every row that shares the
     // same valid taps, against an oc chunk of W small enough for L1; so W
-    // serves the whole plane from L1 instead of one row from L2.
+    // serves the whole plane from L1 instead of one row from L2 (with
+    // direct_row_taps, few W loads per FMA: a chunk of up to 256 KiB in L2).
     bool row_blocks = false;
     // Row blocks (f32, bf16 pairs, or 16-bit widened in the padded rows):
     // one kernel entry per (kd, kh) row carrying its KW taps, the row's W
