@@ -384,23 +384,24 @@ void DataKernel::oc_step(int i) {
 // bf16_dot, the odd last oc: the pair (diff_dst[oc], 0) against W's (w, 0),
 // so the word after the chunk is never read. One W vector at a time in the
 // first W register, the pair in the second (or the temporary when n = 1);
-// it runs once per entry, so the repeated broadcasts cost nothing. Reads
-// r10, r11; clobbers rbx.
+// it runs once per entry, so the repeated broadcasts cost nothing. Row taps
+// go tap by tap (one tap: row_x0 = 0, pixel x is block pixel x). Reads r10,
+// r11; clobbers rbx.
 void DataKernel::odd_oc_step() {
-    if (direct_row_taps()) {
-        odd_oc_step_row_taps();
-        return;
-    }
     const int mn = d_.m * d_.n;
     const Xbyak::Xmm w = vi_.vreg(mn), bc = vi_.vreg(mn + 1);
-    for (int v = 0; v < d_.n; ++v) {
-        vi_.load(w, ptr[kW + v * vi_.vbytes()]);
-        for (int j = 0; j < d_.m; ++j) {
-            movzx(ebx, word[kDd + static_cast<int>(j * d_.dd_pix_bytes)]);
-            vpbroadcastd(bc, ebx);
-            vdpbf16ps(vi_.vreg(j * d_.n + v), w, bc);
+    const int pixels = direct_row_taps() ? d_.row_w : d_.m;  // diff_dst pixels an entry reads
+    for (int k = 0; k < d_.row_taps; ++k)
+        for (int v = 0; v < d_.n; ++v) {
+            vi_.load(w, ptr[kW + static_cast<int>(k * d_.w_tap_bytes) + v * vi_.vbytes()]);
+            for (int x = 0; x < pixels; ++x) {
+                const int j = row_tap_pixel(x, k);
+                if (j < 0) continue;
+                movzx(ebx, word[kDd + static_cast<int>((x - d_.row_x0) * d_.dd_pix_bytes)]);
+                vpbroadcastd(bc, ebx);
+                vdpbf16ps(vi_.vreg(j * d_.n + v), w, bc);
+            }
         }
-    }
 }
 
 // Direct row taps, one oc (bf16_dot: oc pair) at offset i: the n W vectors
@@ -430,24 +431,6 @@ void DataKernel::oc_step_row_taps(int i) {
             }
         }
     }
-}
-
-// bf16_dot row taps, the odd last oc: as odd_oc_step, tap by tap. Reads
-// r10, r11; clobbers rbx.
-void DataKernel::odd_oc_step_row_taps() {
-    const int mn = d_.m * d_.n;
-    const Xbyak::Xmm w = vi_.vreg(mn), bc = vi_.vreg(mn + 1);
-    for (int k = 0; k < d_.row_taps; ++k)
-        for (int v = 0; v < d_.n; ++v) {
-            vi_.load(w, ptr[kW + static_cast<int>(k * d_.w_tap_bytes) + v * vi_.vbytes()]);
-            for (int x = 0; x < d_.row_w; ++x) {
-                const int j = row_tap_pixel(x, k);
-                if (j < 0) continue;
-                movzx(ebx, word[kDd + static_cast<int>((x - d_.row_x0) * d_.dd_pix_bytes)]);
-                vpbroadcastd(bc, ebx);
-                vdpbf16ps(vi_.vreg(j * d_.n + v), w, bc);
-            }
-        }
 }
 
 // Depthwise, one entry: for each of the G output channels o of a lane

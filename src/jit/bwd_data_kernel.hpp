@@ -208,10 +208,9 @@ private:
     void prefetch_next_block();
     void odd_oc_step();
     void oc_step_row_taps(int i);
-    void odd_oc_step_row_taps();
     bool direct_row_taps() const { return d_.kind == int32_t(DataKernelKind::direct) && d_.row_taps > 1; }
-    // Direct row taps: the block pixel tap k of diff_dst pixel x adds to
-    // (-1: none; see DataKernelDesc::row_x0).
+    // Direct: the block pixel tap k of diff_dst pixel x adds to (-1: none;
+    // see DataKernelDesc::row_x0; one tap per entry: pixel x itself).
     int row_tap_pixel(int x, int k) const {
         const int j = x - d_.row_x0 + k * d_.tap_dil;
         return j >= 0 && j < d_.m ? j : -1;

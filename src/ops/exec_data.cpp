@@ -381,8 +381,7 @@ void JitDataExecutor::build_kernels() {
             DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
             if (col) types.out = data_type::f32;
             if (plan_.direct_row_taps)  // W taps one [oc][lanes] block apart
-                types.w_tap_bytes = plan_.ocg_w * (last ? plan_.cb.tail_n * plan_.cb.vlen : plan_.cb.block) *
-                                    plan_.w_elem_bytes;
+                types.w_tap_bytes = plan_.ocg_w * plan_.cb.width(last) * plan_.w_elem_bytes;
             types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
@@ -570,7 +569,7 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
         std::vector<uint16_t> live;
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
-            const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
+            const int64_t width = cb.width(b + 1 == cb.per_group);
             const int64_t row0 = (g * cb.padded() + b * cb.block) * inner * reps + x * reps * width;
             float* out32 = reinterpret_cast<float*>(wp) + row0;
             uint32_t* out_pairs = reinterpret_cast<uint32_t*>(reinterpret_cast<uint16_t*>(wp) + row0);
@@ -645,7 +644,7 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
         std::vector<int64_t> src, partner;
         for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
             const int64_t b = it / ksp, tap = it % ksp;
-            const int64_t width = b + 1 == cb.per_group ? int64_t(cb.tail_n) * cb.vlen : cb.block;
+            const int64_t width = cb.width(b + 1 == cb.per_group);
             uint32_t* block = reinterpret_cast<uint32_t*>(wp) + b * cb.block * ksp * 2;
             uint32_t* pair = block + tap * width;
             uint32_t* alone = block + (ksp + tap) * width;
@@ -725,7 +724,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
     if (ctx.slab_plane != plane) build_slab(dd, plane, ctx);
     const bool last = cb % cbs.per_group + 1 == cbs.per_group;
     const int64_t grp = cb / cbs.per_group, blk = cb % cbs.per_group;
-    const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block, ksp = p_.k_sp();
+    const int64_t width = cbs.width(last), ksp = p_.k_sp();
     const int64_t row_es = plan_.widen_rows ? 4 : es_, pix_bytes = plan_.dd_pitch;
     const int64_t row_elems = g.in[2] * p_.ic(), chan_off = grp * p_.icg + blk * cbs.block;
     const int64_t plane_off = plane * g.in[1] * row_elems + chan_off;  // diff_src elements
@@ -799,7 +798,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     }
     const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
     const int64_t grp = dw ? 0 : cb / cbs.per_group, blk = cb % cbs.per_group;
-    const int64_t width = last ? int64_t(cbs.tail_n) * cbs.vlen : cbs.block;
+    const int64_t width = cbs.width(last);
     const int64_t ocg = dw ? 1 : p_.ocg, ocg_w = w_oc_rows(), oc0 = chunk * plan_.oc_chunk;
     const int64_t noc = std::min(plan_.oc_chunk, ocg - oc0);
     const int64_t ksp = p_.k_sp();
@@ -832,7 +831,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
                                   float* acc, bool last, int64_t noc, int64_t chunk, ThreadCtx& ctx) const {
     const int64_t kw_n = plan_.geo.k[2];
     const int64_t ocg_w = w_oc_rows();
-    const int64_t width = last ? int64_t(plan_.cb.tail_n) * plan_.cb.vlen : plan_.cb.block;
+    const int64_t width = plan_.cb.width(last);
     const int64_t row_es = plan_.widen_rows ? 4 : es_;
     const int64_t pix_bytes = plan_.dd_pitch;
     ctx.entries.clear();

@@ -68,6 +68,8 @@ struct DataChannelBlocks {
     int vlen = 16;
     int tail_n = 0, tail_lanes = 0;
     int64_t padded() const;  // lanes per group rounded up to whole vectors
+    // Lanes of a block in packed W: a full block, or the last one's whole vectors.
+    int64_t width(bool last) const { return last ? int64_t(tail_n) * vlen : block; }
 };
 
 // Thread partition over items (row group, channel block), group-major:
