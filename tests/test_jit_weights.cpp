@@ -366,6 +366,39 @@ TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]
     check_exact(crowded);
 }
 
+// Grouped layers whose pixels are a multiple of 512 bytes apart stage their
+// rows one line further apart (src and diff_dst, every type and ISA), and
+// those of 2 KiB or more are staged (not read in place) for it; layers
+// without groups keep dense rows.
+TEST_CASE("weights: staged grouped rows are spread a line apart", "[jit][weights]") {
+    struct Shape {
+        int64_t ic, oc, g, h, stride;
+    };
+    const Shape shapes[] = {{512, 512, 32, 9, 1}, {512, 512, 32, 13, 2}, {128, 256, 8, 7, 1}, {1024, 512, 64, 6, 2}};
+    for (const Shape& s : shapes)
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case c = conv2d(s.ic, s.oc, {s.h, s.h + 1}, {3, 3});
+            c.mb = 2;
+            c.g = s.g;
+            c.s = {s.stride, s.stride};
+            c.pb = c.pe = {1, 1};
+            c.dt = dt;
+            for (const std::string& isa : jit_isas(true)) {
+                const std::string d = c.make(isa).describe();
+                INFO(label(c, isa) << "\n" << d);
+                // 2 KiB pitches are staged (16-bit gemm always is); 128 -> 256
+                // in groups of 16 f32 reads in place on AVX-512.
+                const bool staged = dt != convgrad::data_type::f32 || isa == "avx2" || s.ic * 4 % 2048 == 0;
+                CHECK((d.find(" pitch+64") != std::string::npos) == staged);
+            }
+            check_exact_any_type(c);
+        }
+    Case plain = conv2d(256, 512, {7, 8}, {3, 3});  // 1 KiB / 2 KiB pitches without groups: dense
+    plain.mb = 2;
+    plain.pb = plain.pe = {1, 1};
+    for (const std::string& isa : jit_isas(true)) CHECK(plain.make(isa).describe().find(" pitch+64") == std::string::npos);
+}
+
 // Groups of G = 2, 4, 8 channels (IC/g == OC/g) run the depthwise kernel
 // with a tile row per (tap, input channel of the group): group counts that
 // end in a channel tail on both ISAs, pixel windows (unit W stride) and

@@ -378,8 +378,9 @@ private:
     int64_t src_row_width(int64_t seg) const;
     void stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
                      const uint16_t* diff_dst) const;
+    // ... `pitch` bytes a pixel apart at `to` (0: dense).
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
-                      int64_t pixel, int64_t count, char* to) const;
+                      int64_t pixel, int64_t count, char* to, int64_t pitch = 0) const;
     void reduce_and_store(float* target, const float* partials, void* user, bool pooled, int threads) const;
     // plan.prepad: the user's NXC src into the zero-padded src of p_.
     void pad_src(const char* src, char* to, int threads) const;
@@ -387,10 +388,12 @@ private:
     // pixel. Tile-major chunks: one tile's channels per pixel.
     int64_t src_step_bytes() const {
         if (plan_.tile_major) return plan_.blk.m * 4;
-        return (plan_.compress_w ? 1 : plan_.geo.stride[2]) * p_.ic() * plan_.elem_bytes();
+        return (plan_.compress_w ? 1 : plan_.geo.stride[2]) * (plan_.staged ? plan_.src_pitch : p_.ic() * plan_.elem_bytes());
     }
     int64_t dst_step_bytes() const {
-        return plan_.tile_major ? plan_.blk.n * plan_.blk.vlen * 4 : p_.oc() * plan_.elem_bytes();
+        return plan_.tile_major ? plan_.blk.n * plan_.blk.vlen * 4
+               : plan_.staged   ? plan_.dst_pitch
+                                : p_.oc() * plan_.elem_bytes();
     }
     // The same in the user's tensors (NXC, or the NXC scratch).
     int64_t user_elem_bytes() const { return user_es_; }
@@ -520,7 +523,6 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
                                     const StagedChunk* st, int64_t kd, int64_t kh, int64_t kw, int64_t ow_lo,
                                     int64_t ow_hi, int user) const {
     const WeightsGeometry& g = plan_.geo;
-    const int64_t ic = p_.ic(), oc = p_.oc(), es = plan_.elem_bytes();
     int64_t slot = 0;  // tile-major: the chunk's pixels in row order
     for (size_t j = 0; j < chunk.size(); ++j) {
         const RowPos& r = chunk[j];
@@ -549,7 +551,7 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         const int64_t src_pix = (key - st->src_keys.begin()) * staged_row_pixels() +
                                 (plan_.compress_w ? a : iw - src_row_first(r.seg) + (plan_.fold_kw > 1 ? g.pad[2] : 0));
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
-        out.push_back({src_pix * ic * es, dst_pix * oc * es, b - a});
+        out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, b - a});
     }
 }
 
@@ -594,16 +596,22 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
 // `count` pixels from pixel `pixel` of image (pair) n into `to`: one
 // contiguous run of channels * count elements per image.
 void JitWeightsExecutor::stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
-                                      int64_t pixel, int64_t count, char* to) const {
+                                      int64_t pixel, int64_t count, char* to, int64_t pitch) const {
     const int64_t image = plan_.pairs ? 2 * n : n;
-    if (!stager_) {  // f32: a plain copy
-        const float* from = reinterpret_cast<const float*>(tensor) + (image * image_pixels + pixel) * channels;
-        std::memcpy(to, from, static_cast<size_t>(count * channels) * 4);
-        return;
+    if (pitch == 0) pitch = channels * 4;
+    for (int64_t q = 0; q < count;) {
+        // Dense runs: the whole range, or a pixel at a time under a wider pitch.
+        const int64_t run = pitch == channels * 4 ? count : 1;
+        if (!stager_) {  // f32: a plain copy
+            const float* from = reinterpret_cast<const float*>(tensor) + (image * image_pixels + pixel + q) * channels;
+            std::memcpy(to + q * pitch, from, static_cast<size_t>(run * channels) * 4);
+        } else {
+            const uint16_t* a = tensor + (image * image_pixels + pixel + q) * channels;
+            const uint16_t* b = plan_.pairs && image + 1 < p_.mb ? a + image_pixels * channels : nullptr;
+            stager_->run(a, b, to + q * pitch, run * channels);
+        }
+        q += run;
     }
-    const uint16_t* a = tensor + (image * image_pixels + pixel) * channels;
-    const uint16_t* b = plan_.pairs && image + 1 < p_.mb ? a + image_pixels * channels : nullptr;
-    stager_->run(a, b, to, count * channels);
 }
 
 void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
@@ -616,7 +624,7 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
         const RowPos& r = chunk[j];
         const int64_t first = r.seg * g.segment, count = std::min(g.segment, g.out[2] - first);
         stage_pixels(diff_dst, oc, out_pixels, r.n, ((r.od * g.out[1]) + r.oh) * g.out[2] + first, count,
-                     st.diff_dst + static_cast<int64_t>(j) * g.segment * oc * 4);
+                     st.diff_dst + static_cast<int64_t>(j) * g.segment * plan_.dst_pitch, plan_.dst_pitch);
         for_each_src_row(r, [&](int64_t id, int64_t ih) { st.src_keys.push_back(src_key(r, id, ih)); });
     }
     std::sort(st.src_keys.begin(), st.src_keys.end());
@@ -626,7 +634,7 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
     for (size_t i = 0; i < st.src_keys.size(); ++i) {
         const int64_t key = st.src_keys[i], seg = key % g.segs_per_row, row = key / g.segs_per_row;
         const int64_t n = row / (g.in[0] * g.in[1]), plane_row = row % (g.in[0] * g.in[1]);
-        char* to = st.src + static_cast<int64_t>(i) * row_pixels * ic * 4;
+        char* to = st.src + static_cast<int64_t>(i) * row_pixels * plan_.src_pitch;
         if (plan_.fold_kw > 1) {  // staged pixel q is iw = q - pad: zeros outside the input row
             copy_padded_run(-g.pad[2], row_pixels, g.in[2], ic * 4, to, [&](int64_t first, int64_t count, char* at) {
                 stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + first, count, at);
@@ -634,12 +642,13 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
             continue;
         }
         if (!plan_.compress_w) {
-            stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg), to);
+            stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg), to,
+                         plan_.src_pitch);
             continue;
         }
         for (int64_t ow = valid[0]; ow < valid[1]; ++ow)  // iw = ow * stride - pad
             stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + ow * g.stride[2] - g.pad[2], 1,
-                         to + ow * ic * 4);
+                         to + ow * plan_.src_pitch);
     }
 }
 
@@ -935,9 +944,9 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         // compute_thread never nests on a thread: the stage slots are free.
         const WeightsBlocking& b = plan_.blk;
         const int64_t src_bytes = plan_.tile_major ? g.g * b.m_tiles * src_slice_bytes()
-                                                   : red.chunk_rows * g.k[0] * g.k[1] * row_pixels * p_.ic() * 4;
+                                                   : red.chunk_rows * g.k[0] * g.k[1] * row_pixels * plan_.src_pitch;
         const int64_t dst_bytes = plan_.tile_major ? g.g * b.n_tiles * dst_slice_bytes()
-                                                   : red.chunk_rows * g.segment * p_.oc() * 4;
+                                                   : red.chunk_rows * g.segment * plan_.dst_pitch;
         ts.staged.src = scratch(kStageSrc, src_bytes, true, ts.staged.src_fresh);
         ts.staged.diff_dst = scratch(kStageDst, dst_bytes, true, ts.staged.dst_fresh);
         // Tile-major 16-bit: a chunk row is widened (or paired) here first.

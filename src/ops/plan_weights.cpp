@@ -116,17 +116,38 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
 // 1.05-1.34x, ResNeXt-50 conv4 / conv5 1.06-1.29x; cases that moved between
 // 0.88 and 1.13x in 2-thread runs measured 0.99-1.28x on one thread (min of
 // 7). The 14 pixels of a 28 -> 14 row of 512 channels, 4 KiB apart in src,
-// share one set and ran 0.81x in place: they stay staged.
+// share one set and ran 0.81x in place: they stay staged. So do all
+// grouped layers with pixels a multiple of 2 KiB apart in src or diff_dst:
+// in place, all of a call's rows crowd a few sets; staged, their rows are
+// spread a line apart (staged_pitch). AMD Zen 5, against the previous rule,
+// min of 5-7, f32: ResNeXt-50 conv5 (1024 channels) 3x3 s2 1.20-1.22x, 3x3
+// 1.01-1.02x (2 threads), conv4 (512) 1.01-1.08x.
 bool stage_f32(const Problem& p, const WeightsPlan& plan) {
     if (plan.blk.kind == WeightsKernelKind::depthwise) return false;
     if (foldable(p)) return false;
     if (plan.isa == Isa::avx2) return true;
     const int64_t ow = p.out[2];
+    if (p.g > 1 && p.k_sp() > 1 && (p.ic() * 4 % 2048 == 0 || p.oc() * 4 % 2048 == 0)) return true;
     if (p.g > 1 && p.k_sp() > 1 && lines_per_l1_set(ow, p.stride[2] * p.ic() * 4) <= kL1LinesPerSet &&
         lines_per_l1_set(ow, p.oc() * 4) <= kL1LinesPerSet)
         return false;
     if (p.ic() < 16) return false;
     return p.k_sp() > 1 || p.oc() > 64;
+}
+
+// Staged rows of a grouped layer: the pixel pitch of `bytes` (f32
+// channels), one line more when it is a multiple of 512 bytes. A tile
+// reads a group's line or two of every pixel of the chunk, tap after tap;
+// with such pitches those lines fall into 1/8 or fewer of the cache sets
+// (L1: 8 of 64; L2 at a 4 KiB pitch: 16 of 1024) and evict each other
+// between the calls that reread them. The kernel alone, on one L2-resident
+// call of 19 rows x 14 pixels (AMD Zen 5, f32, m16n1, the 2 KiB-pitch
+// ResNeXt-50 conv4 3x3 s2): 117 -> 162 GFLOP/s; m11n2 at a 4 KiB pitch
+// (conv5 s2): 139 -> 199. Layers without groups measured even (ResNet-50
+// 3x3 and 16-bit 1x1, 0.94-1.03 against none): left dense.
+int64_t staged_pitch(const WeightsPlan& plan, const Problem& p, int64_t bytes) {
+    const bool spread = plan.staged && !plan.tile_major && plan.fold_kw == 1 && p.g > 1 && bytes % 512 == 0;
+    return bytes + (spread ? 64 : 0);
 }
 
 double tile_cycles(double fmas, double loads, double instrs, double latency) {
@@ -684,6 +705,8 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || kw_ic_rows_consecutive(p));
     plan.weights_elems = p.output_elems;
     if (fold_kw(p, plan)) plan.fold_kw = p.k[2];
+    plan.src_pitch = staged_pitch(plan, p, p.ic() * 4);
+    plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4);
     choose_blocking(plan);
     choose_reduction(plan, p);
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
@@ -710,6 +733,7 @@ std::string WeightsPlan::to_string() const {
        << " chunk=" << red.chunk_rows << " rows (" << red.chunks << " chunks, " << (red.chunk_bytes >> 10)
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
        << (stage_in_kernel ? " tile-major(in-kernel)" : tile_major ? " tile-major" : "")
+       << (src_pitch > geo.g * geo.icg * 4 || dst_pitch > geo.g * geo.ocg * 4 ? " pitch+64" : "")
        << (fold_kw > 1 ? " fold-kw" : "") << (prepad ? " prepad" : "")
        << (w_pairs ? " W-pairs" : "")
        << (transpose_inputs ? " ncx->nxc" : "")

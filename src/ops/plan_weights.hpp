@@ -99,6 +99,9 @@ struct WeightsPlan {
     // Staged 1x1 with a W stride: src rows are staged with only the pixels
     // read (one per output pixel), halving (s = 2) their staging and space.
     bool compress_w = false;
+    // Staged rows (not tile-major): bytes between staged pixels, IC (OC)
+    // f32 elements or one line more (see staged_pitch in plan_weights.cpp).
+    int64_t src_pitch = 0, dst_pitch = 0;
     // Staged unpadded 1x1 (one src pixel per output pixel) with a pixel
     // stride of tile_major_stride_bytes or more: each chunk is staged tile-major, every ic tile's src as [pixel][m] and every oc
     // tile's diff_dst as [pixel][n vectors], so a kernel call streams two
