@@ -67,6 +67,24 @@ void check_exact(const DCase& c, const std::vector<std::string>& isas = {"avx512
     }
 }
 
+// A plan with streaming stores, run into an aligned output (streaming) and
+// one 16 bytes off (the kernels without them), both starting as 0x7f bytes:
+// equal to `expect` bit for bit.
+void check_streaming(const DCase& c, const testutil::Buffer& dd, const testutil::Buffer& w,
+                     const testutil::Buffer& expect) {
+    const auto jit = c.make(convgrad::max_isa());
+    INFO(jit.describe());
+    CHECK(jit.describe().find("streaming stores") != std::string::npos);
+    const size_t bytes = expect.bytes.size();
+    std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, bytes + 64)),
+                                                       &std::free);
+    for (size_t offset : {0, 16}) {  // aligned: streaming; 16: the kernels without (dw: prefetching)
+        std::memset(out.get(), 0x7f, bytes + 64);
+        jit.execute(dd.data(), w.data(), out.get() + offset);
+        CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);
+    }
+}
+
 }  // namespace
 
 TEST_CASE("data: channel block boundaries", "[jit][data]") {
@@ -954,16 +972,63 @@ TEST_CASE("data: streaming stores, aligned and not", "[jit][data][dtype]") {
             const auto dd = testutil::small_ints(dt, ref.input0_elems(), 21);
             const auto w = testutil::small_ints(dt, ref.input1_elems(), 22);
             const auto expect = testutil::run(ref, dd, w);
-            const auto jit = c.make(convgrad::max_isa());
-            INFO(jit.describe());
-            CHECK(jit.describe().find("streaming stores") != std::string::npos);
-            const size_t bytes = expect.bytes.size();
-            std::unique_ptr<uint8_t, decltype(&std::free)> out(
-                    static_cast<uint8_t*>(std::aligned_alloc(64, bytes + 64)), &std::free);
-            for (size_t offset : {0, 16}) {  // aligned: streaming; 16: the kernels without (dw: prefetching)
-                std::memset(out.get(), 0x7f, bytes + 64);
-                jit.execute(dd.data(), w.data(), out.get() + offset);
-                CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);
-            }
+            check_streaming(c, dd, w, expect);
         }
+}
+
+// 16-bit outputs of strided layers: the W phases no tap reaches, and the
+// rows no kernel row reaches, are zeroed apart from the kernels, once for
+// every channel (see direct_item). Every such pixel must be written: the
+// output starts as 0x7f bytes. Phases of 1x1 s2 / s3 and of 2 taps at
+// stride 3 (some phases reached, some not), a D stride (whole planes of
+// zero rows), groups, both data formats, every ISA; and a large layer with
+// streaming stores, at an aligned output (zeros streamed) and one 16 bytes
+// off (plain stores).
+TEST_CASE("data: strided layers' inserted zeros are written apart from the kernels", "[jit][data][dtype]") {
+    std::vector<DCase> cs;
+    DCase c;
+    c.mb = 2;
+    c.ic = 48;
+    c.oc = 40;
+    c.in = {9, 11};
+    c.k = {1, 1};
+    c.s = {2, 2};
+    cs.push_back(c);
+    c.s = {3, 3};
+    c.g = 2;
+    cs.push_back(c);
+    c.g = 1;
+    c.k = {2, 2};
+    c.in = {11, 10};
+    cs.push_back(c);
+    DCase d3;
+    d3.mb = 1;
+    d3.ic = 32;
+    d3.oc = 24;
+    d3.in = {5, 7, 9};
+    d3.k = {1, 2, 1};
+    d3.s = {3, 2, 2};
+    d3.pb = d3.pe = {0, 0, 0};
+    cs.push_back(d3);
+    for (DCase v : cs)
+        for (data_type dt : {data_type::bf16, data_type::f16})
+            for (bool nxc : {true, false}) {
+                v.dt = dt;
+                v.nxc = nxc;
+                INFO(wtest::label(v, "") << (dt == data_type::bf16 ? " bf16" : " f16"));
+                check_exact(v, kAllIsas);
+            }
+    DCase big;
+    big.mb = 6;  // 9.6 MB of bf16 diff_src, 3/4 of it zeros
+    big.ic = 256;
+    big.oc = 128;
+    big.in = {56, 56};
+    big.k = {1, 1};
+    big.s = {2, 2};
+    big.dt = data_type::bf16;
+    const auto ref = big.make("ref");
+    const auto dd = testutil::small_ints(big.dt, ref.input0_elems(), 31);
+    const auto w = testutil::small_ints(big.dt, ref.input1_elems(), 32);
+    const auto expect = testutil::run(ref, dd, w);
+    check_streaming(big, dd, w, expect);
 }
