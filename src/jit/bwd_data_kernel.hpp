@@ -172,6 +172,15 @@ std::string to_string(const DataKernelDesc& d);
 // Vector registers a desc needs (accumulators, weights, temporaries, AVX2 mask).
 int data_kernel_vregs(const DataKernelDesc& d);
 
+// Direct row taps: the pixel of an m-pixel block that tap k of diff_dst
+// pixel x adds to, or -1 (see DataKernelDesc::row_x0 and tap_dil). The
+// generator leaves the other (pixel, tap) pairs out, and the planner's
+// cost counts the same pairs.
+inline int data_row_tap_pixel(int x, int k, int row_x0, int tap_dil, int m) {
+    const int j = x - row_x0 + k * tap_dil;
+    return j >= 0 && j < m ? j : -1;
+}
+
 struct DataEntry {
     const void* dd;  // diff_dst: pixel 0 of block 0 at the chunk's first oc / channel
     const void* w;   // packed weights: this tap, this channel block, the chunk's first oc
@@ -211,10 +220,7 @@ private:
     bool direct_row_taps() const { return d_.kind == int32_t(DataKernelKind::direct) && d_.row_taps > 1; }
     // Direct: the block pixel tap k of diff_dst pixel x adds to (-1: none;
     // see DataKernelDesc::row_x0; one tap per entry: pixel x itself).
-    int row_tap_pixel(int x, int k) const {
-        const int j = x - d_.row_x0 + k * d_.tap_dil;
-        return j >= 0 && j < d_.m ? j : -1;
-    }
+    int row_tap_pixel(int x, int k) const { return data_row_tap_pixel(x, k, d_.row_x0, d_.tap_dil, d_.m); }
     void widen_entry();
     void widen_tail(const Xbyak::Label& done);
     // How a depthwise pass reads diff_dst: one row (permuted for lane

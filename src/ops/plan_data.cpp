@@ -176,15 +176,17 @@ struct RowTapWork {
 };
 RowTapWork direct_row_tap_work(const DataGeometry& g, int64_t m) {
     RowTapWork w;
-    std::vector<bool> read(static_cast<size_t>(g.out[2]), false);
-    for (int64_t j = 0; j < m; ++j)
+    for (int64_t x = 0; x < g.out[2]; ++x) {  // the row's pixels, as the generator walks them
+        bool read = false;
         for (int64_t k = 0; k < g.k[2]; ++k) {
-            const int64_t x = j + g.pad[2] - k * g.dil[2];
-            if (x < 0 || x >= g.out[2]) continue;
+            if (data_row_tap_pixel(static_cast<int>(x), static_cast<int>(k), static_cast<int>(g.pad[2]),
+                                   static_cast<int>(row_tap_pixels(g)), static_cast<int>(m)) < 0)
+                continue;
             ++w.pairs;
-            read[static_cast<size_t>(x)] = true;
+            read = true;
         }
-    for (bool r : read) w.pixels += r;
+        w.pixels += read;
+    }
     return w;
 }
 
