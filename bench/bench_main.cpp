@@ -4,7 +4,7 @@
 // See docs/bench.md. Usage:
 //   convgrad-bench [--benchmark_*] [DESCRIPTOR... | --batch=FILE] [--op=..]
 //                  [--dt=..] [--mb=N] [--threads=N] [--isa=..] [--peaks=FILE]
-//                  [--impl=jit,ref,onednn,onednn_plain] [--ref-max-gflop=X]
+//                  [--impl=jit,ref,onednn,onednn_plain,create] [--ref-max-gflop=X]
 #include <benchmark/benchmark.h>
 #include <tbb/task_arena.h>
 
@@ -53,8 +53,8 @@ bench_options parse_bench_args(int argc, char** argv) {
             b.impls.clear();
             std::stringstream ss(arg.substr(7));
             for (std::string name; std::getline(ss, name, ',');) {
-                if (name != "jit" && name != "ref" && name != "onednn" && name != "onednn_plain")
-                    throw std::invalid_argument("option " + arg + ": expected jit, ref, onednn, onednn_plain");
+                if (name != "jit" && name != "ref" && name != "onednn" && name != "onednn_plain" && name != "create")
+                    throw std::invalid_argument("option " + arg + ": expected jit, ref, onednn, onednn_plain, create");
                 b.impls.insert(name);
             }
         } else if (arg.rfind("--ref-max-gflop=", 0) == 0) {
@@ -133,6 +133,30 @@ void bench_convgrad(benchmark::State& state, const op_case& c, const std::string
     });
 }
 
+// Op creation (validation, plan, kernels) as dispatched: `create_cold`
+// empties the process's kernel cache before each creation (not timed), so
+// every kernel the op needs is generated; `create_cached` finds them all
+// cached. Manual time: only the constructor is timed.
+void bench_create(benchmark::State& state, const op_case& c, bool cold, const context& ctx) {
+    using clock = std::chrono::steady_clock;
+    tbb::task_arena arena(ctx.threads);
+    arena.execute([&] {
+        const isa_cap_guard cap(ctx.isa);
+        const convgrad::op first = c.make_op();  // cached: its kernels stay in the cache
+        state.SetLabel(impl_label(first));
+        size_t kernels = 0;
+        for (auto _ : state) {
+            if (cold) kernels = convgrad::clear_kernel_cache();
+            const auto t0 = clock::now();
+            const convgrad::op o = c.make_op();
+            const auto t1 = clock::now();
+            benchmark::DoNotOptimize(&o);
+            state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
+        }
+        if (cold) state.counters["kernels"] = static_cast<double>(kernels);  // generated per creation
+    });
+}
+
 #ifdef CONVGRAD_HAVE_DNNL
 void bench_onednn(benchmark::State& state, const op_case& c, const conv_desc& d, const std::string& impl,
                   const context& ctx) {
@@ -181,6 +205,12 @@ void register_case(const op_case& c, const bench_options& b, const context& ctx)
     if (b.impls.count("ref") && c.make_op().flops() <= b.ref_max_gflop * 1e9)
         add("ref", [c, ctx](benchmark::State& s) { bench_convgrad(s, c, "ref", ctx); });
     if (b.impls.count("jit")) add("jit", [c, ctx](benchmark::State& s) { bench_convgrad(s, c, "jit", ctx); });
+    if (b.impls.count("create"))
+        for (const bool cold : {true, false})
+            benchmark::RegisterBenchmark((key + (cold ? "/create_cold" : "/create_cached")).c_str(),
+                                         [c, cold, ctx](benchmark::State& s) { bench_create(s, c, cold, ctx); })
+                    ->UseManualTime()
+                    ->Unit(benchmark::kMicrosecond);
 }
 
 }  // namespace

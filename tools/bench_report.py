@@ -12,6 +12,8 @@ With repetitions (--benchmark_repetitions=N) the median aggregate is used.
 One PNG per data type when the run has several (bench_f32.png, ...).
 Below the table, a summary per op and data type: geometric means of the
 ratios to oneDNN and % of peak (minimum, median, maximum over the layers).
+Runs with --impl=create add a table of op creation times (cold: every
+kernel generated; cached: every kernel found in the process's cache).
 """
 import argparse
 import json
@@ -24,6 +26,7 @@ import sys
 import tempfile
 
 IMPLS = ["jit", "ref", "onednn", "onednn_plain"]
+CREATE = ["create_cold", "create_cached"]
 TITLES = {"jit": "convgrad", "ref": "convgrad ref", "onednn": "oneDNN (blocked)",
           "onednn_plain": "oneDNN (plain NXC, reorders timed)"}
 
@@ -31,7 +34,7 @@ TITLES = {"jit": "convgrad", "ref": "convgrad ref", "onednn": "oneDNN (blocked)"
 def split_name(run_name):
     """'bwd_w/f32/conv2/3x3/jit' -> (op, dt, layer, impl); layers may hold '/'."""
     parts = run_name.split("/")
-    if parts and parts[-1] == "real_time":
+    if parts and parts[-1] in ("real_time", "manual_time"):
         parts = parts[:-1]
     if len(parts) < 4:
         raise ValueError("unexpected benchmark name %r" % run_name)
@@ -67,11 +70,49 @@ def gflops(entry):
     return None if entry is None else entry.get("GFLOPS")
 
 
+def micros(entry):
+    """Time per iteration of a create row in microseconds."""
+    if entry is None:
+        return None
+    scale = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}[entry.get("time_unit", "ns")]
+    return entry["real_time"] * scale
+
+
+def creation(rows):
+    """Op creation table and its summary, or [] when the run had no create rows."""
+    timed = [(k, v) for k, v in rows.items() if any(i in v for i in CREATE)]
+    if not timed:
+        return []
+    out = ["| layer | op | dt | create cold µs | kernels generated | create cached µs | impl |",
+           "|---|---|---|---:|---:|---:|---|"]
+    for (op, dt, layer), impls in timed:
+        cold, cached = impls.get("create_cold"), impls.get("create_cached")
+        kernels = cold.get("kernels") if cold else None
+        label = (cold or cached).get("label", "–")
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (layer, op, dt, fmt(micros(cold)),
+                   "–" if kernels is None else "%d" % kernels, fmt(micros(cached), 2), label))
+    colds = [micros(v["create_cold"]) for _, v in timed if "create_cold" in v]
+    cacheds = [micros(v["create_cached"]) for _, v in timed if "create_cached" in v]
+    spread = lambda xs, d: "%s / %s / %s" % (fmt(min(xs), d), fmt(statistics.median(xs), d), fmt(max(xs), d)) if xs else "–"
+    out.append("")
+    out.append("Op creation over %d cases, min / median / max: cold %s µs, cached %s µs." % (
+        len(timed), spread(colds, 1), spread(cacheds, 2)))
+    return ["", "Op creation (validation, plan, kernels; `--impl=create`):", ""] + out
+
+
+def perf_rows(rows):
+    """The rows that timed an execution (not only op creation)."""
+    return {k: v for k, v in rows.items() if any(i in v for i in IMPLS)}
+
+
 def markdown(rows, context):
+    timed = perf_rows(rows)
+    if not timed:
+        return "\n".join(creation(rows)[1:]) + "\n"
     out = ["| layer | op | dt | convgrad GFLOP/s | % peak | ref | oneDNN | oneDNN plain"
            " | convgrad ÷ oneDNN | convgrad ÷ oneDNN plain | convgrad impl | oneDNN impl |",
            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
-    for (op, dt, layer), impls in rows.items():
+    for (op, dt, layer), impls in timed.items():
         g = {i: gflops(impls.get(i)) for i in IMPLS}
         jit = impls.get("jit", {})
         ratio = lambda other: (g["jit"] / g[other]) if g["jit"] and g[other] else None
@@ -84,7 +125,8 @@ def markdown(rows, context):
     out.append("")
     out.append("Threads: %s. Peak: %s. Ratios > 1: convgrad is faster." % (threads, peaks))
     out.append("")
-    out.extend(summary(rows))
+    out.extend(summary(timed))
+    out.extend(creation(rows))
     return "\n".join(out) + "\n"
 
 
@@ -158,6 +200,7 @@ def main():
     if args.png:
         if not shutil.which("gnuplot"):
             sys.exit("bench_report: gnuplot not found (apt-get install gnuplot-nox)")
+        rows = perf_rows(rows)
         dts = sorted({k[1] for k in rows})
         base, ext = os.path.splitext(args.png)
         for dt in dts:

@@ -8,6 +8,7 @@
 // when an error is thrown.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -64,6 +65,13 @@ data_type parse_data_type(std::string_view name);  // throws convgrad::error
 // environment variable CONVGRAD_MAX_ISA = ref | avx2 | avx512_core |
 // avx512_core_bf16 | amx. Returns one of those names.
 std::string max_isa();
+
+// Drops every JIT kernel the process has cached and returns how many there
+// were (0 when only the reference path ran). Ops already created keep their
+// kernels; the next op that needs one builds it again. For embedders that
+// want the code memory back, and for timing op creation from cold
+// (convgrad-bench --impl=create). Safe to call from any thread at any time.
+size_t clear_kernel_cache();
 
 class op {
 public:

@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <vector>
 
 #include "convgrad/convgrad.hpp"
+#include "jit/kernel_cache.hpp"
 
 namespace convgrad::detail {
 namespace {
@@ -34,11 +37,42 @@ void register_kernel(const std::string& name, const uint8_t* code, size_t size) 
     }
 }
 
+struct CacheRegistry {
+    std::mutex mu;
+    std::vector<KernelCacheBase*> caches;
+};
+
+// Constructed by the first cache's registration, so it outlives every cache.
+CacheRegistry& registry() {
+    static CacheRegistry r;
+    return r;
+}
+
 // rbx, r12..r15 in push order.
 const Xbyak::Reg64 kSaved[] = {Xbyak::util::rbx, Xbyak::util::r12, Xbyak::util::r13,
                                Xbyak::util::r14, Xbyak::util::r15};
 
 }  // namespace
+
+KernelCacheBase::KernelCacheBase() {
+    CacheRegistry& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mu);
+    r.caches.push_back(this);
+}
+
+KernelCacheBase::~KernelCacheBase() {
+    CacheRegistry& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mu);
+    r.caches.erase(std::remove(r.caches.begin(), r.caches.end(), this), r.caches.end());
+}
+
+size_t clear_kernel_caches() {
+    CacheRegistry& r = registry();
+    const std::lock_guard<std::mutex> lock(r.mu);
+    size_t n = 0;
+    for (KernelCacheBase* c : r.caches) n += c->clear();
+    return n;
+}
 
 JitKernel::JitKernel(std::string name)
     : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), name_(std::move(name)) {

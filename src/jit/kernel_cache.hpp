@@ -3,8 +3,11 @@
 // (shape values that do not are runtime arguments). Thread-safe; a kernel is
 // generated outside the lock, concurrent requests for one desc wait for the
 // same build, and a failed build is evicted so the next request retries.
+// Every cache registers itself, so clear_kernel_caches() can empty them all
+// (convgrad::clear_kernel_cache).
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <future>
@@ -16,8 +19,22 @@
 
 namespace convgrad::detail {
 
+class KernelCacheBase {
+public:
+    // Drops every entry; returns how many there were. Kernels in use stay
+    // alive through their owners' shared pointers.
+    virtual size_t clear() = 0;
+
+protected:
+    KernelCacheBase();  // registers the cache
+    ~KernelCacheBase();  // unregisters it
+};
+
+// Empties every kernel cache of the process; returns the entries dropped.
+size_t clear_kernel_caches();
+
 template <typename Desc, typename Kernel>
-class KernelCache {
+class KernelCache final : public KernelCacheBase {
     static_assert(std::is_trivially_copyable_v<Desc>, "KernelDesc must be trivially copyable");
 
 public:
@@ -30,15 +47,17 @@ public:
         std::promise<Ptr> promise;
         std::shared_future<Ptr> future;
         bool owner = false;
+        uint64_t id = 0;
         {
             const std::lock_guard<std::mutex> lock(mu_);
             auto it = map_.find(key);
             if (it == map_.end()) {
                 future = promise.get_future().share();
-                map_.emplace(key, future);
+                id = ++builds_;
+                map_.emplace(key, Entry{future, id});
                 owner = true;
             } else {
-                future = it->second;
+                future = it->second.kernel;
             }
         }
         if (hit) *hit = !owner;
@@ -48,7 +67,8 @@ public:
             } catch (...) {
                 promise.set_exception(std::current_exception());
                 const std::lock_guard<std::mutex> lock(mu_);
-                map_.erase(key);
+                auto it = map_.find(key);  // still this build's entry (not one made after a clear)
+                if (it != map_.end() && it->second.id == id) map_.erase(it);
             }
         }
         return future.get();
@@ -59,9 +79,23 @@ public:
         return map_.size();
     }
 
+    // A build in flight finishes for the requests already waiting on it;
+    // later requests build the kernel again.
+    size_t clear() override {
+        const std::lock_guard<std::mutex> lock(mu_);
+        const size_t n = map_.size();
+        map_.clear();
+        return n;
+    }
+
 private:
+    struct Entry {
+        std::shared_future<Ptr> kernel;
+        uint64_t id;  // which get() made it
+    };
     mutable std::mutex mu_;
-    std::unordered_map<std::string, std::shared_future<Ptr>> map_;
+    std::unordered_map<std::string, Entry> map_;
+    uint64_t builds_ = 0;
 };
 
 }  // namespace convgrad::detail

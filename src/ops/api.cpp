@@ -8,6 +8,7 @@
 
 #include "convgrad/convgrad.hpp"
 #include "jit/isa.hpp"
+#include "jit/kernel_cache.hpp"
 #include "ops/executor.hpp"
 #include "ops/problem.hpp"
 
@@ -51,6 +52,8 @@ data_type parse_data_type(std::string_view name) {
 }
 
 std::string max_isa() { return detail::isa_name(detail::effective_isa()); }
+
+size_t clear_kernel_cache() { return detail::clear_kernel_caches(); }
 
 namespace {
 
