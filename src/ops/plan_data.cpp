@@ -1,6 +1,7 @@
 #include "ops/plan_data.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <numeric>
 #include <sstream>
@@ -211,8 +212,8 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
     for (const PhaseSize& ph : phases) {
         const int64_t j = ph.pixels, taps = ph.taps;
         const int64_t full = j / b.m, rem = j % b.m;
-        for (int64_t c = 0; c < cb.per_group; ++c) {
-            const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
+        // A group's channel blocks: per_group - 1 of n vectors, the last of tail_n.
+        auto channel_block = [&](int n) {
             auto block = [&](int m) {
                 if (pl.direct_row_taps) {
                     // One entry for a kh row's taps, per oc step: the
@@ -231,8 +232,9 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                 return std::max({taps * m * n / kFmaPerCycle, loads, lat}) + kEntryCycles;
             };
             const double blocks = full * block(b.m) + (rem ? block(static_cast<int>(rem)) : 0);
-            per_row += blocks * entries * red + 3 * kCallCycles;
-        }
+            return blocks * entries * red + 3 * kCallCycles;
+        };
+        per_row += double(cb.per_group - 1) * channel_block(b.n) + channel_block(cb.tail_n);
     }
     const int64_t groups = path == DataPath::depthwise ? 1 : p.g;
     return per_row * groups * row_images(p, g) * g.in[0] * g.in[1];
@@ -240,12 +242,11 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
 
 // Cost of the col path: a GEMM per diff_dst pixel, then the scatter.
 double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb) {
-    double per_pixel = 0;
     const bool l2 = w_block_in_l2(p, pl, b);
-    for (int64_t c = 0; c < cb.per_group; ++c) {
-        const int n = c + 1 == cb.per_group ? cb.tail_n : b.n;
-        per_pixel += step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, l2) / b.m * p.ocg;
-    }
+    auto channel_block = [&](int n) {  // per_group - 1 blocks of n vectors, the last of tail_n
+        return step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, l2) / b.m * p.ocg;
+    };
+    double per_pixel = double(cb.per_group - 1) * channel_block(b.n) + channel_block(cb.tail_n);
     // Runs per pixel: a target row's taps are one run when they are adjacent
     // in diff_src (one group, no W dilation), else one per kw.
     const double runs = double(p.k[0] * p.k[1] * (p.g == 1 && p.dil[2] == 1 ? 1 : p.k[2]));
@@ -253,10 +254,9 @@ double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, c
     return per_pixel * p.g * p.mb * p.out_sp();
 }
 
-int vregs(const DataPlan& pl, const DataBlocking& b, int tail) {
+int vregs(const DataPlan& pl, const DataBlocking& b, int tail, const DataKernelTypes& types) {
     const DataKernelKind kind = pl.path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
-    return data_kernel_vregs(make_data_desc(pl.isa, kind, b.m, b.n, tail, b.oc_unroll, b.bcast_in_fma, 0, 0,
-                                            data_kernel_types(pl, row_tap_count(pl.geo))));
+    return data_kernel_vregs(make_data_desc(pl.isa, kind, b.m, b.n, tail, b.oc_unroll, b.bcast_in_fma, 0, 0, types));
 }
 
 // Searches m × n (× broadcast form) for the lowest estimated cycles.
@@ -268,6 +268,14 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                                                        : p.ic();
     const int max_n = static_cast<int>(std::min<int64_t>(kMaxN, div_up(lanes, vlen)));
     const std::vector<PhaseSize> phases = phase_sizes(pl->geo);
+    // Broadcast rows: diff_dst pixels (f32, or widened to f32; bf16 pairs: 2
+    // bytes a channel); blocks whose m rows crowd one L1 set are left out.
+    const int64_t bcast_stride = p.oc() * (is_dot(*pl) ? 2 : 4);
+    // (More rows never crowd a set less, so one count settles the common case.)
+    std::array<bool, kMaxM + 1> crowded{};
+    if (pl->path != DataPath::depthwise && lines_per_l1_set(kMaxM, bcast_stride) > kL1LinesPerSet)
+        for (int m = 1; m <= kMaxM; ++m) crowded[m] = lines_per_l1_set(m, bcast_stride) > kL1LinesPerSet;
+    const DataKernelTypes types = data_kernel_types(*pl, row_tap_count(pl->geo));
     double best = -1;
     bool best_preferred = false;
     for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
@@ -282,13 +290,11 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                 b.bcast_in_fma = bif;
                 const DataChannelBlocks cb = make_channel_blocks(lanes, pl->path == DataPath::depthwise ? 1 : p.g, n, vlen);
                 const int tail = pl->path == DataPath::col ? 0 : cb.tail_lanes;
-                if (vregs(*pl, b, tail) > nregs) continue;
+                if (vregs(*pl, b, tail, types) > nregs) break;  // more pixels only add registers
                 // Pixel displacements inside the kernel are 32-bit.
                 const int64_t pix_bytes = std::max(p.oc(), pl->path == DataPath::col ? cb.padded() : p.stride[2] * p.ic()) * 4;
                 if (m * pix_bytes + b.lanes() * 4 >= INT32_MAX) continue;
-                // Broadcast rows: diff_dst pixels (f32, or widened to f32; bf16 pairs: 2 bytes a channel).
-                const int64_t bcast_stride = p.oc() * (is_dot(*pl) ? 2 : 4);
-                if (pl->path != DataPath::depthwise && lines_per_l1_set(m, bcast_stride) > kL1LinesPerSet) continue;
+                if (crowded[m]) continue;
                 const double c =
                         pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb, phases);
                 // Ties go to one vector with the broadcast inside the FMA:

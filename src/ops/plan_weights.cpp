@@ -26,6 +26,7 @@
 #include "ops/plan_weights.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <sstream>
@@ -346,6 +347,8 @@ void choose_blocking(WeightsPlan& plan) {
     // Whole rows (option 0): every pixel as in a window of the row's width.
     const int window_options[] = {1, 2, 3, 4, 6, 8, 0};
     const bool rows_ok = whole_rows_ok(plan);
+    std::array<double, 9> chunk_px{};  // chunk pixels per tile width n (1..8)
+    for (int n = 1; n <= 8; ++n) chunk_px[n] = chunk_pixels(plan, n);
     double best = 1e300;
     int best_window = 1;
     for (int kh : kh_options) {
@@ -360,8 +363,9 @@ void choose_blocking(WeightsPlan& plan) {
             for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
                 if (rows && m != rows_total) continue;  // one kw tile
                 for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
-                    if (!fits(plan, m, n, b.tail, kh) || (dw && !dw_disp_fits(plan, m, n, kh, w))) continue;
-                    const double pixels = chunk_pixels(plan, n);
+                    if (!fits(plan, m, n, b.tail, kh)) break;  // wider tiles only add registers
+                    if (dw && !dw_disp_fits(plan, m, n, kh, w)) continue;
+                    const double pixels = chunk_px[n];
                     // Depthwise windows take blocks of a row's interior pixels
                     // (pairs: 2w pixels a block); the rest run one (pair) at a time.
                     const double in_blocks =
