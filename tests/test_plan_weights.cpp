@@ -373,6 +373,25 @@ TEST_CASE("weights plan: problems that always run on one thread have no slices",
     }
 }
 
+TEST_CASE("weights plan: f32 1x1 layers narrow on a side read in place", "[jit][weights][plan]") {
+    // AVX-512: in place with at most 48 input channels, or at most 160 in
+    // and 192 out (or 64 out, any in); staged beyond. AVX2 stages them all.
+    struct Width {
+        int64_t ic, oc;
+        bool in_place;
+    };
+    for (const Width& w : {Width{16, 96, true}, Width{24, 144, true}, Width{48, 512, true}, Width{64, 128, true},
+                           Width{160, 192, true}, Width{1024, 64, true}, Width{64, 256, false}, Width{128, 256, false},
+                           Width{161, 160, false}, Width{160, 193, false}, Width{256, 128, false}}) {
+        for (int64_t s : {1, 2}) {
+            const Problem p = problem(resnet(w.ic, w.oc, 28, 1, s));
+            INFO(w.ic << " -> " << w.oc << " stride " << s);
+            CHECK(plan_weights(p, Isa::avx512_core, 2).staged == !w.in_place);
+            CHECK(plan_weights(p, Isa::avx2, 2).staged);
+        }
+    }
+}
+
 TEST_CASE("weights plan: prefetch lines cover the next chunk", "[jit][weights][plan]") {
     // Tile-major chunks copied inside the kernels: per image 2 src lines and
     // the tile's diff_dst lines a pixel, prefetched `lines` lines a step
@@ -382,7 +401,8 @@ TEST_CASE("weights plan: prefetch lines cover the next chunk", "[jit][weights][p
         Case c;
         bool in_kernel;
     };
-    Case expand = resnet(16, 96, 112, 1);  // MobileNetV2 b1_expand: 4 tiles of 6 vectors
+    Case expand = resnet(16, 96, 112, 1);   // MobileNetV2 b1_expand: narrow, in place
+    Case branch1 = resnet(64, 256, 56, 1);  // ResNet-50 res2a_branch1: tile-major, copied in the kernels
     Case wav;                              // wav2vec 2.0's first layer: folded, in place
     wav.mb = 4;
     wav.ic = 1;
@@ -391,7 +411,7 @@ TEST_CASE("weights plan: prefetch lines cover the next chunk", "[jit][weights][p
     wav.k = {10};
     wav.s = {5};
     wav.pb = wav.pe = {0};
-    for (const Case& c : {expand, resnet(256, 64, 56, 1), resnet(64, 64, 56, 3), wav}) {
+    for (const Case& c : {expand, branch1, resnet(256, 64, 56, 1), resnet(64, 64, 56, 3), wav}) {
         for (int threads : {1, 2}) {
             const WeightsPlan plan = plan_weights(problem(c), Isa::avx512_core, threads);
             INFO(c.ic << " -> " << c.oc << " k" << c.k[0] << ", " << threads << " threads\n" << plan.to_string());
@@ -413,9 +433,9 @@ TEST_CASE("weights plan: prefetch lines cover the next chunk", "[jit][weights][p
             }
         }
     }
+    CHECK(plan_weights(problem(branch1), Isa::avx512_core, 2).stage_in_kernel);
     const WeightsPlan e = plan_weights(problem(expand), Isa::avx512_core, 2);
-    CHECK(e.stage_in_kernel);
-    CHECK(e.pf_lines == 3);  // 1 src step + 2 diff_dst steps of 3 lines (6 lines a pixel) in 3 of 4 calls
+    CHECK((!e.staged && e.pf_lines > 1));  // 6 lines of diff_dst a pixel, 4 ic tiles
     const WeightsPlan w = plan_weights(problem(wav), Isa::avx512_core, 2);
     CHECK((!w.staged && w.geo.segs_per_row > 1));
 }

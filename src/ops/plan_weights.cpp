@@ -103,6 +103,7 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
 // bound: the copy is pure extra traffic), nor on AVX-512 for 1x1 layers
 // with few output channels, whose L1-sized chunks keep a tile's diff_dst
 // slice in L1 across all ic tiles (ResNet-50 256->64: 8 % slower staged),
+// nor for narrow 1x1 layers (few input channels, or few of both: below),
 // nor for a first layer's few input channels on AVX-512 (7x7 s2 ic 3: 10 %
 // slower), nor where they fold their kw taps into the tile rows, which
 // needs the user's tensors (fold_kw; first layers on AVX2, against staged
@@ -133,7 +134,27 @@ bool stage_f32(const Problem& p, const WeightsPlan& plan) {
         lines_per_l1_set(ow, p.oc() * 4) <= kL1LinesPerSet)
         return false;
     if (p.ic() < 16) return false;
-    return p.k_sp() > 1 || p.oc() > 64;
+    if (p.k_sp() > 1) return true;
+    if (p.oc() <= 64) return false;
+    // Narrow 1x1 layers: the copy costs (IC + OC) per pixel against IC x OC
+    // FMAs, so staging costs most where either side is small, and their
+    // data (little compute per byte) streams from DRAM while the chunk's
+    // first call copies it instead of under all of its tiles' FMAs.
+    // In place against staged, AMD Zen 5, 2 threads, mb 32 unless said, min
+    // of 3: 16 -> 96 at 112x112 (MobileNetV2, EfficientNet-B0) 1.42-1.80x,
+    // 1.61x at mb 8; 24 -> 144 at 56x56 1.52x; 32 -> 256 1.34x; 48 -> 256
+    // 1.13x; 40 -> 240 at 28x28 1.09x; 24 -> 512 at 14x14 1.09x, 32 -> 512
+    // at 28x28 0.99x; 64 -> 128 at 56x56 1.08-1.39x, 64 -> 160 1.22x, 64 ->
+    // 192 1.08x; 96 -> 128 1.10x; 128 -> 128 1.10-1.15x; 128 -> 192 at
+    // 28x28 1.13x; 160 -> 160 1.15x; stride 2: 24 -> 96 2.33x, 32 -> 128
+    // 1.96x, 64 -> 128 1.41x, 128 -> 192 1.00x. Staging stays where it
+    // measured faster: 64 -> 256 0.89-0.94x (ResNet-50 res2a_branch1), 128 ->
+    // 256 0.85-0.88x, 64 -> 384 at 14x14 0.68x, 96 -> 384 0.92x, 80 -> 480
+    // 0.84x, 192 -> 192 0.98x, 256 -> 128 0.96x, and the wider layers.
+    if (p.g == 1 && (p.ic() <= Cost::in_place_1x1_narrow_ic ||
+                     (p.ic() <= Cost::in_place_1x1_max_ic && p.oc() <= Cost::in_place_1x1_max_oc)))
+        return false;
+    return true;
 }
 
 // Staged rows of a grouped layer: the pixel pitch of `bytes` (f32

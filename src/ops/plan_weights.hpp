@@ -217,6 +217,12 @@ struct WeightsCostModel {
     static constexpr int64_t staged_slices = 2;  // the machine's core count; never the run's thread count
     static constexpr double staged_partial_ratio = 8;  // data bytes per weight byte above which they pay
     static constexpr int64_t max_partial_bytes = int64_t(64) << 20;
+    // f32 1x1 layers (AVX-512, no groups) read in place rather than staged
+    // with at most this many input channels, or with both at most
+    // in_place_1x1_max_ic and in_place_1x1_max_oc (see stage_f32).
+    static constexpr int64_t in_place_1x1_narrow_ic = 48;
+    static constexpr int64_t in_place_1x1_max_ic = 160;
+    static constexpr int64_t in_place_1x1_max_oc = 192;
     static constexpr int64_t tile_major_stride_bytes = 4096;  // staged pixel stride from which 1x1 goes tile-major
     // Depthwise pre-pads src for bf16 W pairs with kernels this wide, when
     // the share of interior pixels is in [min, max) (see prepad_src).
