@@ -90,7 +90,9 @@ public:
     int64_t input0_elems() const;
     int64_t input1_elems() const;
     int64_t output_elems() const;
-    // Multiply-add count times two, as benchdnn counts it (padding taps included).
+    // Multiply-add count times two over every kernel tap, padding taps included
+    // (2·mb·g·(oc/g)·(ic/g)·k_spatial·o_spatial; benchdnn's own count leaves
+    // the padding taps out).
     double flops() const;
 
     // Dense row-major buffers in the logical dims' order; bf16/f16 elements
