@@ -26,6 +26,8 @@ namespace {
 using namespace convgrad::cli;
 using convgrad::op_kind;
 
+bool same_layer_op(const op_case& a, const op_case& b) { return a.kind == b.kind && a.name == b.name; }
+
 // The peer anchors of ../shared/peers/RESULTS.md (our own descriptors of
 // the shapes measured there), so the bench reproduces that table.
 const char* const anchor_conv[] = {
@@ -236,8 +238,13 @@ int main(int argc, char** argv) {
 #endif
     benchmark::AddCustomContext("convgrad.threads", std::to_string(ctx.threads));
     benchmark::AddCustomContext("convgrad.peaks", peaks.source());
-    for (const op_case& c : cases)
-        if (c.skip_reason.empty()) register_case(c, b, ctx);
+    for (const op_case& c : cases) {
+        if (!c.skip_reason.empty()) continue;
+        // What the reader changed or how it read the descriptor (once per op, not per dtype).
+        if (!c.note.empty() && (&c == cases.data() || !same_layer_op(c, (&c)[-1])))
+            std::cerr << "convgrad-bench: " << short_op_name(c.kind) << ' ' << c.name << ": " << c.note << '\n';
+        register_case(c, b, ctx);
+    }
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

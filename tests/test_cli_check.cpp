@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "check.hpp"
@@ -143,6 +145,21 @@ TEST_CASE("cli sweep: the default list is ResNet-50, both conv ops", "[cli][swee
     CHECK(cases[0].kind == op_kind::conv_bwd_weights);
     CHECK(cases[1].kind == op_kind::conv_bwd_data);
     CHECK(cases[0].name == "\"resnet_50:conv1\"");
+}
+
+TEST_CASE("cli sweep: a deconv file under a convolution op says how it was read", "[cli][sweep]") {
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / "convgrad_cli_test" / "deconv";
+    std::filesystem::create_directories(dir);
+    const std::filesystem::path file = dir / "up";
+    std::ofstream(file) << "mb2ic8ih4oc4oh8kh2sh2ph0n\"up\"\n";
+    const std::vector<op_case> cases =
+            collect_cases(parse_sweep_args({"--op=deconv_bwd_w,bwd_w", "--batch=" + file.string()}));
+    std::filesystem::remove_all(dir.parent_path());
+    REQUIRE(cases.size() == 2);
+    CHECK(cases[0].kind == op_kind::conv_transpose_bwd_weights);
+    CHECK(cases[0].note.find("read as a convolution") == std::string::npos);
+    CHECK(cases[1].kind == op_kind::conv_bwd_weights);
+    CHECK(cases[1].note.find("read as a convolution") != std::string::npos);
 }
 
 TEST_CASE("cli sweep: run_case passes, fails a corrupted result, and skips the inexpressible", "[cli][sweep]") {

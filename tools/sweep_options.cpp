@@ -150,8 +150,15 @@ public:
         std::vector<std::vector<shape_entry>> per_op;
         for (op_kind kind : ops) per_op.push_back(parse_shape_file(text, descriptor_kind(kind), path));
         // Shape-major order: every op of a descriptor before the next one.
+        // A deconv file's transposed convolutions under a convolution op are
+        // read by the convolution rule (other sizes and pads): said on the line.
+        const bool deconv_file = default_ops(path).front() == op_kind::conv_transpose_bwd_weights;
         for (size_t i = 0; i < per_op.front().size(); ++i)
-            for (size_t k = 0; k < ops.size(); ++k) add_desc(per_op[k][i].desc, ops[k]);
+            for (size_t k = 0; k < ops.size(); ++k)
+                add_desc(per_op[k][i].desc, ops[k],
+                         deconv_file && ops[k] != op_kind::conv_transpose_bwd_weights
+                                 ? "read as a convolution: the file is under a deconv path (default op deconv_bwd_w)"
+                                 : "");
     }
 
     void add_json(const std::string& text, const std::string& source) {
@@ -170,10 +177,15 @@ public:
     std::vector<op_case> take() { return std::move(cases_); }
 
 private:
-    void add_desc(conv_desc d, op_kind kind) {
+    void add_desc(conv_desc d, op_kind kind, const std::string& note = "") {
         if (o_.mb) d.mb = o_.mb;
-        for (data_type dt : o_.dtypes.empty() ? std::vector<data_type>{data_type::f32} : o_.dtypes)
+        for (data_type dt : o_.dtypes.empty() ? std::vector<data_type>{data_type::f32} : o_.dtypes) {
             cases_.push_back(make_case(d, kind, dt, o_.layout));
+            if (!note.empty()) {
+                std::string& n = cases_.back().note;
+                n = n.empty() ? note : note + "; " + n;
+            }
+        }
     }
 
     const sweep_options& o_;
