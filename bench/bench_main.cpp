@@ -238,10 +238,11 @@ int main(int argc, char** argv) {
 #endif
     benchmark::AddCustomContext("convgrad.threads", std::to_string(ctx.threads));
     benchmark::AddCustomContext("convgrad.peaks", peaks.source());
-    for (const op_case& c : cases) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+        const op_case& c = cases[i];
         if (!c.skip_reason.empty()) continue;
         // What the reader changed or how it read the descriptor (once per op, not per dtype).
-        if (!c.note.empty() && (&c == cases.data() || !same_layer_op(c, (&c)[-1])))
+        if (!c.note.empty() && (i == 0 || !same_layer_op(c, cases[i - 1])))
             std::cerr << "convgrad-bench: " << short_op_name(c.kind) << ' ' << c.name << ": " << c.note << '\n';
         register_case(c, b, ctx);
     }
