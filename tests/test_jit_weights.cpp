@@ -4,6 +4,7 @@
 #include <tbb/task_arena.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -129,6 +130,78 @@ TEST_CASE("weights: staged 1x1 layers stage their chunks tile-major", "[jit][wei
     }
     const wtest::ThreadRuns runs = wtest::check_thread_counts(strided, false);
     CHECK(runs.outputs.size() == jit_isas(false).size());
+}
+
+TEST_CASE("weights: one vector of output channels a group runs kw windows", "[jit][weights]") {
+    // The window walks src pixels with the tap vectors of diff_dst in
+    // registers, over staged diff_dst rows padded with zero pixels: the
+    // geometries of kw_window_cases, NCX / OIX, ConvTranspose; not for W
+    // stride or dilation, nor wider groups.
+    std::vector<Case> cases = wtest::kw_window_cases();
+    Case ncx = cases[1];
+    ncx.nxc = false;
+    ncx.wfmt = "OIX";
+    cases.push_back(ncx);
+    Case t = conv2d(32, 32, {6, 7}, {3, 3});  // ConvTranspose: src and diff_dst swapped
+    t.transpose = true;
+    t.g = 2;
+    t.pb = t.pe = {1, 1};
+    cases.push_back(t);
+    for (Case c : cases) {
+        c.mb = 3;
+        const int64_t ocg = (c.transpose ? c.ic : c.oc) / c.g;
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            CHECK((d.find(" kw-window") != std::string::npos) ==
+                  (ocg <= (isa == "avx2" ? 8 : 16) && wtest::windowed(c)));
+        }
+        check_exact(c);
+    }
+    Case ws = cases[1];
+    ws.s = {1, 2};
+    Case wd = cases[1];
+    wd.d = {1, 2};
+    Case wide = conv2d(64, 64, {7, 7}, {3, 3});
+    wide.g = 2;
+    for (const Case& c : {ws, wd, wide}) {
+        for (const std::string& isa : jit_isas(false)) {
+            INFO(label(c, isa));
+            CHECK(c.make(isa).describe().find(" kw-window") == std::string::npos);
+        }
+        check_exact(c);
+    }
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases[1]), false);
+    CHECK(runs.outputs.size() == jit_isas(false).size());
+}
+
+TEST_CASE("weights: kw windows form no product outside a row", "[jit][weights]") {
+    // An infinity in a row's first or last src pixel reaches exactly the
+    // weights of the taps that read it: the window's W edges leave the
+    // other taps out instead of multiplying by zeros (0 * inf = NaN).
+    Case c = conv2d(32, 32, {4, 9}, {3, 3});
+    c.g = 2;
+    c.pb = c.pe = {1, 1};
+    const convgrad::op ref = c.make("ref");
+    Buffer a = testutil::small_ints(convgrad::data_type::f32, ref.input0_elems(), 3);
+    const Buffer b = testutil::small_ints(convgrad::data_type::f32, ref.input1_elems(), 4, 1, 2);  // no zeros
+    for (int64_t w : {int64_t(0), int64_t(8)})
+        for (int64_t ch : {int64_t(0), int64_t(21)}) a.set(((1 * 4 + 2) * 9 + w) * 32 + ch, INFINITY);
+    const Buffer want = testutil::run(ref, a, b);
+    for (const std::string& isa : jit_isas(false)) {
+        const convgrad::op jit = c.make(isa);
+        INFO(label(c, isa) << "\n" << jit.describe());
+        if (isa != "avx2") CHECK(jit.describe().find(" kw-window") != std::string::npos);
+        const Buffer got = testutil::run(jit, a, b);
+        int64_t nans = 0;
+        for (int64_t i = 0; i < got.size(); ++i) {
+            INFO(i);
+            nans += std::isnan(want.get(i));
+            REQUIRE(std::isnan(got.get(i)) == std::isnan(want.get(i)));
+            if (!std::isnan(want.get(i))) REQUIRE(got.get(i) == want.get(i));
+        }
+        CHECK(nans == 0);  // small ints of one sign in diff_dst: infinities, not NaNs
+    }
 }
 
 TEST_CASE("weights: few input channels fold their kw taps into the tile rows", "[jit][weights]") {

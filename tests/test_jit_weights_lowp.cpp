@@ -56,6 +56,21 @@ void check_exact(Case c, uint32_t seed = 1) {
     }
 }
 
+// bf16 and f16 on every ISA cap: the plan text names `tag` exactly when
+// want(dt, isa).
+template <typename F>
+void check_plan_tag(const Case& c, const char* tag, F&& want) {
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        Case d = c;
+        d.dt = dt;
+        for (const std::string& isa : jit_isas(true)) {
+            const std::string text = d.make(isa).describe();
+            INFO(label(d, isa) << "\n" << text);
+            CHECK((text.find(tag) != std::string::npos) == want(dt, isa));
+        }
+    }
+}
+
 // One unit in the last place of dt at |x| (the larger of two neighbours'
 // spacings is what a single rounding of nearby sums can differ by).
 double ulp(data_type dt, double x) {
@@ -231,19 +246,30 @@ TEST_CASE("weights bf16/f16: few input channels fold their kw taps, staged rows 
     t.wfmt = "IOX";
     cases.push_back(t);
     for (const Case& c : cases) {
-        for (data_type dt : {data_type::bf16, data_type::f16}) {
-            Case d = c;
-            d.dt = dt;
-            for (const std::string& isa : jit_isas(true)) {
-                const std::string text = d.make(isa).describe();
-                INFO(label(d, isa) << "\n" << text);
-                CHECK(text.find(" fold-kw") != std::string::npos);
-            }
-        }
+        check_plan_tag(c, " fold-kw", [](data_type, const std::string&) { return true; });
         check_exact(c);
     }
     for (data_type dt : {data_type::bf16, data_type::f16}) {
         Case c = wtest::split_size(cases.front());
+        c.dt = dt;
+        wtest::check_thread_counts(c, true);
+    }
+}
+
+TEST_CASE("weights bf16/f16: kw windows on widened rows", "[jit][weights][lowp]") {
+    // f16 (and bf16 below avx512_core_bf16) stage rows widened to f32 and
+    // run kw windows; bf16 pairs do not.
+    for (Case c : wtest::kw_window_cases()) {
+        c.mb = 3;
+        const int64_t ocg = c.oc / c.g;
+        check_plan_tag(c, " kw-window", [&](data_type dt, const std::string& isa) {
+            const bool pairs = dt == data_type::bf16 && isa == "avx512_core_bf16";
+            return !pairs && ocg <= (isa == "avx2" ? 8 : 16) && wtest::windowed(c);
+        });
+        check_exact(c);
+    }
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        Case c = wtest::split_size(wtest::kw_window_cases()[1]);
         c.dt = dt;
         wtest::check_thread_counts(c, true);
     }

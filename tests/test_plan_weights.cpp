@@ -73,6 +73,20 @@ std::vector<Case> property_cases() {
     Case tiny = resnet(2, 3, 5, 1);
     tiny.mb = 1;
     r.push_back(tiny);
+    // kw windows: 16-channel groups (ResNeXt conv4), 5 wide with an
+    // asymmetric pad, 8 channels a group, one group of 16 output channels.
+    Case g16 = resnet(512, 512, 14, 3);
+    g16.g = 32;
+    r.push_back(g16);
+    Case k5 = resnet(40, 40, 11, 5);
+    k5.g = 5;
+    k5.pb = {2, 3};
+    k5.pe = {2, 1};
+    r.push_back(k5);
+    Case g8 = resnet(440, 440, 7, 3);
+    g8.g = 55;
+    r.push_back(g8);
+    r.push_back(resnet(24, 16, 9, 3));
     return r;
 }
 
@@ -141,6 +155,17 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "        for row, px: acc[11 kw.ic][2v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
           " * diff_dst[px][oc]\n"
           "  sum slices in order");
+    Case g16 = resnet(512, 512, 14, 3);  // ResNeXt-50 conv4: 16 channels a group
+    g16.g = 32;
+    CHECK(plan_weights(problem(g16), Isa::avx512_core, 2).to_string() ==
+          "gemm staged m8n1x16 tiles=192 (ic 2x8 last 8, oc 1x1v last 1v tail 0) rows=448x14px chunk=25 rows "
+          "(18 chunks, 2800 KiB) slices=2 grid=1x2 pitch+64 kw-window direct est=2304cyc/px\n"
+          "  parallel slice<2 (2 thr) x tile<192 (1 thr):\n"
+          "    for chunk in slice (25 rows):\n"
+          "      for g<32 oc_tile<1 kd<1 kh<3 ic_tile<2:\n"
+          "        for row, src px q: acc[3 kw][8 ic][1v] += bcast(src[q][ic]) * diff_dst[q+pad-kw][oc] (q<14, edges "
+          "1+1 px)\n"
+          "  sum slices in order");
     Case dwc = depthwise(32, {112, 112}, {3, 3});
     dwc.mb = 32;
     dwc.pb = dwc.pe = {1, 1};
@@ -196,12 +221,49 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                 CHECK(p.icg < 16);
             }
             if (base.prepad) CHECK(dw);  // only depthwise pre-pads
+            // kw windows: gemm tiles of every kw tap and one vector of output
+            // channels, W stride and dilation 1, 32-bit elements, W edges
+            // the kernel compiles in (pad inside the row, OW >= KW - 1);
+            // exactly where all of that holds.
+            const int64_t vlen = isa == Isa::avx2 ? 8 : 16;
+            const bool bf16_pairs = dt == convgrad::data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
+            const int64_t pad = p.pad_begin[2], ow = p.out[2], kw = p.k[2];
+            const bool window = !dw && !bf16_pairs && base.fold_kw == 1 && kw >= 2 && p.stride[2] == 1 &&
+                                p.dil[2] == 1 && p.ocg <= vlen && !base.geo.merged && pad < ow && ow >= kw - 1;
+            CHECK(base.kw_window == (window ? kw : 1));
+            if (base.kw_window > 1) {
+                CHECK(b.n == 1);
+                CHECK(b.n_tiles == 1);
+                // Row: the src pixels some tap reads for an output pixel in
+                // [0, OW); head pixels (t = q + pad < KW - 1) and tail pixels
+                // (t >= OW) counted by brute force, never overlapping.
+                int64_t row = 0, head = 0, tail = 0;
+                for (int64_t q = 0; q < p.in[2]; ++q) {
+                    const int64_t t = q + pad;
+                    if (t - (kw - 1) > ow - 1) continue;
+                    ++row;
+                    CHECK(q == row - 1);  // a prefix of the input row
+                    head += t < kw - 1;
+                    tail += t >= ow;
+                    CHECK(!(t < kw - 1 && t >= ow));
+                }
+                CHECK(base.kw_row_px == row);
+                CHECK(base.kw_head == head);
+                CHECK(base.kw_tail == tail);
+                const auto d = base.desc(b.m, b.n, b.tail, 0);
+                CHECK(d.kw_win == kw);
+                CHECK(d.kw_head == head);
+                CHECK(d.kw_tail == tail);
+                CHECK(d.kw_pad == std::min(pad, kw - 1));
+            } else {
+                CHECK(base.desc(b.m, b.n, b.tail, 0).kw_win == 1);
+            }
             check_axis(dw ? p.k[2] : p.icg * base.fold_kw, b.m_tiles, b.m, b.m_last, 1);
             check_axis(channels, b.n_tiles, b.n, b.n_last, b.vlen);
             CHECK(b.tail == channels % b.vlen);
             CHECK(p.k[1] % b.kh == 0);
-            CHECK(b.tiles ==
-                  p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : p.k[2] / base.fold_kw * p.g));
+            CHECK(b.tiles == p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles *
+                                     (dw ? 1 : p.k[2] / base.fold_kw / base.kw_window * p.g));
             CHECK(b.m_block >= 1);
             CHECK(b.m_block <= b.m_tiles);
             if (dw) CHECK(b.m_block == b.m_tiles);

@@ -155,6 +155,50 @@ inline std::vector<Case> fold_kw_cases() {
     return cases;
 }
 
+// Layers whose tiles take every kw tap in a window (one vector of output
+// channels a group, W stride and dilation 1; AVX2 from 8 output channels
+// a group down): kernel widths 2-7, pads none, symmetric, asymmetric and
+// wider than the kernel, W edges of 0-6 pixels at either end (a row of
+// edges only), rows of 1 and 2 pixels (no window), input channels that
+// split into tiles with a remainder, output-channel tails, groups, H
+// stride and dilation, 1D and 3D.
+inline std::vector<Case> kw_window_cases() {
+    std::vector<Case> cases;
+    struct W {
+        int64_t g, icg, ocg, iw, kw, pl, pr;
+    };
+    for (const W& w : std::vector<W>{{1, 16, 16, 9, 3, 1, 1},  {4, 16, 16, 7, 3, 1, 1},  {3, 17, 13, 11, 3, 0, 0},
+                                     {2, 5, 8, 13, 5, 2, 2},    {5, 8, 8, 7, 7, 3, 3},    {2, 9, 1, 6, 2, 0, 1},
+                                     {3, 4, 6, 1, 3, 1, 1},     {2, 19, 7, 2, 3, 2, 0},   {1, 24, 16, 12, 4, 0, 3},
+                                     {2, 6, 8, 5, 3, 4, 4},     {1, 33, 9, 10, 6, 1, 4},  {6, 3, 5, 8, 3, 2, 1},
+                                     {2, 8, 8, 9, 5, 2, 1},     {1, 16, 16, 12, 7, 0, 0}}) {
+        Case c = conv2d(w.g * w.icg, w.g * w.ocg, {5, w.iw}, {3, w.kw});
+        c.g = w.g;
+        c.s = {2, 1};
+        c.d = {2, 1};
+        c.pb = {2, w.pl};
+        c.pe = {1, w.pr};
+        cases.push_back(c);
+    }
+    Case c1 = conv2d(32, 32, {19}, {3});
+    c1.g = 2;
+    c1.pb = c1.pe = {1};
+    cases.push_back(c1);
+    Case c3 = conv2d(24, 24, {4, 5, 6}, {3, 3, 3});
+    c3.g = 3;
+    c3.pb = c3.pe = {1, 1, 1};
+    cases.push_back(c3);
+    return cases;
+}
+
+// The W geometry of a kw window (see WeightsPlan::kw_window): src pixel
+// 0's tap-0 output pixel (pad) inside the row, and OW >= KW - 1.
+inline bool windowed(const Case& c) {
+    const size_t w = c.nsp() - 1;
+    const int64_t pad = c.at(c.pb, w, 0), kw = c.k[w];
+    return pad < c.out(w) && c.out(w) >= kw - 1;
+}
+
 // The JIT ISA caps this CPU can run, best first; avx512_core_bf16 only when
 // asked (f32 runs the avx512_core kernels there).
 inline std::vector<std::string> jit_isas(bool with_bf16) {

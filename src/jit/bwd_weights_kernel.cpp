@@ -21,6 +21,7 @@ bool avx512(const WeightsKernelDesc& d) { return static_cast<Isa>(d.isa) >= Isa:
 // single vector, which broadcasts inside the FMA; copies that pair bf16
 // images need a second register there.
 int gemm_temps(const WeightsKernelDesc& d) {
+    if (d.kw_win > 1) return d.kw_win + 2;  // the diff_dst window, two broadcast registers
     const bool embedded = avx512(d) && d.n == 1;
     return d.n + (embedded ? 0 : 1) + (embedded && d.stage && d.dot ? 1 : 0);
 }
@@ -40,7 +41,8 @@ int dw_temps(const WeightsKernelDesc& d) {
 int weights_kernel_vregs(const WeightsKernelDesc& d) {
     const bool dw = d.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise);
     const int mask = (!avx512(d) && d.tail) ? 1 : 0;
-    return d.m * std::max<int>(1, d.kh) * d.n + (dw ? dw_temps(d) : gemm_temps(d)) + mask;
+    return d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kw_win) * d.n + (dw ? dw_temps(d) : gemm_temps(d)) +
+           mask;
 }
 
 std::string weights_kernel_name(const WeightsKernelDesc& d) {
@@ -50,6 +52,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
        << int(d.m) << 'n' << int(d.n) << 't' << int(d.tail);
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
+    if (d.kw_win > 1) os << "_kw" << int(d.kw_win) << 'h' << int(d.kw_head) << 't' << int(d.kw_tail) << 'p' << int(d.kw_pad);
     if (dw && d.window > 1) os << "_w" << int(d.window);
     if (d.row_px) os << "_row" << int(d.row_px) << '_' << int(d.row_lo) << '_' << int(d.row_cut);
     if (d.w_stride > 1) os << "_ws" << int(d.w_stride);
@@ -115,6 +118,11 @@ void WeightsSkeleton::generate() {
     if (desc_.edges && (desc_.stage || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::depthwise) ||
                         mask_pairs() > 31))
         throw error("JIT kernel " + name() + ": edge masks need a depthwise kernel of at most 31 (row, tap) pairs");
+    if (desc_.kw_win > 1 && (dw() || dot() || desc_.stage || desc_.n != 1 || desc_.kh > 1 || desc_.in_dt ||
+                             desc_.edges || desc_.kw_pad >= desc_.kw_win || desc_.kw_tail >= desc_.kw_win ||
+                             desc_.kw_head + desc_.kw_pad > desc_.kw_win - 1))
+        throw error("JIT kernel " + name() + ": kw windows need an f32 gemm kernel of one vector, without copies, "
+                    "and edges shorter than the kernel");
     if (desc_.row_px && (!dw() || dot() || desc_.lane_group > 1 || desc_.window > 1))
         throw error("JIT kernel " + name() + ": whole rows need a depthwise kernel without pairs, groups or windows");
     preamble(desc_.stage || desc_.edges ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
@@ -173,6 +181,7 @@ void WeightsSkeleton::row_loop() {
     mov(reg_dst_, qword[reg_args_ + offsetof(WeightsKernelArgs, diff_dst)]);
     add(reg_dst_, qword[reg_row_ + offsetof(WeightsRow, dst_offset)]);
     if (!desc_.row_px) mov(reg_npix_, qword[reg_row_ + offsetof(WeightsRow, pixels)]);
+    row_prologue();
     // Whole rows compile their W edges in: their masks name whole kernel rows.
     auto body = [&] {
         if (desc_.row_px)
@@ -204,6 +213,7 @@ void WeightsSkeleton::row_loop() {
     } else {
         body();
     }
+    row_epilogue();
     add(reg_row_, sizeof(WeightsRow));
     dec(reg_nrows_);
     jnz(row);
@@ -280,8 +290,8 @@ void WeightsSkeleton::pixel_loop() {
         jl(singles);
         prefetch_pixels(u);
         block_body();
-        add(reg_src_, static_cast<uint32_t>(u * block_src_step()));
-        add(reg_dst_, static_cast<uint32_t>(u * block_step()));
+        if (block_src_step()) add(reg_src_, static_cast<uint32_t>(u * block_src_step()));
+        if (block_step()) add(reg_dst_, static_cast<uint32_t>(u * block_step()));
         sub(reg_npix_, u);
         jmp(block);
         L(singles);
@@ -391,6 +401,11 @@ private:
     // 14x14, f32: a copying call took 2.2x a plain one without the src
     // prefetch, 1.1x with it.)
     void pixel_body() override {
+        if (kw_win() > 1) {  // one pixel at phase P, then the window shifts by moves
+            window_step(phase(), 0, kw_win() - 1, true);
+            for (int k = kw_win() - 1; k >= 1; --k) vec_.mov(window(k, phase()), window(k - 1, phase()));
+            return;
+        }
         const bool embedded = vec_.avx512() && vecs() == 1;
         const int first_dd = embedded ? 0 : 1;
         if (stage_src()) {
@@ -426,6 +441,61 @@ private:
     }
 
     static constexpr int kSrcLookahead = 128;
+
+    // kw_win: tap k's diff_dst vector at src pixel u of the row (phase u
+    // mod KW) lives in register (u - k) mod KW: blocks of KW pixels rename
+    // instead of moving, and advance the pointers themselves (block_step
+    // 0). The loops run at phase P = kw_head mod KW (the head's
+    // straight-line pixels come first); a single pixel shifts the window by
+    // moves to stay at P.
+    int kw_win() const { return std::max<int>(1, desc_.kw_win); }
+    int phase() const { return desc_.kw_head % kw_win(); }
+    int block_pixels() const override { return kw_win() > 1 ? kw_win() : 1; }
+    Xbyak::Xmm window(int k, int u) const { return temp(((u - k) % kw_win() + kw_win()) % kw_win()); }
+    Xbyak::Xmm bcast_reg(int i) const { return temp(kw_win() + i % 2); }
+    // Src pixel at phase u: its tap-0 diff_dst vector (when `load`), then per
+    // channel a broadcast and the FMAs of taps [k0, k1].
+    void window_step(int u, int k0, int k1, bool load) {
+        if (load) load_slice_vec(window(0, u), ptr[reg_dst_], 0);
+        for (int i = 0; i < desc_.m; ++i) {
+            vec_.bcast(bcast_reg(i), ptr[reg_src_ + 4 * i]);
+            for (int k = k0; k <= k1; ++k) vec_.fma(acc(k * desc_.m + i, 0), window(k, u), bcast_reg(i));
+        }
+    }
+    void next_pixel(bool dst) {
+        add(reg_src_, reg_src_step_);
+        if (dst) add(reg_dst_, reg_dst_step_);
+    }
+    // The window of src pixel 0 (taps 1..kw_pad: diff_dst pixels pad - k),
+    // then the head: pixel i (t = pad + i < KW - 1) runs taps 0..t. The
+    // pixel loop then takes the pixels between head and tail.
+    void row_prologue() override {
+        if (kw_win() == 1) return;
+        const int pad = desc_.kw_pad;
+        if (pad > 0) mov(reg_scratch_, reg_dst_);
+        for (int k = 1; k <= pad; ++k) {
+            sub(reg_scratch_, reg_dst_step_);
+            load_slice_vec(window(k, 0), ptr[reg_scratch_], 0);
+        }
+        for (int i = 0; i < desc_.kw_head; ++i) {
+            window_step(i, 0, std::min(kw_win() - 1, pad + i), true);
+            next_pixel(true);
+        }
+        if (desc_.kw_head + desc_.kw_tail) sub(reg_npix_, desc_.kw_head + desc_.kw_tail);
+    }
+    // The tail: pixel j (t = OW + j) runs taps j + 1..KW - 1, loading nothing.
+    void row_epilogue() override {
+        for (int j = 0; j < desc_.kw_tail; ++j) {
+            window_step(phase() + j, j + 1, kw_win() - 1, false);
+            if (j + 1 < desc_.kw_tail) next_pixel(false);
+        }
+    }
+    void block_body() override {
+        for (int u = 0; u < kw_win(); ++u) {
+            window_step(phase() + u, 0, kw_win() - 1, true);
+            next_pixel(true);
+        }
+    }
 
     // Vector v of a staged slice or the f32 user tensor: 32-bit elements.
     void load_slice_vec(const Xbyak::Xmm& r, const Xbyak::Address& a, int v) {

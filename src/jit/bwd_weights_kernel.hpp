@@ -24,6 +24,9 @@
 // diff_weights once at the end.
 //  - gemm: tile = m input channels x n vectors of output channels, one tap.
 //    Per pixel: n diff_dst vectors, m broadcast src scalars, m*n FMAs.
+//    With desc.kw_win = KW: m input channels x KW taps of one vector of
+//    output channels; per src pixel one diff_dst vector, m broadcasts,
+//    m*KW FMAs (see kw_win).
 //  - depthwise (g == IC == OC; or lane groups of G = IC/g == OC/g channels):
 //    tile = n vectors of channels x `taps` consecutive kw taps (x G input
 //    channels of the group) x `kh` kernel rows (all of KH, or one). Per pixel:
@@ -172,7 +175,25 @@ struct WeightsKernelDesc {
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
     uint8_t row_cut = 0;   // see row_px
-    uint8_t reserved[7] = {};
+    // gemm: kw taps per tile (1: one tap). With kw_win = KW > 1 (f32
+    // elements, n == 1, W stride and dilation 1) the tile is m input
+    // channels x KW taps, rows (tap k, channel i) at diff_weights + k *
+    // wei_kh_stride + i * wei_row_stride, and a row entry walks src pixels
+    // q from its src_offset, the tap-0 output pixel t = q + pad at its
+    // dst_offset: src pixel q's m broadcasts each feed the FMAs of taps k
+    // with t - k in [0, OW), tap k with diff_dst pixel t - k. The KW
+    // diff_dst vectors of a window stay in registers (one new load per src
+    // pixel), so a pixel costs m + 1 loads for up to m * KW FMAs instead of
+    // KW * (m + 1). The row's first kw_head pixels (t < KW - 1: taps k > t
+    // left out) and last kw_tail pixels (t >= OW: tail pixel j has taps
+    // k > j only, and loads nothing) run as straight-line code, so no
+    // product outside the row is formed and nothing outside it is read;
+    // kw_pad = min(pad, KW - 1). The entry's pixels count both.
+    uint8_t kw_win = 1;
+    uint8_t kw_head = 0;
+    uint8_t kw_tail = 0;
+    uint8_t kw_pad = 0;
+    uint8_t reserved[3] = {};
 };
 static_assert(sizeof(WeightsKernelDesc) == 32, "WeightsKernelDesc must have no padding");
 

@@ -39,7 +39,8 @@ protected:
     // Blocks of block_pixels() > 1 pixels (consecutive: diff_dst pixels
     // block_step() bytes apart, src pixels block_src_step()) go to
     // block_body() first, the rest to pixel_body(). Same contract as
-    // pixel_body().
+    // pixel_body(), except that a block_step() of 0 means block_body()
+    // advances the pointers itself (by the runtime steps r9 / r10).
     virtual int block_pixels() const { return 1; }
     virtual int64_t block_step() const { return 0; }
     virtual int64_t block_src_step() const { return block_step(); }
@@ -50,6 +51,12 @@ protected:
     virtual int body_pixels() const { return 1; }
     // Emitted once before the row loop (after the arguments are loaded).
     virtual void prologue() {}
+    // Emitted per row entry, before its pixel loop (reg_src_ / reg_dst_ at
+    // the entry's first pixel; may run pixels itself, advance the pointers
+    // and lower reg_npix_), and after it (the pointers at the loop's last
+    // pixel + 1).
+    virtual void row_prologue() {}
+    virtual void row_epilogue() {}
     virtual void odd_pixel_body() {}
     // desc.row_px: the work of one whole output row at [reg_src_] /
     // [reg_dst_] (pixel_loop's contract), under gate_ none or kernel_row,
@@ -93,7 +100,8 @@ protected:
     }
 
     // Tile rows (ic, or taps: kh kernel rows of m kw taps, row-major).
-    int rows() const { return desc_.m * std::max<int>(1, desc_.kh); }
+    // gemm kw_win: KW blocks of m rows (tap k, channel i), wei_kh_stride apart.
+    int rows() const { return desc_.m * std::max<int>(1, desc_.kh) * std::max<int>(1, desc_.kw_win); }
     int vecs() const { return desc_.n; }
     Xbyak::Xmm acc(int row, int v) const { return vec_.vreg(row * vecs() + v); }
     Xbyak::Xmm temp(int i) const { return vec_.vreg(rows() * vecs() + i); }

@@ -17,6 +17,8 @@ void VecIsa::load(const Xmm& v, const Address& a) { cg_.vmovups(v, a); }
 
 void VecIsa::store(const Address& a, const Xmm& v) { cg_.vmovups(a, v); }
 
+void VecIsa::mov(const Xmm& dst, const Xmm& src) { cg_.vmovaps(dst, src); }
+
 void VecIsa::add(const Xmm& dst, const Xmm& a, const Xmm& b) { cg_.vaddps(dst, a, b); }
 
 void VecIsa::bcast(const Xmm& v, const Address& a) { cg_.vbroadcastss(v, a); }

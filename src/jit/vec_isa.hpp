@@ -25,6 +25,7 @@ public:
     void zero(const Xbyak::Xmm& v);
     void load(const Xbyak::Xmm& v, const Xbyak::Address& a);
     void store(const Xbyak::Address& a, const Xbyak::Xmm& v);
+    void mov(const Xbyak::Xmm& dst, const Xbyak::Xmm& src);  // register copy
     void add(const Xbyak::Xmm& dst, const Xbyak::Xmm& a, const Xbyak::Xmm& b);
     void bcast(const Xbyak::Xmm& v, const Xbyak::Address& a);  // one f32 to all lanes
     // acc += a * b

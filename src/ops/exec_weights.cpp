@@ -365,6 +365,12 @@ private:
     // src), written here.
     void build_folded_rows(std::vector<WeightsRow>& out, ThreadState& ts, const char* src, int64_t kd,
                            int64_t kh) const;
+    // kw_window: the rows of (kd, kh) over the chunk (staged in `st`, or in
+    // the user's tensors when st is null), one per chunk row whose input
+    // row exists: its first kw_row_px src pixels from src pixel 0, whose
+    // tap-0 output pixel is pad (the kernel takes the W edges' taps apart).
+    void build_window_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, const StagedChunk* st,
+                           int64_t kd, int64_t kh) const;
     // Pixels of a staged src row: the input row (merged rows: a segment's
     // pixels), or with fold_kw every pixel the taps read, W padding
     // included as zeros, so the folded rows need no edges.
@@ -552,6 +558,28 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
                                 (plan_.compress_w ? a : iw - src_row_first(r.seg) + (plan_.fold_kw > 1 ? g.pad[2] : 0));
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
         out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, b - a});
+    }
+}
+
+void JitWeightsExecutor::build_window_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk,
+                                           const StagedChunk* st, int64_t kd, int64_t kh) const {
+    const WeightsGeometry& g = plan_.geo;
+    for (size_t j = 0; j < chunk.size(); ++j) {
+        const RowPos& r = chunk[j];
+        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+        const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
+        // src pixel 0, and its tap-0 output pixel pad.
+        if (!st) {
+            const int64_t image = plan_.pairs ? 2 * r.n : r.n;
+            out.push_back({user_src_bytes(image, id, ih, 0), user_dst_bytes(image, r.od, r.oh, g.pad[2]),
+                           plan_.kw_row_px});
+            continue;
+        }
+        const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
+        const int64_t src_pix = (key - st->src_keys.begin()) * staged_row_pixels();
+        const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + g.pad[2];
+        out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, plan_.kw_row_px});
     }
 }
 
@@ -747,7 +775,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
 JitWeightsExecutor::GemmTile JitWeightsExecutor::gemm_tile(int64_t tile) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    const int64_t kws = g.k[2] / plan_.fold_kw;  // kw taps outside the tile rows
+    const int64_t kws = g.k[2] / plan_.fold_kw / plan_.kw_window;  // kw taps outside the tile rows
     const int64_t taps = g.k[0] * g.k[1] * kws;
     const int64_t per_group = b.m_tiles * taps * b.n_tiles, per_block = b.m_block * taps * b.n_tiles;
     const int64_t grp = tile / per_group, in_group = tile % per_group;
@@ -782,7 +810,9 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     if (!built) {
         rows.clear();
         const auto ow = valid_ow(g, kw);
-        if (plan_.fold_kw > 1 && !ts.view)
+        if (plan_.kw_window > 1)
+            build_window_rows(rows, ts.chunk, ts.view, kd, kh);
+        else if (plan_.fold_kw > 1 && !ts.view)
             build_folded_rows(rows, ts, src, kd, kh);
         else if (plan_.fold_kw > 1)  // staged rows hold the W padding: every pixel reads inside them
             build_rows(rows, ts.chunk, ts.view, kd, kh, 0, 0, g.out[2]);
@@ -794,6 +824,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     c.diff_weights = target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] + kh * wei_str_.k[1] +
                      kw * wei_str_.k[2];
     c.wei_row_stride = wei_str_.i;
+    c.wei_kh_stride = plan_.kw_window > 1 ? wei_str_.k[2] : 0;  // kw windows: the taps' row blocks
     const char* user_src = src + (grp * g.icg + ic0) * user_elem_bytes();
     const char* user_dst = diff_dst + oc0 * user_elem_bytes();
     if (!plan_.tile_major) {

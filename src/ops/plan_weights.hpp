@@ -123,6 +123,16 @@ struct WeightsPlan {
     // in the W padding read a zero-padded copy of their src run (the
     // edges); staged (16-bit): the staged src rows include the W padding.
     int64_t fold_kw = 1;
+    // gemm kw windows (WeightsKernelDesc::kw_win): 1, or KW. One vector of
+    // output channels per group (groups of up to 16 channels, 8 on AVX2),
+    // W stride and dilation 1, 32-bit elements: a tile holds every kw tap of
+    // m input channels, and a row entry walks the first kw_row_px src
+    // pixels of its input row (the ones some tap reads for an output pixel
+    // inside the row), each broadcast feeding up to KW FMAs, each diff_dst
+    // vector loaded once. Its first kw_head and last kw_tail pixels lack
+    // taps (output pixels below 0 / past OW): the kernel leaves those out.
+    int64_t kw_window = 1;
+    int64_t kw_head = 0, kw_tail = 0, kw_row_px = 0;
     // Depthwise whose taps mostly reach into the padding (large kernels on
     // small planes): the executor first copies src into a zero-padded NXC
     // scratch, and this plan is for that unpadded problem (padded_problem),
