@@ -87,6 +87,13 @@ std::vector<Case> property_cases() {
     g8.g = 55;
     r.push_back(g8);
     r.push_back(resnet(24, 16, 9, 3));
+    Case s2 = resnet(512, 512, 28, 3, 2);  // ResNeXt-50 conv4 s2: W phases
+    s2.g = 32;
+    r.push_back(s2);
+    Case s3 = resnet(30, 24, 20, 5, 3);
+    s3.g = 3;
+    s3.pb = {2, 1};
+    r.push_back(s3);
     return r;
 }
 
@@ -221,49 +228,78 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                 CHECK(p.icg < 16);
             }
             if (base.prepad) CHECK(dw);  // only depthwise pre-pads
-            // kw windows: gemm tiles of every kw tap and one vector of output
-            // channels, W stride and dilation 1, 32-bit elements, W edges
-            // the kernel compiles in (pad inside the row, OW >= KW - 1);
-            // exactly where all of that holds.
+            // kw windows: gemm tiles of a W phase's taps and one vector of
+            // output channels, W stride up to the kernel (and 4), dilation 1,
+            // 32-bit elements, W edges the kernel compiles in (each phase's
+            // first pixel's output pixel inside the row, OW >= T - 1);
+            // exactly where all of that holds. Each phase's row, head and
+            // tail counted by brute force over the input row.
             const int64_t vlen = isa == Isa::avx2 ? 8 : 16;
             const bool bf16_pairs = dt == convgrad::data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
-            const int64_t pad = p.pad_begin[2], ow = p.out[2], kw = p.k[2];
-            const bool window = !dw && !bf16_pairs && base.fold_kw == 1 && kw >= 2 && p.stride[2] == 1 &&
-                                p.dil[2] == 1 && p.ocg <= vlen && !base.geo.merged && pad < ow && ow >= kw - 1;
-            CHECK(base.kw_window == (window ? kw : 1));
-            if (base.kw_window > 1) {
+            const int64_t pad = p.pad_begin[2], ow = p.out[2], kw = p.k[2], sw = p.stride[2];
+            const int64_t max_m = ((isa == Isa::avx2 ? 16 : 32) - (isa == Isa::avx2 && p.ocg % 8 ? 1 : 0) -
+                                   (kw + sw - 1) / sw - 2) / ((kw + sw - 1) / sw);
+            bool window = !dw && !bf16_pairs && base.fold_kw == 1 && kw >= 2 && sw <= std::min<int64_t>(kw, 4) &&
+                          p.dil[2] == 1 && p.ocg <= vlen && !base.geo.merged && max_m >= 1 &&
+                          (sw == 1 || p.icg <= max_m);
+            struct Phase {
+                int64_t taps = 0, first = -1, pad = 0, row = 0, head = 0, tail = 0;
+            };
+            std::vector<Phase> phases(static_cast<size_t>(sw));
+            for (int64_t r = 0; window && r < sw; ++r) {
+                Phase& f = phases[static_cast<size_t>(r)];
+                f.taps = (kw - r + sw - 1) / sw;
+                for (int64_t q = 0; q < p.in[2]; ++q) {
+                    if ((q + pad - r) % sw != 0 || q + pad - r < 0) continue;
+                    const int64_t i = (q + pad - r) / sw;  // tap j reads output pixel i - j
+                    if (f.first < 0) {
+                        f.first = q;
+                        f.pad = i;
+                    }
+                    bool any = false;
+                    for (int64_t j = 0; j < f.taps; ++j) any = any || (i - j >= 0 && i - j < ow);
+                    if (!any && i >= ow) break;
+                    CHECK(any);
+                    ++f.row;
+                    f.head += i < f.taps - 1;
+                    f.tail += i >= ow;
+                    CHECK(!(i < f.taps - 1 && i >= ow));
+                }
+                if (f.row > 0 && (f.pad >= ow || ow < f.taps - 1)) window = false;
+            }
+            CHECK(base.kw_phases == (window ? sw : 0));
+            if (base.kw_phases > 0) {
                 CHECK(b.n == 1);
                 CHECK(b.n_tiles == 1);
-                // Row: the src pixels some tap reads for an output pixel in
-                // [0, OW); head pixels (t = q + pad < KW - 1) and tail pixels
-                // (t >= OW) counted by brute force, never overlapping.
-                int64_t row = 0, head = 0, tail = 0;
-                for (int64_t q = 0; q < p.in[2]; ++q) {
-                    const int64_t t = q + pad;
-                    if (t - (kw - 1) > ow - 1) continue;
-                    ++row;
-                    CHECK(q == row - 1);  // a prefix of the input row
-                    head += t < kw - 1;
-                    tail += t >= ow;
-                    CHECK(!(t < kw - 1 && t >= ow));
+                for (int64_t r = 0; r < sw; ++r) {
+                    INFO("phase " << r);
+                    const Phase& f = phases[static_cast<size_t>(r)];
+                    const auto& got = base.kw_phase[static_cast<size_t>(r)];
+                    CHECK(got.taps == f.taps);
+                    CHECK(got.row_px == f.row);
+                    if (f.row > 0) {
+                        CHECK(got.first == f.first);
+                        CHECK(got.pad == f.pad);
+                    }
+                    CHECK(got.head == f.head);
+                    CHECK(got.tail == f.tail);
+                    const auto d = base.desc(b.m, b.n, b.tail, 0, 1, 0, static_cast<int>(r));
+                    CHECK(d.kw_win == f.taps);
+                    CHECK(d.kw_head == f.head);
+                    CHECK(d.kw_tail == f.tail);
+                    CHECK(d.kw_pad == std::min(f.pad, f.taps - 1));
+                    CHECK(d.stage == 0);
+                    CHECK(weights_kernel_vregs(d) <= (isa == Isa::avx2 ? 16 : 32));
                 }
-                CHECK(base.kw_row_px == row);
-                CHECK(base.kw_head == head);
-                CHECK(base.kw_tail == tail);
-                const auto d = base.desc(b.m, b.n, b.tail, 0);
-                CHECK(d.kw_win == kw);
-                CHECK(d.kw_head == head);
-                CHECK(d.kw_tail == tail);
-                CHECK(d.kw_pad == std::min(pad, kw - 1));
             } else {
-                CHECK(base.desc(b.m, b.n, b.tail, 0).kw_win == 1);
+                CHECK(base.desc(b.m, b.n, b.tail, 0).kw_win == 0);
             }
             check_axis(dw ? p.k[2] : p.icg * base.fold_kw, b.m_tiles, b.m, b.m_last, 1);
             check_axis(channels, b.n_tiles, b.n, b.n_last, b.vlen);
             CHECK(b.tail == channels % b.vlen);
             CHECK(p.k[1] % b.kh == 0);
             CHECK(b.tiles == p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles *
-                                     (dw ? 1 : p.k[2] / base.fold_kw / base.kw_window * p.g));
+                                     (dw ? 1 : (base.kw_phases > 0 ? base.kw_phases : p.k[2] / base.fold_kw) * p.g));
             CHECK(b.m_block >= 1);
             CHECK(b.m_block <= b.m_tiles);
             if (dw) CHECK(b.m_block == b.m_tiles);

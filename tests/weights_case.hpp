@@ -155,9 +155,10 @@ inline std::vector<Case> fold_kw_cases() {
     return cases;
 }
 
-// Layers whose tiles take every kw tap in a window (one vector of output
-// channels a group, W stride and dilation 1; AVX2 from 8 output channels
-// a group down): kernel widths 2-7, pads none, symmetric, asymmetric and
+// Layers whose tiles take the kw taps of a W phase in a window (one vector
+// of output channels a group, W dilation 1; AVX2 from 8 output channels a
+// group down): kernel widths 2-7, W strides 1-4 (phases of one tap and
+// more, phases reading no pixel), pads none, symmetric, asymmetric and
 // wider than the kernel, W edges of 0-6 pixels at either end (a row of
 // edges only), rows of 1 and 2 pixels (no window), input channels that
 // split into tiles with a remainder, output-channel tails, groups, H
@@ -165,16 +166,20 @@ inline std::vector<Case> fold_kw_cases() {
 inline std::vector<Case> kw_window_cases() {
     std::vector<Case> cases;
     struct W {
-        int64_t g, icg, ocg, iw, kw, pl, pr;
+        int64_t g, icg, ocg, iw, kw, pl, pr, sw;
     };
-    for (const W& w : std::vector<W>{{1, 16, 16, 9, 3, 1, 1},  {4, 16, 16, 7, 3, 1, 1},  {3, 17, 13, 11, 3, 0, 0},
-                                     {2, 5, 8, 13, 5, 2, 2},    {5, 8, 8, 7, 7, 3, 3},    {2, 9, 1, 6, 2, 0, 1},
-                                     {3, 4, 6, 1, 3, 1, 1},     {2, 19, 7, 2, 3, 2, 0},   {1, 24, 16, 12, 4, 0, 3},
-                                     {2, 6, 8, 5, 3, 4, 4},     {1, 33, 9, 10, 6, 1, 4},  {6, 3, 5, 8, 3, 2, 1},
-                                     {2, 8, 8, 9, 5, 2, 1},     {1, 16, 16, 12, 7, 0, 0}}) {
+    for (const W& w : std::vector<W>{
+                 {1, 16, 16, 9, 3, 1, 1, 1},  {4, 16, 16, 7, 3, 1, 1, 1}, {3, 17, 13, 11, 3, 0, 0, 1},
+                 {2, 5, 8, 13, 5, 2, 2, 1},   {5, 8, 8, 7, 7, 3, 3, 1},   {2, 9, 1, 6, 2, 0, 1, 1},
+                 {3, 4, 6, 1, 3, 1, 1, 1},    {2, 19, 7, 2, 3, 2, 0, 1},  {1, 24, 16, 12, 4, 0, 3, 1},
+                 {2, 6, 8, 5, 3, 4, 4, 1},    {1, 33, 9, 10, 6, 1, 4, 1}, {6, 3, 5, 8, 3, 2, 1, 1},
+                 {2, 8, 8, 9, 5, 2, 1, 1},    {1, 16, 16, 12, 7, 0, 0, 1}, {4, 16, 16, 14, 3, 1, 0, 2},
+                 {2, 16, 16, 13, 3, 1, 1, 2}, {3, 8, 8, 11, 3, 0, 0, 2},  {2, 7, 11, 15, 4, 1, 2, 2},
+                 {2, 9, 8, 17, 5, 2, 1, 3},   {1, 16, 16, 10, 3, 0, 2, 3}, {2, 5, 16, 16, 4, 0, 0, 4},
+                 {2, 8, 8, 9, 2, 0, 1, 2},    {1, 20, 16, 12, 7, 3, 3, 4}, {2, 8, 8, 3, 3, 1, 1, 2}}) {
         Case c = conv2d(w.g * w.icg, w.g * w.ocg, {5, w.iw}, {3, w.kw});
         c.g = w.g;
-        c.s = {2, 1};
+        c.s = {2, w.sw};
         c.d = {2, 1};
         c.pb = {2, w.pl};
         c.pe = {1, w.pr};
@@ -191,12 +196,29 @@ inline std::vector<Case> kw_window_cases() {
     return cases;
 }
 
-// The W geometry of a kw window (see WeightsPlan::kw_window): src pixel
-// 0's tap-0 output pixel (pad) inside the row, and OW >= KW - 1.
-inline bool windowed(const Case& c) {
+// The W geometry of kw windows (see WeightsPlan::kw_phases) on `vregs`
+// vector registers: W stride up to the kernel width and 4 (strided: the
+// group's input channels in one tile), dilation 1, and per W phase r (taps
+// r + s j) that reads a src pixel, its first pixel's tap-0 output pixel
+// inside the row and OW >= its taps - 1.
+inline bool windowed(const Case& c, int vregs) {
     const size_t w = c.nsp() - 1;
-    const int64_t pad = c.at(c.pb, w, 0), kw = c.k[w];
-    return pad < c.out(w) && c.out(w) >= kw - 1;
+    const int64_t pad = c.at(c.pb, w, 0), kw = c.k[w], s = c.at(c.s, w, 1), ow = c.out(w);
+    if (c.at(c.d, w, 1) != 1 || kw < 2 || s > std::min<int64_t>(kw, 4)) return false;
+    const int64_t t0 = (kw + s - 1) / s, ocg = (c.transpose ? c.ic : c.oc) / c.g;
+    const int64_t icg = (c.transpose ? c.oc : c.ic) / c.g;
+    const int64_t max_m = (vregs - (vregs == 16 && ocg % 8 ? 1 : 0) - t0 - 2) / t0;
+    if (max_m < 1 || (s > 1 && icg > max_m)) return false;
+    for (int64_t r = 0; r < s; ++r) {
+        const int64_t taps = (kw - r + s - 1) / s;
+        for (int64_t q = 0; q < c.in[w]; ++q) {
+            if (q + pad - r < 0 || (q + pad - r) % s != 0) continue;
+            const int64_t i = (q + pad - r) / s;  // the first pixel of the phase
+            if (i >= ow || ow < taps - 1) return false;
+            break;
+        }
+    }
+    return true;
 }
 
 // The JIT ISA caps this CPU can run, best first; avx512_core_bf16 only when

@@ -21,7 +21,7 @@ bool avx512(const WeightsKernelDesc& d) { return static_cast<Isa>(d.isa) >= Isa:
 // single vector, which broadcasts inside the FMA; copies that pair bf16
 // images need a second register there.
 int gemm_temps(const WeightsKernelDesc& d) {
-    if (d.kw_win > 1) return d.kw_win + 2;  // the diff_dst window, two broadcast registers
+    if (d.kw_win > 0) return d.kw_win + 2;  // the diff_dst window, two broadcast registers
     const bool embedded = avx512(d) && d.n == 1;
     return d.n + (embedded ? 0 : 1) + (embedded && d.stage && d.dot ? 1 : 0);
 }
@@ -52,7 +52,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
        << int(d.m) << 'n' << int(d.n) << 't' << int(d.tail);
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
-    if (d.kw_win > 1) os << "_kw" << int(d.kw_win) << 'h' << int(d.kw_head) << 't' << int(d.kw_tail) << 'p' << int(d.kw_pad);
+    if (d.kw_win > 0) os << "_kw" << int(d.kw_win) << 'h' << int(d.kw_head) << 't' << int(d.kw_tail) << 'p' << int(d.kw_pad);
     if (dw && d.window > 1) os << "_w" << int(d.window);
     if (d.row_px) os << "_row" << int(d.row_px) << '_' << int(d.row_lo) << '_' << int(d.row_cut);
     if (d.w_stride > 1) os << "_ws" << int(d.w_stride);
@@ -118,7 +118,7 @@ void WeightsSkeleton::generate() {
     if (desc_.edges && (desc_.stage || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::depthwise) ||
                         mask_pairs() > 31))
         throw error("JIT kernel " + name() + ": edge masks need a depthwise kernel of at most 31 (row, tap) pairs");
-    if (desc_.kw_win > 1 && (dw() || dot() || desc_.stage || desc_.n != 1 || desc_.kh > 1 || desc_.in_dt ||
+    if (desc_.kw_win > 0 && (dw() || dot() || desc_.stage || desc_.n != 1 || desc_.kh > 1 || desc_.in_dt ||
                              desc_.edges || desc_.kw_pad >= desc_.kw_win || desc_.kw_tail >= desc_.kw_win ||
                              desc_.kw_head + desc_.kw_pad > desc_.kw_win - 1))
         throw error("JIT kernel " + name() + ": kw windows need an f32 gemm kernel of one vector, without copies, "
@@ -401,7 +401,7 @@ private:
     // 14x14, f32: a copying call took 2.2x a plain one without the src
     // prefetch, 1.1x with it.)
     void pixel_body() override {
-        if (kw_win() > 1) {  // one pixel at phase P, then the window shifts by moves
+        if (windowed()) {  // one pixel at phase P, then the window shifts by moves
             window_step(phase(), 0, kw_win() - 1, true);
             for (int k = kw_win() - 1; k >= 1; --k) vec_.mov(window(k, phase()), window(k - 1, phase()));
             return;
@@ -448,9 +448,10 @@ private:
     // 0). The loops run at phase P = kw_head mod KW (the head's
     // straight-line pixels come first); a single pixel shifts the window by
     // moves to stay at P.
+    bool windowed() const { return desc_.kw_win > 0; }
     int kw_win() const { return std::max<int>(1, desc_.kw_win); }
     int phase() const { return desc_.kw_head % kw_win(); }
-    int block_pixels() const override { return kw_win() > 1 ? kw_win() : 1; }
+    int block_pixels() const override { return kw_win(); }
     Xbyak::Xmm window(int k, int u) const { return temp(((u - k) % kw_win() + kw_win()) % kw_win()); }
     Xbyak::Xmm bcast_reg(int i) const { return temp(kw_win() + i % 2); }
     // Src pixel at phase u: its tap-0 diff_dst vector (when `load`), then per
@@ -470,7 +471,7 @@ private:
     // then the head: pixel i (t = pad + i < KW - 1) runs taps 0..t. The
     // pixel loop then takes the pixels between head and tail.
     void row_prologue() override {
-        if (kw_win() == 1) return;
+        if (!windowed()) return;
         const int pad = desc_.kw_pad;
         if (pad > 0) mov(reg_scratch_, reg_dst_);
         for (int k = 1; k <= pad; ++k) {

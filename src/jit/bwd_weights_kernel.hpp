@@ -175,8 +175,9 @@ struct WeightsKernelDesc {
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
     int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
     uint8_t row_cut = 0;   // see row_px
-    // gemm: kw taps per tile (1: one tap). With kw_win = KW > 1 (f32
-    // elements, n == 1, W stride and dilation 1) the tile is m input
+    // gemm: 0, or the kw taps of a window (a W phase's: see
+    // WeightsPlan::kw_phases; taps s apart in src, which src_step carries).
+    // With kw_win = KW > 0 (f32 elements, n == 1) the tile is m input
     // channels x KW taps, rows (tap k, channel i) at diff_weights + k *
     // wei_kh_stride + i * wei_row_stride, and a row entry walks src pixels
     // q from its src_offset, the tap-0 output pixel t = q + pad at its
@@ -189,7 +190,7 @@ struct WeightsKernelDesc {
     // k > j only, and loads nothing) run as straight-line code, so no
     // product outside the row is formed and nothing outside it is read;
     // kw_pad = min(pad, KW - 1). The entry's pixels count both.
-    uint8_t kw_win = 1;
+    uint8_t kw_win = 0;
     uint8_t kw_head = 0;
     uint8_t kw_tail = 0;
     uint8_t kw_pad = 0;

@@ -365,12 +365,13 @@ private:
     // src), written here.
     void build_folded_rows(std::vector<WeightsRow>& out, ThreadState& ts, const char* src, int64_t kd,
                            int64_t kh) const;
-    // kw_window: the rows of (kd, kh) over the chunk (staged in `st`, or in
-    // the user's tensors when st is null), one per chunk row whose input
-    // row exists: its first kw_row_px src pixels from src pixel 0, whose
-    // tap-0 output pixel is pad (the kernel takes the W edges' taps apart).
+    // kw windows: the rows of (kd, kh) and W phase `phase` over the chunk
+    // (staged in `st`, or in the user's tensors when st is null), one per
+    // chunk row whose input row exists: the phase's row_px src pixels from
+    // its first, whose tap-0 output pixel is its pad (the kernel takes the
+    // W edges' taps apart); none where the phase reads no pixel.
     void build_window_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, const StagedChunk* st,
-                           int64_t kd, int64_t kh) const;
+                           int64_t kd, int64_t kh, int64_t phase) const;
     // Pixels of a staged src row: the input row (merged rows: a segment's
     // pixels), or with fold_kw every pixel the taps read, W padding
     // included as zeros, so the folded rows need no edges.
@@ -437,7 +438,8 @@ private:
     // kernel rows); n kind 0 = full tile, 1 = last (tail) tile.
     enum RowsKind { kFull, kLast, kRowsKinds };
     // [..][..][WeightsStage bits]: stage_in_kernel gemm only, else 0.
-    std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][4];
+    // [rows kind][last n tile][WeightsStage bits, or the W phase of kw windows]
+    std::shared_ptr<const WeightsKernel> kernels_[kRowsKinds][2][std::max(4, WeightsPlan::kMaxKwPhases)];
     // Depthwise edges. Per kw tile, its pieces: the runs of an output
     // row's pixels where taps [a, b) of the tile read inside src, in pixel
     // order (each tap's valid pixels are an interval that shrinks as the
@@ -468,7 +470,9 @@ void JitWeightsExecutor::load_kernels() {
             if (!last && b.n_tiles == 1) continue;  // the only n tile is the last
             const int n = last ? b.n_last : b.n;
             const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
-            for (int stage = 0; stage < (plan_.stage_in_kernel ? 4 : 1); ++stage) {
+            // The last index: WeightsStage bits, or the W phase of kw windows.
+            const int variants = plan_.stage_in_kernel ? 4 : plan_.kw_phases > 0 ? static_cast<int>(plan_.kw_phases) : 1;
+            for (int stage = 0; stage < variants; ++stage) {
                 WeightsKernelDesc d = plan_.desc(row_kinds[r], n, tail, tap_disp, dw ? b.kh : 1, row_disp, stage);
                 d.edges = dw_edges_ ? 1 : 0;
                 bool hit = false;
@@ -562,24 +566,25 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
 }
 
 void JitWeightsExecutor::build_window_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk,
-                                           const StagedChunk* st, int64_t kd, int64_t kh) const {
+                                           const StagedChunk* st, int64_t kd, int64_t kh, int64_t phase) const {
     const WeightsGeometry& g = plan_.geo;
+    const WeightsPlan::KwPhase& f = plan_.kw_phase[static_cast<size_t>(phase)];
+    if (f.row_px == 0) return;
     for (size_t j = 0; j < chunk.size(); ++j) {
         const RowPos& r = chunk[j];
         const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
         const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
         if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
-        // src pixel 0, and its tap-0 output pixel pad.
         if (!st) {
             const int64_t image = plan_.pairs ? 2 * r.n : r.n;
-            out.push_back({user_src_bytes(image, id, ih, 0), user_dst_bytes(image, r.od, r.oh, g.pad[2]),
-                           plan_.kw_row_px});
+            out.push_back({user_src_bytes(image, id, ih, f.first), user_dst_bytes(image, r.od, r.oh, f.pad),
+                           f.row_px});
             continue;
         }
         const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
-        const int64_t src_pix = (key - st->src_keys.begin()) * staged_row_pixels();
-        const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + g.pad[2];
-        out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, plan_.kw_row_px});
+        const int64_t src_pix = (key - st->src_keys.begin()) * staged_row_pixels() + f.first;
+        const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + f.pad;
+        out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, f.row_px});
     }
 }
 
@@ -775,7 +780,8 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
 JitWeightsExecutor::GemmTile JitWeightsExecutor::gemm_tile(int64_t tile) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    const int64_t kws = g.k[2] / plan_.fold_kw / plan_.kw_window;  // kw taps outside the tile rows
+    // kw taps outside the tile rows (kw windows: W phases, one a tile)
+    const int64_t kws = plan_.kw_phases > 0 ? plan_.kw_phases : g.k[2] / plan_.fold_kw;
     const int64_t taps = g.k[0] * g.k[1] * kws;
     const int64_t per_group = b.m_tiles * taps * b.n_tiles, per_block = b.m_block * taps * b.n_tiles;
     const int64_t grp = tile / per_group, in_group = tile % per_group;
@@ -810,8 +816,8 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     if (!built) {
         rows.clear();
         const auto ow = valid_ow(g, kw);
-        if (plan_.kw_window > 1)
-            build_window_rows(rows, ts.chunk, ts.view, kd, kh);
+        if (plan_.kw_phases > 0)
+            build_window_rows(rows, ts.chunk, ts.view, kd, kh, kw);
         else if (plan_.fold_kw > 1 && !ts.view)
             build_folded_rows(rows, ts, src, kd, kh);
         else if (plan_.fold_kw > 1)  // staged rows hold the W padding: every pixel reads inside them
@@ -824,7 +830,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     c.diff_weights = target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] + kh * wei_str_.k[1] +
                      kw * wei_str_.k[2];
     c.wei_row_stride = wei_str_.i;
-    c.wei_kh_stride = plan_.kw_window > 1 ? wei_str_.k[2] : 0;  // kw windows: the taps' row blocks
+    c.wei_kh_stride = plan_.kw_phases > 0 ? g.stride[2] * wei_str_.k[2] : 0;  // kw windows: a phase's taps
     const char* user_src = src + (grp * g.icg + ic0) * user_elem_bytes();
     const char* user_dst = diff_dst + oc0 * user_elem_bytes();
     if (!plan_.tile_major) {
@@ -843,7 +849,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
         c.dst_stage = stage & kCopyDst ? dst_slice : nullptr;
     }
     const int m = it == b.m_tiles - 1 ? b.m_last : b.m;
-    call(kernel(m, ot == b.n_tiles - 1, stage), c, rows, accumulate, pf);
+    call(kernel(m, ot == b.n_tiles - 1, plan_.kw_phases > 0 ? static_cast<int>(kw) : stage), c, rows, accumulate, pf);
 }
 
 std::array<int, 2> JitWeightsExecutor::kernel_rows_inside(int64_t kh0, int64_t oh) const {

@@ -97,44 +97,67 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
     return !plan.direct_weights || kw_ic_rows_consecutive(p);
 }
 
-// gemm kw windows (WeightsPlan::kw_window): the kernel's m * KW
-// accumulators, KW diff_dst vectors and two broadcast registers in the
-// vector file, for m of at least 1.
+// gemm kw windows (WeightsPlan::kw_phases): the kernel's m * T
+// accumulators (T = ceil(KW / s), phase 0's taps), T diff_dst vectors and
+// two broadcast registers in the vector file, for m of at least 1.
 int64_t kw_window_max_m(const Problem& p, Isa isa) {
     const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8, regs = isa >= Isa::avx512_core ? 32 : 16;
     const int64_t mask = isa < Isa::avx512_core && p.ocg % vlen ? 1 : 0;
-    return (regs - mask - p.k[2] - 2) / p.k[2];
+    const int64_t taps = div_up(p.k[2], std::max<int64_t>(1, p.stride[2]));
+    return (regs - mask - taps - 2) / taps;
 }
 
-// Where a kw window replaces the per-tap tiles: one vector of output
+// Phase r of a W stride s: taps k = r + s j; src pixel iw = s i + r - pad
+// pairs tap j with output pixel i - j, a unit-stride window over the
+// phase's pixels i (tap-0 output pixel i) from i0, the first inside src.
+// Its row: the pixels some tap reads for an output pixel in [0, OW), the
+// first `head` lacking taps below output pixel 0 (i < T - 1), the last
+// `tail` past OW - 1 (i >= OW).
+WeightsPlan::KwPhase kw_phase(const WeightsGeometry& g, int64_t r) {
+    const int64_t s = g.stride[2], kw = g.k[2], pad = g.pad[2];
+    WeightsPlan::KwPhase f;
+    f.taps = div_up(kw - r, s);
+    f.pad = pad >= r ? div_up(pad - r, s) : 0;
+    f.first = s * f.pad + r - pad;
+    const int64_t in = f.first < g.in[2] ? (g.in[2] - 1 - f.first) / s + 1 : 0;
+    f.row_px = std::max<int64_t>(0, std::min(in, g.out[2] + f.taps - 1 - f.pad));
+    f.head = std::min(f.row_px, std::max<int64_t>(0, f.taps - 1 - f.pad));
+    f.tail = std::max<int64_t>(0, f.row_px - 1 + f.pad - (g.out[2] - 1));
+    return f;
+}
+
+// Where kw windows replace the per-tap tiles: one vector of output
 // channels per group (the tiles' n = 1: each FMA of a per-tap tile needs
-// its own broadcast), W stride and dilation 1, not folded, 32-bit
-// elements (f32, or 16-bit widened by the stager: not bf16 pairs), and a W
-// geometry whose edges the kernel compiles in: src pixel 0's tap-0 output
-// pixel (pad) inside the row, and OW >= KW - 1, so that no src pixel lacks
-// taps at both ends (head and tail apart). Against per-tap tiles, AMD Zen
-// 5, 2 threads, min of 5, every changed layer of the shape sets, f32 and
-// f16: 1.15-2.27x (geomean 1.44x; ResNeXt-50 conv4 1.17x, RegNetX s3 / s4
-// 1.28 / 1.33x, RegNetY s4 1.54x); AVX2 8-channel groups 1.09-1.85x. The
-// staging rule stays: staging the in-place ones measured 0.93x.
+// its own broadcast), W stride up to the kernel width (and
+// kMaxKwPhases), W dilation 1, not folded, 32-bit elements (f32, or 16-bit
+// widened by the stager: not bf16 pairs), and W edges the kernel compiles
+// in: per phase its first pixel's tap-0 output pixel inside the row and
+// OW >= T - 1, so that no pixel lacks taps at both ends (head and tail
+// apart). Against per-tap tiles, AMD Zen 5, 2 threads, min of 5, every
+// changed layer of the shape sets, f32 and f16, unit stride: 1.15-2.27x
+// (geomean 1.44x; ResNeXt-50 conv4 1.17x, RegNetX s3 / s4 1.28 / 1.33x,
+// RegNetY s4 1.54x); AVX2 8-channel groups 1.09-1.85x. The staging rule
+// stays: staging the in-place ones measured 0.93x.
 bool kw_window_ok(const Problem& p, const WeightsPlan& plan) {
     const int64_t vlen = plan.isa >= Isa::avx512_core ? 16 : 8;
-    if (plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1 || p.k[2] < 2) return false;
-    if (p.stride[2] != 1 || p.dil[2] != 1 || p.ocg > vlen || kw_window_max_m(p, plan.isa) < 1) return false;
     const WeightsGeometry& g = plan.geo;
-    return !g.merged && g.pad[2] < g.out[2] && g.out[2] >= g.k[2] - 1;
-}
-
-// The window's row: src pixels [0, kw_row_px) (past OW + KW - 1 - pad no
-// tap reads them), kw_head of them first with output pixels below 0 for
-// some tap (tap-0 output pixel t = q + pad below KW - 1), kw_tail last with
-// output pixels past OW - 1 (t >= OW).
-void plan_kw_window(WeightsPlan& plan) {
-    const WeightsGeometry& g = plan.geo;
-    plan.kw_window = g.k[2];
-    plan.kw_row_px = std::min(g.in[2], g.out[2] + g.k[2] - 1 - g.pad[2]);
-    plan.kw_head = std::min(plan.kw_row_px, std::max<int64_t>(0, g.k[2] - 1 - g.pad[2]));
-    plan.kw_tail = std::max<int64_t>(0, plan.kw_row_px - 1 + g.pad[2] - (g.out[2] - 1));
+    if (plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1 || g.k[2] < 2 || g.merged)
+        return false;
+    if (g.stride[2] > std::min<int64_t>(g.k[2], WeightsPlan::kMaxKwPhases) || g.dil[2] != 1 || p.ocg > vlen ||
+        kw_window_max_m(p, plan.isa) < 1)
+        return false;
+    // Strided: only where the group's input channels fit one tile. Phases
+    // of one tap run as the per-tap tiles do, so the window gains only on
+    // the others, and a second channel tile rereads every diff_dst vector:
+    // 16 channels a group at W stride 2 (tiles of 8) measured 0.91-0.98x
+    // in f32 (RegNetX-400MF, ResNeXt-50 conv4 s2), 8 channels 1.16-1.18x
+    // (RegNetY-400MF s4).
+    if (g.stride[2] > 1 && g.icg > kw_window_max_m(p, plan.isa)) return false;
+    for (int64_t r = 0; r < g.stride[2]; ++r) {
+        const WeightsPlan::KwPhase f = kw_phase(g, r);
+        if (f.row_px > 0 && (f.pad >= g.out[2] || g.out[2] < f.taps - 1)) return false;
+    }
+    return true;
 }
 
 // f32 is staged (copied) where measured faster than reading the user's
@@ -657,6 +680,9 @@ WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads) 
 
 WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp, int kh, int64_t row_disp,
                                     int stage) const {
+    // kw windows: the last argument names the W phase (no stage copies there).
+    const int phase = kw_phases > 0 ? stage : 0;
+    if (kw_phases > 0) stage = 0;
     WeightsKernelDesc d{};  // every byte is a field (static_assert on its size): no padding to clear
     d.isa = static_cast<uint8_t>(isa);
     d.kind = static_cast<uint8_t>(blk.kind);
@@ -685,11 +711,12 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.row_disp = kh > 1 ? static_cast<int32_t>(row_disp) : 0;
     d.stage = static_cast<uint8_t>(stage);
     d.pf_lines = static_cast<uint8_t>(pf_lines);
-    if (blk.kind == WeightsKernelKind::gemm && kw_window > 1) {
-        d.kw_win = static_cast<uint8_t>(kw_window);
-        d.kw_head = static_cast<uint8_t>(kw_head);
-        d.kw_tail = static_cast<uint8_t>(kw_tail);
-        d.kw_pad = static_cast<uint8_t>(std::min(geo.pad[2], kw_window - 1));
+    if (blk.kind == WeightsKernelKind::gemm && kw_phases > 0) {
+        const KwPhase& f = kw_phase[static_cast<size_t>(phase)];
+        d.kw_win = static_cast<uint8_t>(f.taps);
+        d.kw_head = static_cast<uint8_t>(f.head);
+        d.kw_tail = static_cast<uint8_t>(f.tail);
+        d.kw_pad = static_cast<uint8_t>(std::min(f.pad, f.taps - 1));
     }
     return d;
 }
@@ -776,11 +803,14 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || kw_ic_rows_consecutive(p));
     plan.weights_elems = p.output_elems;
     if (fold_kw(p, plan)) plan.fold_kw = p.k[2];
-    if (kw_window_ok(p, plan)) plan_kw_window(plan);
+    if (kw_window_ok(p, plan)) {
+        plan.kw_phases = plan.geo.stride[2];
+        for (int64_t r = 0; r < plan.kw_phases; ++r) plan.kw_phase[static_cast<size_t>(r)] = kw_phase(plan.geo, r);
+    }
     plan.src_pitch = staged_pitch(plan, p, p.ic() * 4);
     plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4);
     choose_blocking(plan);
-    if (plan.kw_window > 1) {  // every kw tap in the tile, the channels split evenly
+    if (plan.kw_phases > 0) {  // the taps of a W phase in the tile, the channels split evenly
         WeightsBlocking& b = plan.blk;
         const WeightsGeometry& g = plan.geo;
         const int64_t max_m = std::min(g.icg, kw_window_max_m(p, plan.isa));
@@ -789,12 +819,16 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
         b.n_tiles = 1;
         b.m_tiles = div_up(g.icg, b.m);
         b.m_last = static_cast<int>(g.icg - (b.m_tiles - 1) * b.m);
-        b.tiles = g.k[0] * g.k[1] * b.m_tiles * g.g;
-        // Per src pixel and tile: m * KW FMAs, m broadcasts and a diff_dst load.
+        b.tiles = g.k[0] * g.k[1] * plan.kw_phases * b.m_tiles * g.g;
+        // Per src pixel and tile: m * T FMAs, m broadcasts and a diff_dst load.
         const double latency = plan.isa == Isa::avx2 ? Cost::fma_latency_avx2 : Cost::fma_latency;
-        auto tile = [&](double m) { return tile_cycles(m * g.k[2], m + 1, m * g.k[2] + m + 3, latency); };
-        b.cycles_per_pixel = double(g.k[0] * g.k[1] * g.g) * ((b.m_tiles - 1) * tile(b.m) + tile(b.m_last)) *
-                             double(plan.kw_row_px) / double(g.out[2]);
+        double cycles = 0;
+        for (int64_t r = 0; r < plan.kw_phases; ++r) {
+            const WeightsPlan::KwPhase& f = plan.kw_phase[static_cast<size_t>(r)];
+            auto tile = [&](double m) { return tile_cycles(m * f.taps, m + 1, m * f.taps + m + 3, latency); };
+            cycles += ((b.m_tiles - 1) * tile(b.m) + tile(b.m_last)) * double(f.row_px);
+        }
+        b.cycles_per_pixel = double(g.k[0] * g.k[1] * g.g) * cycles / double(g.out[2]);
     }
     choose_reduction(plan, p);
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
@@ -822,7 +856,7 @@ std::string WeightsPlan::to_string() const {
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
        << (stage_in_kernel ? " tile-major(in-kernel)" : tile_major ? " tile-major" : "")
        << (src_pitch > geo.g * geo.icg * 4 || dst_pitch > geo.g * geo.ocg * 4 ? " pitch+64" : "")
-       << (fold_kw > 1 ? " fold-kw" : "") << (kw_window > 1 ? " kw-window" : "") << (prepad ? " prepad" : "")
+       << (fold_kw > 1 ? " fold-kw" : "") << (kw_phases > 0 ? " kw-window" : "") << (prepad ? " prepad" : "")
        << (w_pairs ? " W-pairs" : "")
        << (transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
@@ -842,12 +876,22 @@ std::string WeightsPlan::to_string() const {
         if (blk.m_block < blk.m_tiles) os << " ic_block<" << (blk.m_tiles + blk.m_block - 1) / blk.m_block;
         const bool fold = fold_kw > 1;  // tile rows are (kw, ic): the kw loop is inside the tile
         os << " oc_tile<" << blk.n_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1];
-        if (!fold && kw_window == 1) os << " kw<" << geo.k[2];
-        if (kw_window > 1)
-            os << " ic_tile<" << blk.m_block << ":\n        for row, src px q: acc[" << geo.k[2] << " kw][" << blk.m
-               << " ic][1v] += bcast(src[q][ic]) * diff_dst[q+pad-kw][oc] (q<" << kw_row_px << ", edges "
-               << kw_head << "+" << kw_tail << " px)\n";
-        else
+        if (!fold && kw_phases == 0) os << " kw<" << geo.k[2];
+        if (kw_phases == 1) {
+            const KwPhase& f = kw_phase[0];
+            os << " ic_tile<" << blk.m_block << ":\n        for row, src px q: acc[" << f.taps << " kw][" << blk.m
+               << " ic][1v] += bcast(src[q][ic]) * diff_dst[q+pad-kw][oc] (q<" << f.row_px << ", edges " << f.head
+               << "+" << f.tail << " px)\n";
+        } else if (kw_phases > 1) {
+            os << " kw_phase<" << kw_phases << " ic_tile<" << blk.m_block
+               << ":\n        for row, src px q = s*i + phase - pad: acc[kw = phase + s*j][" << blk.m
+               << " ic][1v] += bcast(src[q][ic]) * diff_dst[i-j][oc] (phases:";
+            for (int64_t r = 0; r < kw_phases; ++r) {
+                const KwPhase& f = kw_phase[static_cast<size_t>(r)];
+                os << ' ' << f.taps << " taps i<" << f.row_px << " edges " << f.head << "+" << f.tail
+                   << (r + 1 < kw_phases ? ";" : ")\n");
+            }
+        } else
             os << (fold ? " kw.ic_tile<" : " ic_tile<") << blk.m_block << ":\n        for row, px: acc[" << blk.m
                << (fold ? " kw.ic][" : " ic][") << blk.n << "v] += bcast(src[px+tap]["
                << (fold ? "kw.ic]) (W edges: zero-padded copies)" : "ic])") << " * diff_dst[px][oc]\n";

@@ -123,16 +123,26 @@ struct WeightsPlan {
     // in the W padding read a zero-padded copy of their src run (the
     // edges); staged (16-bit): the staged src rows include the W padding.
     int64_t fold_kw = 1;
-    // gemm kw windows (WeightsKernelDesc::kw_win): 1, or KW. One vector of
-    // output channels per group (groups of up to 16 channels, 8 on AVX2),
-    // W stride and dilation 1, 32-bit elements: a tile holds every kw tap of
-    // m input channels, and a row entry walks the first kw_row_px src
-    // pixels of its input row (the ones some tap reads for an output pixel
-    // inside the row), each broadcast feeding up to KW FMAs, each diff_dst
-    // vector loaded once. Its first kw_head and last kw_tail pixels lack
-    // taps (output pixels below 0 / past OW): the kernel leaves those out.
-    int64_t kw_window = 1;
-    int64_t kw_head = 0, kw_tail = 0, kw_row_px = 0;
+    // gemm kw windows (WeightsKernelDesc::kw_win). One vector of output
+    // channels per group (groups of up to 16 channels, 8 on AVX2), W
+    // dilation 1, 32-bit elements: a tile holds the kw taps of one W phase
+    // (taps k = phase + s * j at W stride s; every tap at stride 1) of m
+    // input channels, and a row entry walks the phase's src pixels of its
+    // input row (s apart), each broadcast feeding one FMA per tap of the
+    // phase, each diff_dst vector loaded once. kw_phases: 0 (no window) or
+    // s, the phase tiles replacing the kw tiles; kw_phase[r] the geometry
+    // of phase r (see KwPhase).
+    struct KwPhase {
+        int64_t taps = 0;    // ceil((KW - r) / s)
+        int64_t first = 0;   // the row's first src pixel of the phase (iw)
+        int64_t pad = 0;     // its tap-0 output pixel
+        int64_t row_px = 0;  // src pixels a row entry walks (0: none, the phase's weights are 0)
+        int64_t head = 0;    // of which the first ones lack taps (output pixels below 0) ...
+        int64_t tail = 0;    // ... and the last ones (output pixels past OW - 1)
+    };
+    static constexpr int kMaxKwPhases = 4;
+    int64_t kw_phases = 0;
+    std::array<KwPhase, kMaxKwPhases> kw_phase{};
     // Depthwise whose taps mostly reach into the padding (large kernels on
     // small planes): the executor first copies src into a zero-padded NXC
     // scratch, and this plan is for that unpadded problem (padded_problem),
@@ -164,7 +174,8 @@ struct WeightsPlan {
     // (prefetcht1; see plan_prefetch_lines in plan_weights.cpp).
     int pf_lines = 1;
     // The kernel desc for a tile of `m` rows (x `kh` kernel rows) and `n`
-    // vectors, `tail` lanes.
+    // vectors, `tail` lanes; `stage`: WeightsStage bits, or with kw windows
+    // the W phase.
     WeightsKernelDesc desc(int m, int n, int tail, int64_t tap_disp, int kh = 1, int64_t row_disp = 0,
                            int stage = 0) const;
     // One line, then the loop nest.
