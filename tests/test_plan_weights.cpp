@@ -237,11 +237,11 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             const int64_t vlen = isa == Isa::avx2 ? 8 : 16;
             const bool bf16_pairs = dt == convgrad::data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
             const int64_t pad = p.pad_begin[2], ow = p.out[2], kw = p.k[2], sw = p.stride[2];
-            const int64_t max_m = ((isa == Isa::avx2 ? 16 : 32) - (isa == Isa::avx2 && p.ocg % 8 ? 1 : 0) -
-                                   (kw + sw - 1) / sw - 2) / ((kw + sw - 1) / sw);
+            const int regs = isa == Isa::avx2 ? 16 : 32, mask = isa == Isa::avx2 && p.ocg % 8 ? 1 : 0;
+            auto max_m = [&](int64_t taps) { return (regs - mask - taps - 2) / taps; };
             bool window = !dw && !bf16_pairs && base.fold_kw == 1 && kw >= 2 && sw <= std::min<int64_t>(kw, 4) &&
-                          p.dil[2] == 1 && p.ocg <= vlen && !base.geo.merged && max_m >= 1 &&
-                          (sw == 1 || p.icg <= max_m);
+                          p.dil[2] == 1 && p.ocg <= vlen && !base.geo.merged && max_m((kw + sw - 1) / sw) >= 1 &&
+                          (sw == 1 || isa != Isa::avx2);
             struct Phase {
                 int64_t taps = 0, first = -1, pad = 0, row = 0, head = 0, tail = 0;
             };
@@ -283,13 +283,22 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                     }
                     CHECK(got.head == f.head);
                     CHECK(got.tail == f.tail);
-                    const auto d = base.desc(b.m, b.n, b.tail, 0, 1, 0, static_cast<int>(r));
+                    const auto d = base.desc(static_cast<int>(got.m), b.n, b.tail, 0, 1, 0, static_cast<int>(r));
                     CHECK(d.kw_win == f.taps);
                     CHECK(d.kw_head == f.head);
                     CHECK(d.kw_tail == f.tail);
                     CHECK(d.kw_pad == std::min(f.pad, f.taps - 1));
                     CHECK(d.stage == 0);
-                    CHECK(weights_kernel_vregs(d) <= (isa == Isa::avx2 ? 16 : 32));
+                    // The phase's own channel tiles: as few as its register
+                    // budget allows, even, none past the blocking's count.
+                    CHECK(got.m_tiles == (p.icg + std::min(p.icg, max_m(f.taps)) - 1) / std::min(p.icg, max_m(f.taps)));
+                    check_axis(p.icg, got.m_tiles, got.m, got.m_last, 1);
+                    CHECK(got.m - got.m_last < got.m_tiles);
+                    CHECK(got.m_tiles <= b.m_tiles);
+                    for (int64_t m : {got.m, got.m_last}) {
+                        const auto dm = base.desc(static_cast<int>(m), b.n, b.tail, 0, 1, 0, static_cast<int>(r));
+                        CHECK(weights_kernel_vregs(dm) <= regs);
+                    }
                 }
             } else {
                 CHECK(base.desc(b.m, b.n, b.tail, 0).kw_win == 0);

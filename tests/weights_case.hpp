@@ -197,18 +197,17 @@ inline std::vector<Case> kw_window_cases() {
 }
 
 // The W geometry of kw windows (see WeightsPlan::kw_phases) on `vregs`
-// vector registers: W stride up to the kernel width and 4 (strided: the
-// group's input channels in one tile), dilation 1, and per W phase r (taps
-// r + s j) that reads a src pixel, its first pixel's tap-0 output pixel
-// inside the row and OW >= its taps - 1.
+// vector registers: W stride up to the kernel width and 4 (1 on AVX2), dilation 1, a
+// tile of one channel fitting, and per W phase r (taps r + s j) that reads
+// a src pixel, its first pixel's tap-0 output pixel inside the row and OW
+// >= its taps - 1.
 inline bool windowed(const Case& c, int vregs) {
     const size_t w = c.nsp() - 1;
     const int64_t pad = c.at(c.pb, w, 0), kw = c.k[w], s = c.at(c.s, w, 1), ow = c.out(w);
     if (c.at(c.d, w, 1) != 1 || kw < 2 || s > std::min<int64_t>(kw, 4)) return false;
     const int64_t t0 = (kw + s - 1) / s, ocg = (c.transpose ? c.ic : c.oc) / c.g;
-    const int64_t icg = (c.transpose ? c.oc : c.ic) / c.g;
-    const int64_t max_m = (vregs - (vregs == 16 && ocg % 8 ? 1 : 0) - t0 - 2) / t0;
-    if (max_m < 1 || (s > 1 && icg > max_m)) return false;
+    if ((vregs - (vregs == 16 && ocg % 8 ? 1 : 0) - t0 - 2) / t0 < 1) return false;
+    if (s > 1 && vregs == 16) return false;  // AVX2: unit W stride only
     for (int64_t r = 0; r < s; ++r) {
         const int64_t taps = (kw - r + s - 1) / s;
         for (int64_t q = 0; q < c.in[w]; ++q) {

@@ -473,7 +473,12 @@ void JitWeightsExecutor::load_kernels() {
             // The last index: WeightsStage bits, or the W phase of kw windows.
             const int variants = plan_.stage_in_kernel ? 4 : plan_.kw_phases > 0 ? static_cast<int>(plan_.kw_phases) : 1;
             for (int stage = 0; stage < variants; ++stage) {
-                WeightsKernelDesc d = plan_.desc(row_kinds[r], n, tail, tap_disp, dw ? b.kh : 1, row_disp, stage);
+                int rows = row_kinds[r];
+                if (plan_.kw_phases > 0) {  // a phase's own channel tiles
+                    const WeightsPlan::KwPhase& f = plan_.kw_phase[static_cast<size_t>(stage)];
+                    rows = r == kFull ? f.m : f.m_last;
+                }
+                WeightsKernelDesc d = plan_.desc(rows, n, tail, tap_disp, dw ? b.kh : 1, row_disp, stage);
                 d.edges = dw_edges_ ? 1 : 0;
                 bool hit = false;
                 auto& k = kernels_[r][last][stage];
@@ -492,7 +497,8 @@ void JitWeightsExecutor::load_kernels() {
 }
 
 const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n, int stage) const {
-    return *kernels_[rows == plan_.blk.m ? kFull : kLast][last_n || plan_.blk.n_tiles == 1][stage];
+    const int full = plan_.kw_phases > 0 ? static_cast<int>(plan_.kw_phase[static_cast<size_t>(stage)].m) : plan_.blk.m;
+    return *kernels_[rows == full ? kFull : kLast][last_n || plan_.blk.n_tiles == 1][stage];
 }
 
 RowPos JitWeightsExecutor::row_at(int64_t q) const {
@@ -802,7 +808,12 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const auto [grp, it, ot, tap, kd, kh, kw] = gemm_tile(tile);
-    const int64_t ic0 = it * b.m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
+    // kw windows: the phase's channel tiles (fewer than m_tiles for phases
+    // of fewer taps: the rest of its tiles are empty).
+    const WeightsPlan::KwPhase* phase = plan_.kw_phases > 0 ? &plan_.kw_phase[static_cast<size_t>(kw)] : nullptr;
+    if (phase && it >= phase->m_tiles) return;
+    const int64_t tile_m = phase ? phase->m : b.m;
+    const int64_t ic0 = it * tile_m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
     const int64_t src_tile = grp * b.m_tiles + it, dst_tile = grp * b.n_tiles + ot;
     int stage = 0;
     if (plan_.stage_in_kernel) {
@@ -848,7 +859,8 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
         c.src_stage = stage & kCopySrc ? src_slice : nullptr;
         c.dst_stage = stage & kCopyDst ? dst_slice : nullptr;
     }
-    const int m = it == b.m_tiles - 1 ? b.m_last : b.m;
+    const int m = phase ? static_cast<int>(it == phase->m_tiles - 1 ? phase->m_last : phase->m)
+                        : it == b.m_tiles - 1 ? b.m_last : b.m;
     call(kernel(m, ot == b.n_tiles - 1, plan_.kw_phases > 0 ? static_cast<int>(kw) : stage), c, rows, accumulate, pf);
 }
 

@@ -100,11 +100,13 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
 // gemm kw windows (WeightsPlan::kw_phases): the kernel's m * T
 // accumulators (T = ceil(KW / s), phase 0's taps), T diff_dst vectors and
 // two broadcast registers in the vector file, for m of at least 1.
-int64_t kw_window_max_m(const Problem& p, Isa isa) {
+int64_t kw_window_max_m(const Problem& p, Isa isa, int64_t taps) {
     const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8, regs = isa >= Isa::avx512_core ? 32 : 16;
     const int64_t mask = isa < Isa::avx512_core && p.ocg % vlen ? 1 : 0;
-    const int64_t taps = div_up(p.k[2], std::max<int64_t>(1, p.stride[2]));
     return (regs - mask - taps - 2) / taps;
+}
+int64_t kw_window_max_m(const Problem& p, Isa isa) {
+    return kw_window_max_m(p, isa, div_up(p.k[2], std::max<int64_t>(1, p.stride[2])));
 }
 
 // Phase r of a W stride s: taps k = r + s j; src pixel iw = s i + r - pad
@@ -133,11 +135,15 @@ WeightsPlan::KwPhase kw_phase(const WeightsGeometry& g, int64_t r) {
 // widened by the stager: not bf16 pairs), and W edges the kernel compiles
 // in: per phase its first pixel's tap-0 output pixel inside the row and
 // OW >= T - 1, so that no pixel lacks taps at both ends (head and tail
-// apart). Against per-tap tiles, AMD Zen 5, 2 threads, min of 5, every
-// changed layer of the shape sets, f32 and f16, unit stride: 1.15-2.27x
-// (geomean 1.44x; ResNeXt-50 conv4 1.17x, RegNetX s3 / s4 1.28 / 1.33x,
-// RegNetY s4 1.54x); AVX2 8-channel groups 1.09-1.85x. The staging rule
-// stays: staging the in-place ones measured 0.93x.
+// apart). Each phase splits the channels into its own tiles (a phase of
+// fewer taps fits more). Against per-tap tiles, AMD Zen 5, 2 threads, min
+// of 5, every changed layer of the shape sets, f32 and f16, unit stride:
+// 1.15-2.27x (geomean 1.44x; ResNeXt-50 conv4 1.17x, RegNetX s3 / s4 1.28 /
+// 1.33x, RegNetY s4 1.54x); AVX2 8-channel groups 1.09-1.85x; W stride 2:
+// 1.04-1.21x (ResNeXt-50 conv4 s2 1.14 / 1.04x f32 / f16, RegNetX s1-s4 s2
+// 1.05-1.21x, RegNetY s4 s2 1.17x); with one tile size for all phases the
+// 16-channel groups had measured 0.91-0.98x. The staging rule stays:
+// staging the in-place ones measured 0.93x.
 bool kw_window_ok(const Problem& p, const WeightsPlan& plan) {
     const int64_t vlen = plan.isa >= Isa::avx512_core ? 16 : 8;
     const WeightsGeometry& g = plan.geo;
@@ -146,13 +152,9 @@ bool kw_window_ok(const Problem& p, const WeightsPlan& plan) {
     if (g.stride[2] > std::min<int64_t>(g.k[2], WeightsPlan::kMaxKwPhases) || g.dil[2] != 1 || p.ocg > vlen ||
         kw_window_max_m(p, plan.isa) < 1)
         return false;
-    // Strided: only where the group's input channels fit one tile. Phases
-    // of one tap run as the per-tap tiles do, so the window gains only on
-    // the others, and a second channel tile rereads every diff_dst vector:
-    // 16 channels a group at W stride 2 (tiles of 8) measured 0.91-0.98x
-    // in f32 (RegNetX-400MF, ResNeXt-50 conv4 s2), 8 channels 1.16-1.18x
-    // (RegNetY-400MF s4).
-    if (g.stride[2] > 1 && g.icg > kw_window_max_m(p, plan.isa)) return false;
+    // AVX2 under a W stride: 0.92-1.14x (RegNetY-400MF, ResNeXt-50 conv3
+    // s2, 8 channels a group: phase 0 in tiles of 4), even overall: not taken.
+    if (g.stride[2] > 1 && plan.isa < Isa::avx512_core) return false;
     for (int64_t r = 0; r < g.stride[2]; ++r) {
         const WeightsPlan::KwPhase f = kw_phase(g, r);
         if (f.row_px > 0 && (f.pad >= g.out[2] || g.out[2] < f.taps - 1)) return false;
@@ -813,12 +815,21 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     if (plan.kw_phases > 0) {  // the taps of a W phase in the tile, the channels split evenly
         WeightsBlocking& b = plan.blk;
         const WeightsGeometry& g = plan.geo;
-        const int64_t max_m = std::min(g.icg, kw_window_max_m(p, plan.isa));
-        b.m = static_cast<int>(div_up(g.icg, div_up(g.icg, max_m)));
         b.n = b.n_last = 1;
         b.n_tiles = 1;
-        b.m_tiles = div_up(g.icg, b.m);
-        b.m_last = static_cast<int>(g.icg - (b.m_tiles - 1) * b.m);
+        b.m_tiles = 0;
+        for (int64_t r = 0; r < plan.kw_phases; ++r) {
+            WeightsPlan::KwPhase& f = plan.kw_phase[static_cast<size_t>(r)];
+            const int64_t max_m = std::min(g.icg, kw_window_max_m(p, plan.isa, f.taps));
+            f.m_tiles = div_up(g.icg, max_m);
+            f.m = div_up(g.icg, f.m_tiles);
+            f.m_last = g.icg - (f.m_tiles - 1) * f.m;
+            if (f.m_tiles > b.m_tiles) {  // the blocking's rows: the phase of the most tiles
+                b.m_tiles = f.m_tiles;
+                b.m = static_cast<int>(f.m);
+                b.m_last = static_cast<int>(f.m_last);
+            }
+        }
         b.tiles = g.k[0] * g.k[1] * plan.kw_phases * b.m_tiles * g.g;
         // Per src pixel and tile: m * T FMAs, m broadcasts and a diff_dst load.
         const double latency = plan.isa == Isa::avx2 ? Cost::fma_latency_avx2 : Cost::fma_latency;
@@ -826,7 +837,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
         for (int64_t r = 0; r < plan.kw_phases; ++r) {
             const WeightsPlan::KwPhase& f = plan.kw_phase[static_cast<size_t>(r)];
             auto tile = [&](double m) { return tile_cycles(m * f.taps, m + 1, m * f.taps + m + 3, latency); };
-            cycles += ((b.m_tiles - 1) * tile(b.m) + tile(b.m_last)) * double(f.row_px);
+            cycles += (double(f.m_tiles - 1) * tile(double(f.m)) + tile(double(f.m_last))) * double(f.row_px);
         }
         b.cycles_per_pixel = double(g.k[0] * g.k[1] * g.g) * cycles / double(g.out[2]);
     }

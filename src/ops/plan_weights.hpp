@@ -139,6 +139,10 @@ struct WeightsPlan {
         int64_t row_px = 0;  // src pixels a row entry walks (0: none, the phase's weights are 0)
         int64_t head = 0;    // of which the first ones lack taps (output pixels below 0) ...
         int64_t tail = 0;    // ... and the last ones (output pixels past OW - 1)
+        // Its channel tiles: m_tiles of m input channels, the last m_last
+        // (phases of fewer taps fit more channels; blk.m_tiles is the most
+        // of any phase, the rest of a phase's tiles are empty).
+        int64_t m = 0, m_last = 0, m_tiles = 0;
     };
     static constexpr int kMaxKwPhases = 4;
     int64_t kw_phases = 0;
