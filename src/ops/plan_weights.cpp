@@ -139,10 +139,11 @@ WeightsPlan::KwPhase kw_phase(const WeightsGeometry& g, int64_t r) {
 // fewer taps fits more). Against per-tap tiles, AMD Zen 5, 2 threads, min
 // of 5, every changed layer of the shape sets, f32 and f16, unit stride:
 // 1.15-2.27x (geomean 1.44x; ResNeXt-50 conv4 1.17x, RegNetX s3 / s4 1.28 /
-// 1.33x, RegNetY s4 1.54x); AVX2 8-channel groups 1.09-1.85x; W stride 2:
-// 1.04-1.21x (ResNeXt-50 conv4 s2 1.14 / 1.04x f32 / f16, RegNetX s1-s4 s2
-// 1.05-1.21x, RegNetY s4 s2 1.17x); with one tile size for all phases the
-// 16-channel groups had measured 0.91-0.98x. The staging rule stays:
+// 1.33x, RegNetY s4 1.54x); AVX2 8-channel groups 1.09-1.85x. W stride 2,
+// three runs each: 16 channels a group even in f32 (ResNeXt-50 conv4 s2
+// 0.89-1.14x, RegNetX s1-s4 s2 0.95-1.09x) and 0.99-1.27x in f16, 8
+// channels (RegNetY s4 s2) 1.17-1.20x; with one tile size for all phases
+// the 16-channel groups had measured 0.91-0.98x. The staging rule stays:
 // staging the in-place ones measured 0.93x.
 bool kw_window_ok(const Problem& p, const WeightsPlan& plan) {
     const int64_t vlen = plan.isa >= Isa::avx512_core ? 16 : 8;
