@@ -347,6 +347,19 @@ private:
             }
         }
     }
+    // The input row (id, ih) that tap (kd, kh) of output row r reads; false
+    // when it lies in the padding.
+    bool tap_src_row(const RowPos& r, int64_t kd, int64_t kh, int64_t& id, int64_t& ih) const {
+        const WeightsGeometry& g = plan_.geo;
+        id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+        ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
+        return id >= 0 && id < g.in[0] && ih >= 0 && ih < g.in[1];
+    }
+    // Staged chunk st: the index of input row (id, ih)'s first staged pixel.
+    int64_t staged_src_row(const StagedChunk& st, const RowPos& r, int64_t id, int64_t ih) const {
+        const auto key = std::lower_bound(st.src_keys.begin(), st.src_keys.end(), src_key(r, id, ih));
+        return (key - st.src_keys.begin()) * staged_row_pixels();
+    }
     // The rows of `chunk` for tap (kd, kh, kw), as offsets into the staged
     // chunk `st`, or into the user's tensors when st is null. Tile-major
     // chunks: offsets into the tile slices, except for the operands `user`
@@ -542,9 +555,8 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
     int64_t slot = 0;  // tile-major: the chunk's pixels in row order
     for (size_t j = 0; j < chunk.size(); ++j) {
         const RowPos& r = chunk[j];
-        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
-        const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
-        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
+        int64_t id = 0, ih = 0;
+        if (!tap_src_row(r, kd, kh, id, ih)) continue;
         const int64_t a = std::max(ow_lo, r.seg * g.segment);
         const int64_t b = std::min(ow_hi, (r.seg + 1) * g.segment);
         if (a >= b) continue;
@@ -563,8 +575,7 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
             continue;
         }
         // Staged rows: [key index][width], [chunk row][segment].
-        const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
-        const int64_t src_pix = (key - st->src_keys.begin()) * staged_row_pixels() +
+        const int64_t src_pix = staged_src_row(*st, r, id, ih) +
                                 (plan_.compress_w ? a : iw - src_row_first(r.seg) + (plan_.fold_kw > 1 ? g.pad[2] : 0));
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
         out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, b - a});
@@ -578,17 +589,13 @@ void JitWeightsExecutor::build_window_rows(std::vector<WeightsRow>& out, const s
     if (f.row_px == 0) return;
     for (size_t j = 0; j < chunk.size(); ++j) {
         const RowPos& r = chunk[j];
-        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
-        const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
-        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
-        if (!st) {
-            const int64_t image = plan_.pairs ? 2 * r.n : r.n;
-            out.push_back({user_src_bytes(image, id, ih, f.first), user_dst_bytes(image, r.od, r.oh, f.pad),
-                           f.row_px});
+        int64_t id = 0, ih = 0;
+        if (!tap_src_row(r, kd, kh, id, ih)) continue;
+        if (!st) {  // (windows never pair images)
+            out.push_back({user_src_bytes(r.n, id, ih, f.first), user_dst_bytes(r.n, r.od, r.oh, f.pad), f.row_px});
             continue;
         }
-        const auto key = std::lower_bound(st->src_keys.begin(), st->src_keys.end(), src_key(r, id, ih));
-        const int64_t src_pix = (key - st->src_keys.begin()) * staged_row_pixels() + f.first;
+        const int64_t src_pix = staged_src_row(*st, r, id, ih) + f.first;
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + f.pad;
         out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, f.row_px});
     }
@@ -611,9 +618,8 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
     };
     for (size_t j = 0; j < ts.chunk.size(); ++j) {
         const RowPos& r = ts.chunk[j];
-        const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
-        const int64_t ih = r.oh * g.stride[1] - g.pad[1] + kh * g.dil[1];
-        if (id < 0 || id >= g.in[0] || ih < 0 || ih >= g.in[1]) continue;
+        int64_t id = 0, ih = 0;
+        if (!tap_src_row(r, kd, kh, id, ih)) continue;
         const float* row = fsrc + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * ic;
         const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * oc * 4;
         float* slot = ts.edges.data() + ((static_cast<int64_t>(j) * g.k[0] + kd) * g.k[1] + kh) * slot_floats;
