@@ -12,6 +12,11 @@ Usage:
       -- --op=bwd_d --dt=f32,bf16 --threads=2 --batch=bench/shapes/regnet
   tools/sweep_ab.py --a=build/release/tools/convgrad-sweep --b-env=CONVGRAD_MAX_ISA=avx2 -- ...
 
+With --cases=FILE (one descriptor a line, `#` comments), A and B alternate
+case by case instead (every round of a case before the next case), so a
+slow spell of the host lands on both sides of one case:
+  tools/sweep_ab.py --a=OLD --b=NEW --rounds=5 --min --cases=cases.txt -- --op=bwd_w --threads=2
+
 Everything after `--` goes to both runs. Prints one line per case, A and B
 in ms and the B speedup (A / B), then the geometric mean of the speedups.
 Needs only python3's standard library.
@@ -55,15 +60,22 @@ def main():
     ap.add_argument("--b-env", action="append", default=[], metavar="K=V", help="environment of B's runs")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--min", action="store_true", help="summarise by the minimum instead of the median")
+    ap.add_argument("--cases", metavar="FILE", help="descriptors, one a line: A and B alternate per case")
     ap.add_argument("sweep_args", nargs=argparse.REMAINDER)
     o = ap.parse_args()
     args = o.sweep_args[1:] if o.sweep_args[:1] == ["--"] else o.sweep_args
+    batches = [args]
+    if o.cases:
+        with open(o.cases) as f:
+            lines = [line.strip() for line in f]
+        batches = [args + [line] for line in lines if line and not line.startswith("#")]
     a_runs, b_runs = {}, {}
-    for _ in range(o.rounds):
-        for name, t in run(o.a, o.a_env, args).items():
-            a_runs.setdefault(name, []).append(t)
-        for name, t in run(o.b or o.a, o.b_env, args).items():
-            b_runs.setdefault(name, []).append(t)
+    for batch in batches:
+        for _ in range(o.rounds):
+            for name, t in run(o.a, o.a_env, batch).items():
+                a_runs.setdefault(name, []).append(t)
+            for name, t in run(o.b or o.a, o.b_env, batch).items():
+                b_runs.setdefault(name, []).append(t)
     pick = min if o.min else statistics.median
     logs = []
     for name, ts in a_runs.items():
