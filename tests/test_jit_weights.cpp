@@ -154,7 +154,9 @@ TEST_CASE("weights: one vector of output channels a group runs kw windows", "[ji
             const std::string d = c.make(isa).describe();
             INFO(label(c, isa) << "\n" << d);
             CHECK((d.find(" kw-window") != std::string::npos) ==
-                  (ocg <= (isa == "avx2" ? 8 : 16) && wtest::windowed(c, isa == "avx2" ? 16 : 32)));
+                  (ocg <= (isa == "avx2" ? 8 : 16) && wtest::windowed(c, isa == "avx2" ? 16 : 32) &&
+                   !wtest::laned(c, isa)));
+            CHECK((d.find(" kw-lanes") != std::string::npos) == wtest::laned(c, isa));
         }
         check_exact(c);
     }
@@ -176,33 +178,116 @@ TEST_CASE("weights: one vector of output channels a group runs kw windows", "[ji
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }
 
-TEST_CASE("weights: kw windows form no product outside a row", "[jit][weights]") {
-    // An infinity in a row's first or last src pixel reaches exactly the
-    // weights of the taps that read it: the window's W edges leave the
-    // other taps out instead of multiplying by zeros (0 * inf = NaN).
-    Case c = conv2d(32, 32, {4, 9}, {3, 3});
-    c.g = 2;
-    c.pb = c.pe = {1, 1};
+TEST_CASE("weights: W strides over groups of up to 16 channels run kw lanes", "[jit][weights]") {
+    // Tiles of output channels x every kw tap over a group's input channels
+    // in the lanes, the W edges compiled in, the flush transposing: the
+    // geometries of kw_lanes_cases, NCX / OIX, ConvTranspose, and thread
+    // counts; not for W dilation, unit W stride, wider groups or the folded
+    // first layers.
+    std::vector<Case> cases = wtest::kw_lanes_cases();
+    Case ncx = cases[3];
+    ncx.nxc = false;
+    ncx.wfmt = "OIX";
+    cases.push_back(ncx);
+    Case t = conv2d(32, 24, {6, 13}, {3, 3});  // ConvTranspose: src and diff_dst swapped
+    t.transpose = true;
+    t.g = 2;
+    t.s = {2, 2};
+    t.pb = t.pe = {1, 1};
+    cases.push_back(t);
+    for (Case c : cases) {
+        c.mb = 3;
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            CHECK((d.find(" kw-lanes") != std::string::npos) == wtest::laned(c, isa));
+            if (isa != "avx2") CHECK(wtest::laned(c, isa));  // every case of the set takes them
+        }
+        check_exact(c);
+    }
+    Case wd = cases[0];  // W dilation
+    wd.d = {1, 2};
+    Case unit = cases[0];  // unit W stride: kw windows
+    unit.s = {2, 1};
+    Case wide = cases[0];  // 32 channels a group
+    wide.ic = wide.oc = 64;
+    Case stem = conv2d(3, 16, {9, 15}, {3, 7});  // one group of 3 channels: folded
+    stem.s = {2, 2};
+    stem.pb = stem.pe = {1, 3};
+    for (const Case& c : {wd, unit, wide, stem}) {
+        for (const std::string& isa : jit_isas(false)) {
+            INFO(label(c, isa));
+            CHECK(c.make(isa).describe().find(" kw-lanes") == std::string::npos);
+        }
+        check_exact(c);
+    }
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases[0]), false);
+    CHECK(runs.outputs.size() == jit_isas(false).size());
+    // Several chunks a slice, so calls add their tiles to the ones before
+    // (RegNetX-400MF stage 2 at mb 2, read in place: 8 chunks, 2 slices).
+    Case chunks = conv2d(64, 64, {56, 56}, {3, 3});
+    chunks.g = 4;
+    chunks.s = {2, 2};
+    chunks.pb = chunks.pe = {1, 1};
+    for (const std::string& isa : jit_isas(false)) {
+        const std::string d = chunks.make(isa).describe();
+        INFO(d);
+        if (isa != "avx2") CHECK(d.find(" kw-lanes") != std::string::npos);
+        CHECK(d.find(" (1 chunks") == std::string::npos);
+    }
+    check_exact(chunks);
+    check_exact(wtest::split_size(cases[10]));
+}
+
+// Infinities in the first and last src pixel of input row (image 1, row 2)
+// of c (NXC f32, 32 channels), at channels 0 and 21, diff_dst small
+// integers of one sign: the JIT equals the reference wherever it is not
+// NaN and is NaN exactly where it is, so an infinity reaches only the
+// weights that read it (0 * inf is never formed); `tag` in the plan on
+// AVX-512.
+void check_row_edge_infinities(const Case& c, const char* tag) {
+    const int64_t h = c.in[0], w = c.in[1];
     const convgrad::op ref = c.make("ref");
     Buffer a = testutil::small_ints(convgrad::data_type::f32, ref.input0_elems(), 3);
     const Buffer b = testutil::small_ints(convgrad::data_type::f32, ref.input1_elems(), 4, 1, 2);  // no zeros
-    for (int64_t w : {int64_t(0), int64_t(8)})
-        for (int64_t ch : {int64_t(0), int64_t(21)}) a.set(((1 * 4 + 2) * 9 + w) * 32 + ch, INFINITY);
+    for (int64_t x : {int64_t(0), w - 1})
+        for (int64_t ch : {int64_t(0), int64_t(21)}) a.set(((1 * h + 2) * w + x) * 32 + ch, INFINITY);
     const Buffer want = testutil::run(ref, a, b);
     for (const std::string& isa : jit_isas(false)) {
         const convgrad::op jit = c.make(isa);
         INFO(label(c, isa) << "\n" << jit.describe());
-        if (isa != "avx2") CHECK(jit.describe().find(" kw-window") != std::string::npos);
+        if (isa != "avx2") CHECK(jit.describe().find(tag) != std::string::npos);
         const Buffer got = testutil::run(jit, a, b);
-        int64_t nans = 0;
+        int64_t nans = 0, infs = 0;
         for (int64_t i = 0; i < got.size(); ++i) {
             INFO(i);
             nans += std::isnan(want.get(i));
+            infs += std::isinf(want.get(i));
             REQUIRE(std::isnan(got.get(i)) == std::isnan(want.get(i)));
             if (!std::isnan(want.get(i))) REQUIRE(got.get(i) == want.get(i));
         }
         CHECK(nans == 0);  // small ints of one sign in diff_dst: infinities, not NaNs
+        CHECK(infs > 0);
     }
+}
+
+TEST_CASE("weights: kw lanes form no product outside a row", "[jit][weights]") {
+    // Head and tail pixels run only their taps inside src, in both tiles
+    // of output channels.
+    Case c = conv2d(32, 26, {4, 11}, {3, 3});
+    c.g = 2;
+    c.s = {1, 2};
+    c.pb = c.pe = {1, 1};
+    check_row_edge_infinities(c, " kw-lanes");
+}
+
+TEST_CASE("weights: kw windows form no product outside a row", "[jit][weights]") {
+    // The window's W edges leave the taps outside the row out instead of
+    // multiplying by zeros.
+    Case c = conv2d(32, 32, {4, 9}, {3, 3});
+    c.g = 2;
+    c.pb = c.pe = {1, 1};
+    check_row_edge_infinities(c, " kw-window");
 }
 
 TEST_CASE("weights: few input channels fold their kw taps into the tile rows", "[jit][weights]") {

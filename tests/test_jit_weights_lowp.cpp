@@ -264,7 +264,17 @@ TEST_CASE("weights bf16/f16: kw windows on widened rows", "[jit][weights][lowp]"
         const int64_t ocg = c.oc / c.g;
         check_plan_tag(c, " kw-window", [&](data_type dt, const std::string& isa) {
             const bool pairs = dt == data_type::bf16 && isa == "avx512_core_bf16";
-            return !pairs && ocg <= (isa == "avx2" ? 8 : 16) && wtest::windowed(c, isa == "avx2" ? 16 : 32);
+            return !pairs && ocg <= (isa == "avx2" ? 8 : 16) && wtest::windowed(c, isa == "avx2" ? 16 : 32) &&
+                   !wtest::laned(c, isa);
+        });
+        check_exact(c);
+    }
+    for (Case c : wtest::kw_lanes_cases()) {  // W strides: kw lanes, on widened rows too
+        c.mb = 3;
+        check_plan_tag(c, " kw-lanes", [&](data_type dt, const std::string& isa) {
+            Case typed = c;
+            typed.dt = dt;
+            return wtest::laned(typed, isa);
         });
         check_exact(c);
     }

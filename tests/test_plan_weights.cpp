@@ -173,6 +173,17 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "        for row, src px q: acc[3 kw][8 ic][1v] += bcast(src[q][ic]) * diff_dst[q+pad-kw][oc] (q<14, edges "
           "1+1 px)\n"
           "  sum slices in order");
+    Case g16s2 = resnet(512, 512, 28, 3, 2);  // its strided first block: kw lanes
+    g16s2.g = 32;
+    CHECK(plan_weights(problem(g16s2), Isa::avx512_core, 2).to_string() ==
+          "gemm staged m8n1x16 tiles=192 (oc 2x8 last 8, ic 1x1v last 1v tail 0) rows=448x14px chunk=19 rows "
+          "(24 chunks, 3724 KiB) slices=8 grid=1x2 pitch+64 kw-lanes direct est=2304cyc/px\n"
+          "  parallel slice<8 (2 thr) x tile<192 (1 thr):\n"
+          "    for chunk in slice (19 rows):\n"
+          "      for g<32 oc_tile<2 kd<1 kh<3:\n"
+          "        for row, output px t (14 from 0, edges 1+0): acc[3 kw][8 oc][1v ic] += bcast(diff_dst[t][oc]) * "
+          "src[s*t - pad + kw][ic]\n"
+          "  sum slices in order");
     Case dwc = depthwise(32, {112, 112}, {3, 3});
     dwc.mb = 32;
     dwc.pb = dwc.pe = {1, 1};
@@ -267,6 +278,65 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                 }
                 if (f.row > 0 && (f.pad >= ow || ow < f.taps - 1)) window = false;
             }
+            // kw lanes (AVX-512, W stride > 1): every tap of m output channels
+            // over one vector of input channels, output pixels walked; those
+            // with a tap inside src form the row, its head those with a tap
+            // left of src, its tail those with one right of it (brute force).
+            const int64_t in_w = p.in[2];
+            bool laned = !dw && !bf16_pairs && isa != Isa::avx2 && base.fold_kw == 1 && !base.geo.merged &&
+                         kw >= 2 && sw >= 2 && p.dil[2] == 1 && p.icg <= 16 && p.ocg <= 16;
+            struct Lanes {
+                int64_t first = -1, row = 0, head = 0, tail = 0, pad = 0, last = 0;
+            } ln;
+            for (int64_t t = 0; laned && t < ow; ++t) {
+                int64_t lo = kw, hi = -1;  // taps inside src
+                for (int64_t k = 0; k < kw; ++k)
+                    if (sw * t - pad + k >= 0 && sw * t - pad + k < in_w) {
+                        lo = std::min(lo, k);
+                        hi = k;
+                    }
+                if (hi < 0) {
+                    CHECK((ln.first < 0 || sw * t - pad >= in_w));  // the row's pixels are consecutive
+                    continue;
+                }
+                if (ln.first < 0) ln.first = t;
+                ++ln.row;
+                if (lo > 0) {
+                    if (ln.head == 0) ln.pad = lo + sw * (t - ln.first);
+                    ++ln.head;
+                }
+                if (hi < kw - 1) {
+                    if (ln.tail == 0) ln.last = hi;
+                    ++ln.tail;
+                }
+                if (lo > 0 && hi < kw - 1) laned = false;  // taps missing at both ends
+            }
+            laned = laned && ln.row > 0 && ln.head <= kw && ln.tail <= kw;
+            const int64_t lanes_max_m = std::min<int64_t>(8, (32 - kw - 2) / kw);
+            laned = laned && lanes_max_m >= 1;
+            window = window && !laned;
+            CHECK(base.kw_lanes == laned);
+            if (laned) {
+                CHECK(base.lanes.first == ln.first);
+                CHECK(base.lanes.row_px == ln.row);
+                CHECK(base.lanes.head == ln.head);
+                CHECK(base.lanes.tail == ln.tail);
+                const auto d = base.desc(b.m, b.n, b.tail, 4 * p.ic());
+                CHECK(d.kw_lanes == 1);
+                CHECK(d.kw_win == kw);
+                CHECK(d.kw_head == ln.head);
+                CHECK(d.kw_tail == ln.tail);
+                CHECK(d.kw_pad == ln.pad);
+                CHECK(d.kw_last == ln.last);
+                CHECK(d.w_stride == sw);
+                CHECK(d.tap_disp == 4 * p.ic());
+                CHECK(d.stage == 0);
+                CHECK(b.n == 1);
+                CHECK(b.n_tiles == 1);
+                CHECK(b.m_block == b.m_tiles);
+                CHECK(b.m_tiles == (p.ocg + std::min(p.ocg, lanes_max_m) - 1) / std::min(p.ocg, lanes_max_m));
+                for (int m : {b.m, b.m_last}) CHECK(weights_kernel_vregs(base.desc(m, 1, b.tail, 0)) <= regs);
+            }
             CHECK(base.kw_phases == (window ? sw : 0));
             if (base.kw_phases > 0) {
                 CHECK(b.n == 1);
@@ -300,15 +370,16 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                         CHECK(weights_kernel_vregs(dm) <= regs);
                     }
                 }
-            } else {
+            } else if (!laned) {
                 CHECK(base.desc(b.m, b.n, b.tail, 0).kw_win == 0);
             }
-            check_axis(dw ? p.k[2] : p.icg * base.fold_kw, b.m_tiles, b.m, b.m_last, 1);
-            check_axis(channels, b.n_tiles, b.n, b.n_last, b.vlen);
-            CHECK(b.tail == channels % b.vlen);
+            // (kw lanes: the rows are output channels, the vector input channels)
+            check_axis(dw ? p.k[2] : laned ? p.ocg : p.icg * base.fold_kw, b.m_tiles, b.m, b.m_last, 1);
+            check_axis(laned ? p.icg : channels, b.n_tiles, b.n, b.n_last, b.vlen);
+            CHECK(b.tail == (laned ? p.icg : channels) % b.vlen);
             CHECK(p.k[1] % b.kh == 0);
             CHECK(b.tiles == p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles *
-                                     (dw ? 1 : (base.kw_phases > 0 ? base.kw_phases : p.k[2] / base.fold_kw) * p.g));
+                                     (dw ? 1 : (base.kw_phases > 0 ? base.kw_phases : laned ? 1 : p.k[2] / base.fold_kw) * p.g));
             CHECK(b.m_block >= 1);
             CHECK(b.m_block <= b.m_tiles);
             if (dw) CHECK(b.m_block == b.m_tiles);

@@ -155,6 +155,26 @@ inline std::vector<Case> fold_kw_cases() {
     return cases;
 }
 
+// Grouped 2D cases from W geometries: g groups of icg -> ocg channels, an
+// input row of iw pixels, kw taps, pads pl / pr, W stride sw (H: 5 rows, 3
+// taps, stride and dilation 2, pads 2 / 1).
+struct WRow {
+    int64_t g, icg, ocg, iw, kw, pl, pr, sw;
+};
+inline std::vector<Case> w_row_cases(const std::vector<WRow>& rows) {
+    std::vector<Case> cases;
+    for (const WRow& w : rows) {
+        Case c = conv2d(w.g * w.icg, w.g * w.ocg, {5, w.iw}, {3, w.kw});
+        c.g = w.g;
+        c.s = {2, w.sw};
+        c.d = {2, 1};
+        c.pb = {2, w.pl};
+        c.pe = {1, w.pr};
+        cases.push_back(c);
+    }
+    return cases;
+}
+
 // Layers whose tiles take the kw taps of a W phase in a window (one vector
 // of output channels a group, W dilation 1; AVX2 from 8 output channels a
 // group down): kernel widths 2-7, W strides 1-4 (phases of one tap and
@@ -164,11 +184,7 @@ inline std::vector<Case> fold_kw_cases() {
 // split into tiles with a remainder, output-channel tails, groups, H
 // stride and dilation, 1D and 3D.
 inline std::vector<Case> kw_window_cases() {
-    std::vector<Case> cases;
-    struct W {
-        int64_t g, icg, ocg, iw, kw, pl, pr, sw;
-    };
-    for (const W& w : std::vector<W>{
+    std::vector<Case> cases = w_row_cases({
                  {1, 16, 16, 9, 3, 1, 1, 1},  {4, 16, 16, 7, 3, 1, 1, 1}, {3, 17, 13, 11, 3, 0, 0, 1},
                  {2, 5, 8, 13, 5, 2, 2, 1},   {5, 8, 8, 7, 7, 3, 3, 1},   {2, 9, 1, 6, 2, 0, 1, 1},
                  {3, 4, 6, 1, 3, 1, 1, 1},    {2, 19, 7, 2, 3, 2, 0, 1},  {1, 24, 16, 12, 4, 0, 3, 1},
@@ -176,15 +192,7 @@ inline std::vector<Case> kw_window_cases() {
                  {2, 8, 8, 9, 5, 2, 1, 1},    {1, 16, 16, 12, 7, 0, 0, 1}, {4, 16, 16, 14, 3, 1, 0, 2},
                  {2, 16, 16, 13, 3, 1, 1, 2}, {3, 8, 8, 11, 3, 0, 0, 2},  {2, 7, 11, 15, 4, 1, 2, 2},
                  {2, 9, 8, 17, 5, 2, 1, 3},   {1, 16, 16, 10, 3, 0, 2, 3}, {2, 5, 16, 16, 4, 0, 0, 4},
-                 {2, 8, 8, 9, 2, 0, 1, 2},    {1, 20, 16, 12, 7, 3, 3, 4}, {2, 8, 8, 3, 3, 1, 1, 2}}) {
-        Case c = conv2d(w.g * w.icg, w.g * w.ocg, {5, w.iw}, {3, w.kw});
-        c.g = w.g;
-        c.s = {2, w.sw};
-        c.d = {2, 1};
-        c.pb = {2, w.pl};
-        c.pe = {1, w.pr};
-        cases.push_back(c);
-    }
+                 {2, 8, 8, 9, 2, 0, 1, 2},    {1, 20, 16, 12, 7, 3, 3, 4}, {2, 8, 8, 3, 3, 1, 1, 2}});
     Case c1 = conv2d(32, 32, {19}, {3});
     c1.g = 2;
     c1.pb = c1.pe = {1};
@@ -218,6 +226,57 @@ inline bool windowed(const Case& c, int vregs) {
         }
     }
     return true;
+}
+
+// Geometries for kw lanes (see WeightsPlan::kw_lanes): groups of up to 16
+// input and output channels (channel tails, tiles of output channels split
+// in two), W strides 2-5 with kernels of 2-7 taps (strides past the kernel
+// width too), pads of 0-3 on either side, rows of edges only, H strides
+// and dilations; 1D and 3D.
+inline std::vector<Case> kw_lanes_cases() {
+    std::vector<Case> cases = w_row_cases({
+                 {2, 16, 16, 13, 3, 1, 1, 2}, {4, 16, 16, 14, 3, 1, 0, 2}, {3, 8, 8, 11, 3, 0, 0, 2},
+                 {2, 7, 11, 15, 4, 1, 2, 2},  {2, 9, 8, 17, 5, 2, 1, 3},  {2, 16, 16, 10, 3, 0, 2, 3},
+                 {2, 5, 16, 16, 4, 0, 0, 4},  {2, 8, 8, 9, 2, 0, 1, 2},   {2, 8, 8, 3, 3, 1, 1, 2},
+                 {3, 1, 3, 12, 3, 1, 1, 2},   {2, 16, 13, 21, 7, 3, 3, 3}, {2, 12, 16, 20, 6, 2, 3, 2},
+                 {2, 16, 9, 11, 2, 0, 0, 3},  {2, 4, 15, 23, 3, 1, 1, 5}, {2, 16, 16, 5, 5, 2, 2, 2},
+                 {2, 3, 2, 4, 3, 1, 1, 2},    {5, 2, 1, 8, 4, 3, 0, 2},   {1, 16, 16, 30, 4, 1, 2, 3}});
+    Case c1 = conv2d(32, 24, {23}, {5});
+    c1.g = 2;
+    c1.s = {3};
+    c1.pb = c1.pe = {2};
+    cases.push_back(c1);
+    Case c3 = conv2d(24, 24, {5, 6, 9}, {3, 3, 3});
+    c3.g = 3;
+    c3.s = {2, 2, 2};
+    c3.pb = c3.pe = {1, 1, 1};
+    cases.push_back(c3);
+    return cases;
+}
+
+// Where the plan takes kw lanes (WeightsPlan::kw_lanes): AVX-512 (not bf16
+// pairs), W stride 2 or more, W dilation 1, kernels of 2 taps or more, up
+// to 16 input and output channels a group (not the folded single groups
+// of fewer than 16 input channels), and W edges the kernel compiles in:
+// the output pixels with a tap inside src, at most KW of them with taps
+// left of src and KW with taps right of it, none with both.
+inline bool laned(const Case& c, const std::string& isa) {
+    if (isa.rfind("avx512", 0) != 0 || (c.dt == convgrad::data_type::bf16 && isa == "avx512_core_bf16"))
+        return false;
+    const size_t w = c.nsp() - 1;
+    const int64_t pad = c.at(c.pb, w, 0), kw = c.k[w], s = c.at(c.s, w, 1), ow = c.out(w), in = c.in[w];
+    const int64_t icg = (c.transpose ? c.oc : c.ic) / c.g, ocg = (c.transpose ? c.ic : c.oc) / c.g;
+    if (c.at(c.d, w, 1) != 1 || kw < 2 || s < 2 || icg > 16 || ocg > 16 || (c.g == 1 && icg < 16)) return false;
+    int64_t row = 0, head = 0, tail = 0;
+    for (int64_t t = 0; t < ow; ++t) {
+        const bool left = s * t - pad < 0, right = s * t - pad + kw > in;
+        if (s * t - pad + kw <= 0 || s * t - pad >= in) continue;  // no tap inside src
+        if (left && right) return false;
+        ++row;
+        head += left;
+        tail += right;
+    }
+    return row > 0 && head <= kw && tail <= kw;
 }
 
 // The JIT ISA caps this CPU can run, best first; avx512_core_bf16 only when

@@ -53,6 +53,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
     if (d.kw_win > 0) os << "_kw" << int(d.kw_win) << 'h' << int(d.kw_head) << 't' << int(d.kw_tail) << 'p' << int(d.kw_pad);
+    if (d.kw_lanes) os << "_lanes" << int(d.kw_last) << "d" << d.tap_disp;
     if (dw && d.window > 1) os << "_w" << int(d.window);
     if (d.row_px) os << "_row" << int(d.row_px) << '_' << int(d.row_lo) << '_' << int(d.row_cut);
     if (d.w_stride > 1) os << "_ws" << int(d.w_stride);
@@ -118,11 +119,16 @@ void WeightsSkeleton::generate() {
     if (desc_.edges && (desc_.stage || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::depthwise) ||
                         mask_pairs() > 31))
         throw error("JIT kernel " + name() + ": edge masks need a depthwise kernel of at most 31 (row, tap) pairs");
+    const bool window_edges_ok =
+            desc_.kw_lanes ? desc_.kw_pad < desc_.kw_win && desc_.kw_last < desc_.kw_win && desc_.w_stride >= 1
+                           : desc_.kw_pad < desc_.kw_win && desc_.kw_tail < desc_.kw_win &&
+                                     desc_.kw_head + desc_.kw_pad <= desc_.kw_win - 1;
     if (desc_.kw_win > 0 && (dw() || dot() || desc_.stage || desc_.n != 1 || desc_.kh > 1 || desc_.in_dt ||
-                             desc_.edges || desc_.kw_pad >= desc_.kw_win || desc_.kw_tail >= desc_.kw_win ||
-                             desc_.kw_head + desc_.kw_pad > desc_.kw_win - 1))
+                             desc_.edges || !window_edges_ok))
         throw error("JIT kernel " + name() + ": kw windows need an f32 gemm kernel of one vector, without copies, "
                     "and edges shorter than the kernel");
+    if (desc_.kw_lanes && (desc_.kw_win == 0 || !vec_.avx512() || desc_.m > 8))
+        throw error("JIT kernel " + name() + ": kw lanes need a kw window on AVX-512 and at most 8 output channels");
     if (desc_.row_px && (!dw() || dot() || desc_.lane_group > 1 || desc_.window > 1))
         throw error("JIT kernel " + name() + ": whole rows need a depthwise kernel without pairs, groups or windows");
     preamble(desc_.stage || desc_.edges ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
@@ -345,9 +351,16 @@ void WeightsSkeleton::flush_tile() {
     L(done);
 }
 
+void WeightsSkeleton::flush_rows(bool accumulate) {
+    if (desc_.kw_lanes)
+        flush_lanes(accumulate);
+    else
+        flush_tap_rows(accumulate);
+}
+
 // Row r = (kernel row i, tap k) of the tile at args.diff_weights +
 // i * args.wei_kh_stride + k * rcx. Clobbers r12, r8 and temp(0).
-void WeightsSkeleton::flush_rows(bool accumulate) {
+void WeightsSkeleton::flush_tap_rows(bool accumulate) {
     const Xmm t = temp(0);
     if (rows() > desc_.m) mov(r8, reg_scratch_);
     for (int r = 0; r < rows(); ++r) {
@@ -370,6 +383,106 @@ void WeightsSkeleton::flush_rows(bool accumulate) {
                 vec_.store(a, acc(r, v));
         }
         if ((r + 1) % desc_.m != 0) add(reg_scratch_, reg_row_);
+    }
+}
+
+// kw_lanes: acc(k * m + j) holds (tap k, output channel j) over the input
+// channels in its lanes. Per tap the m rows (zeros past m) are transposed
+// 8 x 16 in registers, two unpack stages within 128-bit blocks and a block
+// shuffle, into ymm columns of 8 output channels, and input channel i's
+// column goes to r8 + i * rcx (r8 = args.diff_weights + k *
+// args.wei_kh_stride), m floats under k3. Spare registers: the temporaries
+// and those past them, then each flushed tap's accumulators. Clobbers r8,
+// r11, rbx, k3.
+void WeightsSkeleton::flush_lanes(bool accumulate) {
+    using Xbyak::Ymm;
+    using Xbyak::Zmm;
+    const int m = desc_.m, taps = desc_.kw_win, live = desc_.tail ? desc_.tail : vec_.vlen();
+    std::vector<int> pool;
+    for (int r = rows() * vecs(); r < vec_.num_vregs(); ++r) pool.push_back(r);
+    auto take = [&] {
+        if (pool.empty()) throw error("JIT kernel " + name() + ": no register left to transpose the tile");
+        const Zmm z(pool.back());
+        pool.pop_back();
+        return z;
+    };
+    auto give = [&](const Zmm& z) { pool.push_back(z.getIdx()); };
+    const bool masked = m < 8;
+    if (masked) {
+        mov(reg_npix_.cvt32(), (1u << m) - 1);
+        kmovw(Xbyak::util::k3, reg_npix_.cvt32());
+    }
+    // Column c (ymm half `half` of z) at r8 + c * rcx.
+    auto store_column = [&](int c, const Zmm& z, int half) {
+        if (c >= live) return;
+        imul(reg_src_, reg_row_, c);
+        add(reg_src_, r8);
+        const Zmm t = take();
+        const Ymm y(half ? t.getIdx() : z.getIdx());
+        if (half) vextractf32x8(y, z, 1);
+        const Xbyak::Address a = ptr[reg_src_];
+        if (accumulate) {
+            if (masked)
+                vaddps(y | Xbyak::util::k3 | Xbyak::util::T_z, y, a);
+            else
+                vaddps(y, y, a);
+        }
+        if (masked)
+            vmovups(a | Xbyak::util::k3, y);
+        else
+            vmovups(a, y);
+        give(t);
+    };
+    mov(r8, reg_scratch_);
+    for (int k = 0; k < taps; ++k) {
+        if (k > 0) add(r8, qword[reg_args_ + offsetof(WeightsKernelArgs, wei_kh_stride)]);
+        Zmm r[8];
+        for (int j = 0; j < 8; ++j) {
+            if (j < m) {
+                r[j] = Zmm(acc(k * m + j, 0).getIdx());
+            } else {
+                r[j] = take();
+                vpxord(r[j], r[j], r[j]);
+            }
+        }
+        // Within each 128-bit block b: t[2q] = (r[2q][4b], r[2q+1][4b], r[2q][4b+1], r[2q+1][4b+1]),
+        // t[2q+1] the same of lanes 4b+2, 4b+3.
+        Zmm t[8];
+        for (int q = 0; q < 4; ++q) {
+            const Zmm a = r[2 * q], b = r[2 * q + 1], lo = take();
+            vunpcklps(lo, a, b);
+            vunpckhps(b, a, b);
+            give(a);
+            t[2 * q] = lo;
+            t[2 * q + 1] = b;
+        }
+        // u[e] (e < 4): block b = lane 4b + e of rows 0-3; u[4 + e] of rows 4-7.
+        Zmm u[8];
+        for (int h = 0; h < 2; ++h)
+            for (int e = 0; e < 2; ++e) {
+                const Zmm a = t[4 * h + e], b = t[4 * h + e + 2], lo = take();
+                vunpcklpd(lo, a, b);
+                vunpckhpd(b, a, b);
+                give(a);
+                u[4 * h + 2 * e] = lo;
+                u[4 * h + 2 * e + 1] = b;
+            }
+        // Blocks (u[e].b, u[4+e].b) side by side: columns e, 4 + e, then 8 + e, 12 + e.
+        for (int e = 0; e < 4; ++e) {
+            const Zmm lo = take(), hi = u[4 + e];
+            vshuff32x4(lo, u[e], hi, 0x44);
+            vshuff32x4(lo, lo, lo, 0xD8);
+            vshuff32x4(hi, u[e], hi, 0xEE);
+            vshuff32x4(hi, hi, hi, 0xD8);
+            give(u[e]);
+            // High halves first: an add into the low half's ymm clears the zmm above it.
+            store_column(4 + e, lo, 1);
+            store_column(e, lo, 0);
+            store_column(12 + e, hi, 1);
+            store_column(8 + e, hi, 0);
+            give(lo);
+            give(hi);
+        }
     }
 }
 
@@ -401,6 +514,10 @@ private:
     // 14x14, f32: a copying call took 2.2x a plain one without the src
     // prefetch, 1.1x with it.)
     void pixel_body() override {
+        if (lanes()) {
+            lane_step(0, kw_win() - 1);
+            return;
+        }
         if (windowed()) {  // one pixel at phase P, then the window shifts by moves
             window_step(phase(), 0, kw_win() - 1, true);
             for (int k = kw_win() - 1; k >= 1; --k) vec_.mov(window(k, phase()), window(k - 1, phase()));
@@ -451,7 +568,8 @@ private:
     bool windowed() const { return desc_.kw_win > 0; }
     int kw_win() const { return std::max<int>(1, desc_.kw_win); }
     int phase() const { return desc_.kw_head % kw_win(); }
-    int block_pixels() const override { return kw_win(); }
+    // kw_lanes: blocks of two pixels (the skeleton then tests for a row of edges only).
+    int block_pixels() const override { return lanes() ? 2 : kw_win(); }
     Xbyak::Xmm window(int k, int u) const { return temp(((u - k) % kw_win() + kw_win()) % kw_win()); }
     Xbyak::Xmm bcast_reg(int i) const { return temp(kw_win() + i % 2); }
     // Src pixel at phase u: its tap-0 diff_dst vector (when `load`), then per
@@ -471,6 +589,12 @@ private:
     // then the head: pixel i (t = pad + i < KW - 1) runs taps 0..t. The
     // pixel loop then takes the pixels between head and tail.
     void row_prologue() override {
+        if (lanes()) {
+            lane_edges(desc_.kw_head, [&](int t) { return std::max(0, desc_.kw_pad - stride() * t); },
+                       [&](int) { return kw_win() - 1; });
+            if (desc_.kw_head + desc_.kw_tail) sub(reg_npix_, desc_.kw_head + desc_.kw_tail);
+            return;
+        }
         if (!windowed()) return;
         const int pad = desc_.kw_pad;
         if (pad > 0) mov(reg_scratch_, reg_dst_);
@@ -486,14 +610,50 @@ private:
     }
     // The tail: pixel j (t = OW + j) runs taps j + 1..KW - 1, loading nothing.
     void row_epilogue() override {
+        if (lanes()) {
+            lane_edges(desc_.kw_tail, [](int) { return 0; },
+                       [&](int j) { return std::min(kw_win() - 1, desc_.kw_last - stride() * j); });
+            return;
+        }
         for (int j = 0; j < desc_.kw_tail; ++j) {
             window_step(phase() + j, j + 1, kw_win() - 1, false);
             if (j + 1 < desc_.kw_tail) next_pixel(false);
         }
     }
     void block_body() override {
+        if (lanes()) {
+            for (int u = 0; u < block_pixels(); ++u) {
+                lane_step(0, kw_win() - 1);
+                next_pixel(true);
+            }
+            return;
+        }
         for (int u = 0; u < kw_win(); ++u) {
             window_step(phase() + u, 0, kw_win() - 1, true);
+            next_pixel(true);
+        }
+    }
+
+    // kw_lanes (see WeightsKernelDesc): src vectors of the taps in temp(k),
+    // the broadcasts alternating between two registers.
+    bool lanes() const { return desc_.kw_lanes != 0; }
+    int stride() const { return std::max<int>(1, desc_.w_stride); }
+    Xbyak::Xmm tap_src(int k) const { return temp(k); }
+    // An output pixel's taps [k0, k1]: their src vectors, then per output
+    // channel a broadcast and an FMA per tap.
+    void lane_step(int k0, int k1) {
+        for (int k = k0; k <= k1; ++k) load_slice_vec(tap_src(k), ptr[reg_src_ + k * desc_.tap_disp], 0);
+        for (int j = 0; j < desc_.m; ++j) {
+            vec_.bcast(bcast_reg(j), ptr[reg_dst_ + 4 * j]);
+            for (int k = k0; k <= k1; ++k) vec_.fma(acc(k * desc_.m + j, 0), tap_src(k), bcast_reg(j));
+        }
+    }
+    // `count` straight-line pixels, pixel t with taps [first(t), last(t)]
+    // (none when empty), the pointers advanced past each.
+    template <typename First, typename Last>
+    void lane_edges(int count, First&& first, Last&& last) {
+        for (int t = 0; t < count; ++t) {
+            if (first(t) <= last(t)) lane_step(first(t), last(t));
             next_pixel(true);
         }
     }

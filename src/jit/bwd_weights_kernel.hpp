@@ -194,7 +194,24 @@ struct WeightsKernelDesc {
     uint8_t kw_head = 0;
     uint8_t kw_tail = 0;
     uint8_t kw_pad = 0;
-    uint8_t reserved[3] = {};
+    // gemm kw_lanes = 1 (with kw_win = KW, AVX-512, m <= 8): the tile turned
+    // over for W strides > 1, input channels in the vector lanes (one
+    // vector: a group's channels) and m output channels as rows, every kw
+    // tap. A row entry walks output pixels t (diff_dst pixel t at its
+    // dst_offset + t * dst_step; src pixel s * t + k - kw_pad of tap k at
+    // its src_offset + t * src_step + k * tap_disp, where w_stride = s):
+    // per pixel its KW src vectors, then per output channel j one
+    // broadcast of diff_dst[t][j] feeding the FMAs of all KW taps. So a
+    // pixel costs m + KW loads for m * KW FMAs whatever the stride (with
+    // src broadcast, a W stride s leaves each broadcast KW / s taps). The
+    // first kw_head pixels run only taps k >= kw_pad - s * t, the last
+    // kw_tail only taps k <= kw_last - s * j (tail pixel j), as
+    // straight-line code: nothing outside the row is read. The flush
+    // transposes: (tap k, channel j, lane i) goes to diff_weights + k *
+    // wei_kh_stride + i * wei_row_stride + 4 * j (m floats per input channel).
+    uint8_t kw_lanes = 0;
+    uint8_t kw_last = 0;
+    uint8_t reserved[1] = {};
 };
 static_assert(sizeof(WeightsKernelDesc) == 32, "WeightsKernelDesc must have no padding");
 

@@ -157,6 +157,8 @@ private:
     void pixel_loop();
     void flush_tile();
     void flush_rows(bool accumulate);
+    void flush_tap_rows(bool accumulate);
+    void flush_lanes(bool accumulate);
 };
 
 }  // namespace convgrad::detail

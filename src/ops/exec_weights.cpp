@@ -385,6 +385,12 @@ private:
     // W edges' taps apart); none where the phase reads no pixel.
     void build_window_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, const StagedChunk* st,
                            int64_t kd, int64_t kh, int64_t phase) const;
+    // kw lanes: the rows of (kd, kh) over the chunk, one per chunk row whose
+    // input row exists: its lanes.row_px output pixels from lanes.first,
+    // src at that pixel's tap 0 (s * first - pad: left of the row when the
+    // head reads padding; the kernel reads only its taps inside).
+    void build_lane_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, const StagedChunk* st,
+                         int64_t kd, int64_t kh) const;
     // Pixels of a staged src row: the input row (merged rows: a segment's
     // pixels), or with fold_kw every pixel the taps read, W padding
     // included as zeros, so the folded rows need no edges.
@@ -475,7 +481,9 @@ private:
 void JitWeightsExecutor::load_kernels() {
     const WeightsBlocking& b = plan_.blk;
     const bool dw = b.kind == WeightsKernelKind::depthwise;
-    const int64_t tap_disp = plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
+    // (kw lanes: one src pixel, as the kernels read src)
+    const int64_t tap_disp = plan_.kw_lanes ? (plan_.staged ? plan_.src_pitch : p_.ic() * plan_.elem_bytes())
+                                            : plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
     const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
     const int row_kinds[kRowsKinds] = {b.m, b.m_last};
     for (int r = 0; r < kRowsKinds; ++r) {
@@ -597,6 +605,25 @@ void JitWeightsExecutor::build_window_rows(std::vector<WeightsRow>& out, const s
         }
         const int64_t src_pix = staged_src_row(*st, r, id, ih) + f.first;
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + f.pad;
+        out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, f.row_px});
+    }
+}
+
+void JitWeightsExecutor::build_lane_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk,
+                                         const StagedChunk* st, int64_t kd, int64_t kh) const {
+    const WeightsGeometry& g = plan_.geo;
+    const WeightsPlan::KwLanes& f = plan_.lanes;
+    const int64_t iw = g.stride[2] * f.first - g.pad[2];
+    for (size_t j = 0; j < chunk.size(); ++j) {
+        const RowPos& r = chunk[j];
+        int64_t id = 0, ih = 0;
+        if (!tap_src_row(r, kd, kh, id, ih)) continue;
+        if (!st) {
+            out.push_back({user_src_bytes(r.n, id, ih, iw), user_dst_bytes(r.n, r.od, r.oh, f.first), f.row_px});
+            continue;
+        }
+        const int64_t src_pix = staged_src_row(*st, r, id, ih) + iw;
+        const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + f.first;
         out.push_back({src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, f.row_px});
     }
 }
@@ -793,7 +820,7 @@ JitWeightsExecutor::GemmTile JitWeightsExecutor::gemm_tile(int64_t tile) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     // kw taps outside the tile rows (kw windows: W phases, one a tile)
-    const int64_t kws = plan_.kw_phases > 0 ? plan_.kw_phases : g.k[2] / plan_.fold_kw;
+    const int64_t kws = plan_.kw_phases > 0 ? plan_.kw_phases : plan_.kw_lanes ? 1 : g.k[2] / plan_.fold_kw;
     const int64_t taps = g.k[0] * g.k[1] * kws;
     const int64_t per_group = b.m_tiles * taps * b.n_tiles, per_block = b.m_block * taps * b.n_tiles;
     const int64_t grp = tile / per_group, in_group = tile % per_group;
@@ -819,7 +846,9 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     const WeightsPlan::KwPhase* phase = plan_.kw_phases > 0 ? &plan_.kw_phase[static_cast<size_t>(kw)] : nullptr;
     if (phase && it >= phase->m_tiles) return;
     const int64_t tile_m = phase ? phase->m : b.m;
-    const int64_t ic0 = it * tile_m, oc0 = grp * g.ocg + ot * b.n * b.vlen;
+    // kw lanes: m tile `it` is output channels, over all of the group's inputs.
+    const int64_t ic0 = plan_.kw_lanes ? 0 : it * tile_m;
+    const int64_t oc0 = grp * g.ocg + (plan_.kw_lanes ? it * tile_m : ot * b.n * b.vlen);
     const int64_t src_tile = grp * b.m_tiles + it, dst_tile = grp * b.n_tiles + ot;
     int stage = 0;
     if (plan_.stage_in_kernel) {
@@ -835,6 +864,8 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
         const auto ow = valid_ow(g, kw);
         if (plan_.kw_phases > 0)
             build_window_rows(rows, ts.chunk, ts.view, kd, kh, kw);
+        else if (plan_.kw_lanes)
+            build_lane_rows(rows, ts.chunk, ts.view, kd, kh);
         else if (plan_.fold_kw > 1 && !ts.view)
             build_folded_rows(rows, ts, src, kd, kh);
         else if (plan_.fold_kw > 1)  // staged rows hold the W padding: every pixel reads inside them
@@ -847,7 +878,8 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     c.diff_weights = target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] + kh * wei_str_.k[1] +
                      kw * wei_str_.k[2];
     c.wei_row_stride = wei_str_.i;
-    c.wei_kh_stride = plan_.kw_phases > 0 ? g.stride[2] * wei_str_.k[2] : 0;  // kw windows: a phase's taps
+    // kw windows: a phase's taps; kw lanes: every tap
+    c.wei_kh_stride = plan_.kw_phases > 0 ? g.stride[2] * wei_str_.k[2] : plan_.kw_lanes ? wei_str_.k[2] : 0;
     const char* user_src = src + (grp * g.icg + ic0) * user_elem_bytes();
     const char* user_dst = diff_dst + oc0 * user_elem_bytes();
     if (!plan_.tile_major) {

@@ -147,6 +147,18 @@ struct WeightsPlan {
     static constexpr int kMaxKwPhases = 4;
     int64_t kw_phases = 0;
     std::array<KwPhase, kMaxKwPhases> kw_phase{};
+    // gemm kw lanes (WeightsKernelDesc::kw_lanes; W strides > 1 on AVX-512,
+    // instead of phases): tiles of m output channels x every kw tap over
+    // one vector of a group's input channels, each diff_dst broadcast
+    // feeding KW FMAs. A row entry walks the row_px output pixels from
+    // `first` (those with a tap inside src); the first `head` lack taps
+    // below k = pad - s * t (t from first), the last `tail` above k = last
+    // - s * j (tail pixel j). blk.m / m_tiles count output channels then.
+    struct KwLanes {
+        int64_t first = 0, row_px = 0, head = 0, tail = 0, pad = 0, last = 0;
+    };
+    bool kw_lanes = false;
+    KwLanes lanes{};
     // Depthwise whose taps mostly reach into the padding (large kernels on
     // small planes): the executor first copies src into a zero-padded NXC
     // scratch, and this plan is for that unpadded problem (padded_problem),
