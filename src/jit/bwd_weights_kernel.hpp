@@ -26,7 +26,9 @@
 //    Per pixel: n diff_dst vectors, m broadcast src scalars, m*n FMAs.
 //    With desc.kw_win = KW: m input channels x KW taps of one vector of
 //    output channels; per src pixel one diff_dst vector, m broadcasts,
-//    m*KW FMAs (see kw_win).
+//    m*KW FMAs (see kw_win). With desc.kw_lanes turned over (W strides):
+//    m output channels x KW taps of one vector of input channels; per
+//    output pixel KW src vectors, m broadcasts, m*KW FMAs (see kw_lanes).
 //  - depthwise (g == IC == OC; or lane groups of G = IC/g == OC/g channels):
 //    tile = n vectors of channels x `taps` consecutive kw taps (x G input
 //    channels of the group) x `kh` kernel rows (all of KH, or one). Per pixel:
