@@ -224,18 +224,26 @@ TEST_CASE("weights: W strides over groups of up to 16 channels run kw lanes", "[
     const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases[0]), false);
     CHECK(runs.outputs.size() == jit_isas(false).size());
     // Several chunks a slice, so calls add their tiles to the ones before
-    // (RegNetX-400MF stage 2 at mb 2, read in place: 8 chunks, 2 slices).
+    // (RegNetX-400MF stage 2 at mb 2, read in place: 8 chunks, 2 slices),
+    // and the same over pairs of 8-channel groups (RegNetY-400MF stage 2:
+    // 13 groups, six pairs and one alone).
     Case chunks = conv2d(64, 64, {56, 56}, {3, 3});
     chunks.g = 4;
     chunks.s = {2, 2};
     chunks.pb = chunks.pe = {1, 1};
-    for (const std::string& isa : jit_isas(false)) {
-        const std::string d = chunks.make(isa).describe();
-        INFO(d);
-        if (isa != "avx2") CHECK(d.find(" kw-lanes") != std::string::npos);
-        CHECK(d.find(" (1 chunks") == std::string::npos);
+    Case pairs = chunks;
+    pairs.ic = pairs.oc = 104;
+    pairs.g = 13;
+    for (const Case& c : {chunks, pairs}) {
+        const char* tag = c.g == 13 ? " kw-lanes(group pairs)" : " kw-lanes";
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(d);
+            if (isa != "avx2") CHECK(d.find(tag) != std::string::npos);
+            CHECK(d.find(" (1 chunks") == std::string::npos);
+        }
+        check_exact(c);
     }
-    check_exact(chunks);
     check_exact(wtest::split_size(cases[10]));
 }
 
@@ -567,7 +575,10 @@ TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
     for (const wtest::LaneGroupCase& lc : wtest::lane_group_cases()) {
         INFO("G " << lc.group_size << " groups " << lc.c.g << " rank " << lc.c.nsp());
         const std::string lg = "(lane groups of " + std::to_string(lc.group_size) + ")";
-        CHECK(lc.c.make("avx512_core").describe().find(lg) != std::string::npos);
+        // Groups of 8 under a W stride pair groups in kw lanes on AVX-512.
+        const bool pairs = lc.group_size == 8 && lc.c.s.back() > 1;
+        CHECK((lc.c.make("avx512_core").describe().find(lg) != std::string::npos) == !pairs);
+        CHECK((lc.c.make("avx512_core").describe().find("kw-lanes(group pairs)") != std::string::npos) == pairs);
         // A group of 8 fills an AVX2 vector: the gemm kernel there.
         CHECK((lc.c.make("avx2").describe().find(lg) != std::string::npos) == (lc.group_size < 8));
         check_exact(lc.c);

@@ -94,6 +94,14 @@ std::vector<Case> property_cases() {
     s3.g = 3;
     s3.pb = {2, 1};
     r.push_back(s3);
+    for (int64_t groups : {26, 55}) {  // 8 channels a group under a stride: group pairs (RegNetY-400MF)
+        Case y = resnet(8 * groups, 8 * groups, 28, 3, 2);
+        y.g = groups;
+        r.push_back(y);
+    }
+    Case y5 = resnet(64, 64, 20, 5, 2);  // 5 taps: tiles of 5 channels, no pairs
+    y5.g = 8;
+    r.push_back(y5);
     return r;
 }
 
@@ -212,8 +220,12 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             // bf16 pairs, on output rows of 14 pixels or more.
             const bool bf16_dot = dt == convgrad::data_type::bf16 && isa >= Isa::avx512_core_bf16;
             const bool wide8 = isa != Isa::avx2 && !bf16_dot && p.out[2] >= 14;
+            // Groups of 8 under a W stride on AVX-512 (kernels of 2 or 3 taps,
+            // the kw lanes edges) pair groups in the gemm kernel instead.
+            const bool pair8 = isa != Isa::avx2 && !bf16_dot && p.icg == 8 && p.ocg == 8 && p.g > 1 &&
+                               p.stride[2] > 1 && p.dil[2] == 1 && p.k[2] >= 2 && p.k[2] <= 3;
             const bool lanes = p.icg == p.ocg && (p.icg == 1 || p.icg == 2 || p.icg == 4 || (p.icg == 8 && wide8));
-            CHECK(dw == (p.g > 1 && lanes));
+            CHECK(dw == (p.g > 1 && lanes && !pair8));
             CHECK(b.lane_group == (dw ? p.icg : 1));
             // Register budget of every kernel the executor may build.
             const int budget = isa == Isa::avx2 ? 16 : 32;
@@ -222,10 +234,12 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                     for (int kh : {b.kh, 1})
                         CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh)) <= budget);
             if (dw) CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).m == b.m * b.lane_group);  // rows (tap, ic)
-            // Prefetch distance: gemm one line a pixel, depthwise 2-16 (its
-            // calls read a few lines of each pixel), carried by every kernel.
+            // Prefetch distance: staged gemm one line a pixel, depthwise 2-16
+            // (its calls read a few lines of each pixel), gemm on the user's
+            // tensors 1-16 (likewise), carried by every kernel.
             if (dw) CHECK((base.pf_lines >= 2 && base.pf_lines <= 16));
-            else CHECK(base.pf_lines == 1);
+            else if (base.staged) CHECK(base.pf_lines == 1);
+            else CHECK((base.pf_lines >= 1 && base.pf_lines <= 16));
             CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).pf_lines == base.pf_lines);
             // Exact cover: rows of the tile (ic or kw taps) and its vectors.
             const int64_t channels = dw ? p.ic() : p.ocg;
@@ -316,6 +330,7 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             laned = laned && lanes_max_m >= 1;
             window = window && !laned;
             CHECK(base.kw_lanes == laned);
+            CHECK(base.lane_pairs == (laned && pair8));
             if (laned) {
                 CHECK(base.lanes.first == ln.first);
                 CHECK(base.lanes.row_px == ln.row);
@@ -323,6 +338,8 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                 CHECK(base.lanes.tail == ln.tail);
                 const auto d = base.desc(b.m, b.n, b.tail, 4 * p.ic());
                 CHECK(d.kw_lanes == 1);
+                CHECK(d.lane_pairs == (pair8 ? 1 : 0));
+                if (pair8) CHECK(b.m == 8);
                 CHECK(d.kw_win == kw);
                 CHECK(d.kw_head == ln.head);
                 CHECK(d.kw_tail == ln.tail);
@@ -375,11 +392,13 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             }
             // (kw lanes: the rows are output channels, the vector input channels)
             check_axis(dw ? p.k[2] : laned ? p.ocg : p.icg * base.fold_kw, b.m_tiles, b.m, b.m_last, 1);
-            check_axis(laned ? p.icg : channels, b.n_tiles, b.n, b.n_last, b.vlen);
-            CHECK(b.tail == (laned ? p.icg : channels) % b.vlen);
+            // (lane pairs: a vector of two groups' 8 channels, no tail)
+            check_axis(base.lane_pairs ? 16 : laned ? p.icg : channels, b.n_tiles, b.n, b.n_last, b.vlen);
+            CHECK(b.tail == (base.lane_pairs ? 0 : (laned ? p.icg : channels) % b.vlen));
             CHECK(p.k[1] % b.kh == 0);
             CHECK(b.tiles == p.k[0] * (p.k[1] / b.kh) * b.m_tiles * b.n_tiles *
-                                     (dw ? 1 : (base.kw_phases > 0 ? base.kw_phases : laned ? 1 : p.k[2] / base.fold_kw) * p.g));
+                                     (dw ? 1 : (base.kw_phases > 0 ? base.kw_phases : laned ? 1 : p.k[2] / base.fold_kw) *
+                                                   (base.lane_pairs ? (p.g + 1) / 2 : p.g)));
             CHECK(b.m_block >= 1);
             CHECK(b.m_block <= b.m_tiles);
             if (dw) CHECK(b.m_block == b.m_tiles);

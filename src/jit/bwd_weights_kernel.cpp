@@ -53,7 +53,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
     if (d.kw_win > 0) os << "_kw" << int(d.kw_win) << 'h' << int(d.kw_head) << 't' << int(d.kw_tail) << 'p' << int(d.kw_pad);
-    if (d.kw_lanes) os << "_lanes" << int(d.kw_last) << "d" << d.tap_disp;
+    if (d.kw_lanes) os << "_lanes" << int(d.kw_last) << "d" << d.tap_disp << (d.lane_pairs ? "_pairs" : "");
     if (dw && d.window > 1) os << "_w" << int(d.window);
     if (d.row_px) os << "_row" << int(d.row_px) << '_' << int(d.row_lo) << '_' << int(d.row_cut);
     if (d.w_stride > 1) os << "_ws" << int(d.w_stride);
@@ -127,7 +127,8 @@ void WeightsSkeleton::generate() {
                              desc_.edges || !window_edges_ok))
         throw error("JIT kernel " + name() + ": kw windows need an f32 gemm kernel of one vector, without copies, "
                     "and edges shorter than the kernel");
-    if (desc_.kw_lanes && (desc_.kw_win == 0 || !vec_.avx512() || desc_.m > 8))
+    if (desc_.kw_lanes && (desc_.kw_win == 0 || !vec_.avx512() || desc_.m > 8 ||
+                           (desc_.lane_pairs && (desc_.m != 8 || desc_.tail))))
         throw error("JIT kernel " + name() + ": kw lanes need a kw window on AVX-512 and at most 8 output channels");
     if (desc_.row_px && (!dw() || dot() || desc_.lane_group > 1 || desc_.window > 1))
         throw error("JIT kernel " + name() + ": whole rows need a depthwise kernel without pairs, groups or windows");
@@ -415,8 +416,10 @@ void WeightsSkeleton::flush_lanes(bool accumulate) {
     // Column c (ymm half `half` of z) at r8 + c * rcx.
     auto store_column = [&](int c, const Zmm& z, int half) {
         if (c >= live) return;
-        imul(reg_src_, reg_row_, c);
+        const int pair = desc_.lane_pairs ? c / 8 : 0;  // lane pairs: group G+1's channels
+        imul(reg_src_, reg_row_, c - 8 * pair);
         add(reg_src_, r8);
+        if (pair) add(reg_src_, 32);
         const Zmm t = take();
         const Ymm y(half ? t.getIdx() : z.getIdx());
         if (half) vextractf32x8(y, z, 1);
@@ -588,6 +591,11 @@ private:
     // The window of src pixel 0 (taps 1..kw_pad: diff_dst pixels pad - k),
     // then the head: pixel i (t = pad + i < KW - 1) runs taps 0..t. The
     // pixel loop then takes the pixels between head and tail.
+    void prologue() override {
+        if (!desc_.lane_pairs) return;
+        mov(reg_scratch_.cvt32(), 0xff);
+        kmovw(Xbyak::util::k4, reg_scratch_.cvt32());
+    }
     void row_prologue() override {
         if (lanes()) {
             lane_edges(desc_.kw_head, [&](int t) { return std::max(0, desc_.kw_pad - stride() * t); },
@@ -644,7 +652,13 @@ private:
     void lane_step(int k0, int k1) {
         for (int k = k0; k <= k1; ++k) load_slice_vec(tap_src(k), ptr[reg_src_ + k * desc_.tap_disp], 0);
         for (int j = 0; j < desc_.m; ++j) {
-            vec_.bcast(bcast_reg(j), ptr[reg_dst_ + 4 * j]);
+            if (desc_.lane_pairs) {  // group G+1's value in all lanes, then G's into lanes 0-7 (k4)
+                const Xbyak::Zmm b(bcast_reg(j).getIdx());
+                vbroadcastss(b, ptr[reg_dst_ + 32 + 4 * j]);
+                vbroadcastss(b | Xbyak::util::k4, ptr[reg_dst_ + 4 * j]);
+            } else {
+                vec_.bcast(bcast_reg(j), ptr[reg_dst_ + 4 * j]);
+            }
             for (int k = k0; k <= k1; ++k) vec_.fma(acc(k * desc_.m + j, 0), tap_src(k), bcast_reg(j));
         }
     }

@@ -213,7 +213,13 @@ struct WeightsKernelDesc {
     // wei_kh_stride + i * wei_row_stride + 4 * j (m floats per input channel).
     uint8_t kw_lanes = 0;
     uint8_t kw_last = 0;
-    uint8_t reserved[1] = {};
+    // kw_lanes over two groups of 8 channels (m == 8): lanes 0-7 hold group
+    // G's input channels, 8-15 group G+1's (consecutive in NXC src), row j
+    // broadcasts diff_dst channel j of each group into its half (G's at the
+    // entry's diff_dst + 4 j, G+1's 32 bytes on), and input channel i of
+    // group G+1 goes to diff_weights + 32 + i * wei_row_stride (XIO: the
+    // next group's 8 output channels).
+    uint8_t lane_pairs = 0;
 };
 static_assert(sizeof(WeightsKernelDesc) == 32, "WeightsKernelDesc must have no padding");
 

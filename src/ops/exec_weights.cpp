@@ -476,6 +476,8 @@ private:
     // The kernel row interval [ia, ib) of block kh0 inside src for output row oh.
     std::array<int, 2> kernel_rows_inside(int64_t kh0, int64_t oh) const;
     std::shared_ptr<const StageKernel> stager_;
+    // lane pairs of an odd group count: the last group's kernel (8 lanes)
+    std::shared_ptr<const WeightsKernel> lone_;
 };
 
 void JitWeightsExecutor::load_kernels() {
@@ -508,6 +510,13 @@ void JitWeightsExecutor::load_kernels() {
                     std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
             }
         }
+    }
+    if (plan_.lane_pairs && plan_.geo.g % 2) {
+        WeightsKernelDesc d = plan_.desc(b.m, 1, 0, tap_disp);
+        d.lane_pairs = 0;
+        d.tail = 8;
+        bool hit = false;
+        lone_ = get_weights_kernel(d, &hit);
     }
     if (!dw && plan_.rounded() && plan_.staged) {
         const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
@@ -840,7 +849,8 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
                                        const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    const auto [grp, it, ot, tap, kd, kh, kw] = gemm_tile(tile);
+    const auto [tile_grp, it, ot, tap, kd, kh, kw] = gemm_tile(tile);
+    const int64_t grp = plan_.lane_pairs ? 2 * tile_grp : tile_grp;  // lane pairs: the pair's first group
     // kw windows: the phase's channel tiles (fewer than m_tiles for phases
     // of fewer taps: the rest of its tiles are empty).
     const WeightsPlan::KwPhase* phase = plan_.kw_phases > 0 ? &plan_.kw_phase[static_cast<size_t>(kw)] : nullptr;
@@ -899,7 +909,9 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     }
     const int m = phase ? static_cast<int>(it == phase->m_tiles - 1 ? phase->m_last : phase->m)
                         : it == b.m_tiles - 1 ? b.m_last : b.m;
-    call(kernel(m, ot == b.n_tiles - 1, plan_.kw_phases > 0 ? static_cast<int>(kw) : stage), c, rows, accumulate, pf);
+    const bool lone = plan_.lane_pairs && grp + 1 == g.g;
+    call(lone ? *lone_ : kernel(m, ot == b.n_tiles - 1, plan_.kw_phases > 0 ? static_cast<int>(kw) : stage), c, rows,
+         accumulate, pf);
 }
 
 std::array<int, 2> JitWeightsExecutor::kernel_rows_inside(int64_t kh0, int64_t oh) const {

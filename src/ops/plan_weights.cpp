@@ -54,10 +54,13 @@ int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // f32 / f16 groups of 8 on wider planes gain 0.78-1.54x (ResNeXt-50 conv3
 // 1.36-1.54x, RegNetY stages 1-3 0.78-1.38x, geomean about 1.15x); groups of
 // 2 and 4 fill at most a quarter of a gemm vector (ResNeXt-50 conv2, G 4:
-// f32 37 -> 136, bf16 pairs 61 -> 148).
+// f32 37 -> 136, bf16 pairs 61 -> 148). Groups of 8 under a W stride on
+// AVX-512 go to kw lanes over pairs of groups (lane_pairs_ok).
+bool lane_pairs_ok(const Problem& p, Isa isa);
+
 bool is_depthwise(const Problem& p, Isa isa) {
     const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8, gs = p.icg;
-    if (p.g < 2 || p.icg != p.ocg) return false;
+    if (p.g < 2 || p.icg != p.ocg || lane_pairs_ok(p, isa)) return false;
     if (gs == 1) return true;
     if (gs != 2 && gs != 4 && gs != 8) return false;
     if (gs < 8) return true;
@@ -206,6 +209,24 @@ bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
         return false;
     const WeightsPlan::KwLanes f = kw_lanes_geometry(g);
     return f.row_px > 0 && f.head + f.tail <= f.row_px && f.head <= g.k[2] && f.tail <= g.k[2];
+}
+
+// kw lanes over pairs of groups of 8 channels (WeightsPlan::lane_pairs):
+// AVX-512 without bf16 pairs, W strides > 1, W dilation 1, kernels of 2 or
+// 3 taps (tiles of all 8 output channels), the kw lanes edges. These leave
+// the depthwise lane groups of 8 (against them, AMD Zen 5, 2 threads, min
+// of 5, f32 / f16: RegNetY-400MF s1-s4 s2 1.42-2.00 / 1.31-1.58x, ResNeXt-50
+// conv3 s2 1.09 / 1.23x; kw lanes of one group, half the lanes idle, had
+// measured 0.89-1.13x there).
+bool lane_pairs_ok(const Problem& p, Isa isa) {
+    if (isa < Isa::avx512_core || (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16)) return false;
+    if (p.g < 2 || p.icg != 8 || p.ocg != 8 || p.stride[2] < 2 || p.dil[2] != 1 || p.k[2] < 2 ||
+        kw_lanes_max_m(p.k[2]) < 8)
+        return false;
+    const WeightsGeometry g = make_geometry(p, false);
+    if (g.merged) return false;
+    const WeightsPlan::KwLanes f = kw_lanes_geometry(g);
+    return f.row_px > 0 && f.head + f.tail <= f.row_px && f.head <= p.k[2] && f.tail <= p.k[2];
 }
 
 // f32 is staged (copied) where measured faster than reading the user's
@@ -768,6 +789,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     }
     if (blk.kind == WeightsKernelKind::gemm && kw_lanes) {
         d.kw_lanes = 1;
+        d.lane_pairs = lane_pairs ? 1 : 0;
         d.kw_win = static_cast<uint8_t>(geo.k[2]);
         d.kw_head = static_cast<uint8_t>(lanes.head);
         d.kw_tail = static_cast<uint8_t>(lanes.tail);
@@ -869,6 +891,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
         plan.kw_phases = 0;
         plan.kw_lanes = true;
         plan.lanes = kw_lanes_geometry(plan.geo);
+        plan.lane_pairs = lane_pairs_ok(p, plan.isa);
     }
     plan.src_pitch = staged_pitch(plan, p, p.ic() * 4);
     plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4);
@@ -907,16 +930,17 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
         const WeightsGeometry& g = plan.geo;
         b.n = b.n_last = 1;
         b.n_tiles = 1;
-        b.tail = static_cast<int>(g.icg % b.vlen);
+        b.tail = plan.lane_pairs ? 0 : static_cast<int>(g.icg % b.vlen);
         b.m_tiles = div_up(g.ocg, std::min(g.ocg, kw_lanes_max_m(g.k[2])));
         b.m = static_cast<int>(div_up(g.ocg, b.m_tiles));
         b.m_last = static_cast<int>(g.ocg - (b.m_tiles - 1) * b.m);
-        b.tiles = g.k[0] * g.k[1] * b.m_tiles * g.g;
+        b.tiles = g.k[0] * g.k[1] * b.m_tiles * (plan.lane_pairs ? div_up(g.g, 2) : g.g);
         // Per output pixel and tile: m * KW FMAs, m broadcasts and KW src loads.
         const double kw = double(g.k[2]);
         auto tile = [&](double m) { return tile_cycles(m * kw, m + kw, m * kw + m + kw + 3, Cost::fma_latency); };
         const double cycles = double(b.m_tiles - 1) * tile(b.m) + tile(b.m_last);
-        b.cycles_per_pixel = double(g.k[0] * g.k[1] * g.g) * cycles * double(plan.lanes.row_px) / double(g.out[2]);
+        const int64_t groups = plan.lane_pairs ? div_up(g.g, 2) : g.g;
+        b.cycles_per_pixel = double(g.k[0] * g.k[1] * groups) * cycles * double(plan.lanes.row_px) / double(g.out[2]);
     }
     choose_reduction(plan, p);
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
@@ -944,7 +968,8 @@ std::string WeightsPlan::to_string() const {
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
        << (stage_in_kernel ? " tile-major(in-kernel)" : tile_major ? " tile-major" : "")
        << (src_pitch > geo.g * geo.icg * 4 || dst_pitch > geo.g * geo.ocg * 4 ? " pitch+64" : "")
-       << (fold_kw > 1 ? " fold-kw" : "") << (kw_phases > 0 ? " kw-window" : "") << (kw_lanes ? " kw-lanes" : "") << (prepad ? " prepad" : "")
+       << (fold_kw > 1 ? " fold-kw" : "") << (kw_phases > 0 ? " kw-window" : "")
+       << (kw_lanes ? (lane_pairs ? " kw-lanes(group pairs)" : " kw-lanes") : "") << (prepad ? " prepad" : "")
        << (w_pairs ? " W-pairs" : "")
        << (transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
@@ -960,7 +985,8 @@ std::string WeightsPlan::to_string() const {
            << blk.n << "v] += " << (blk.lane_group > 1 ? "perm_ic(src[px+tap])[ch]" : "src[px+tap][ch]")
            << " * diff_dst[px][ch]\n";
     if (!dw && kw_lanes) {
-        os << "      for g<" << geo.g << " oc_tile<" << blk.m_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1]
+        os << (lane_pairs ? "      for g_pair<" + std::to_string((geo.g + 1) / 2) : "      for g<" + std::to_string(geo.g))
+           << " oc_tile<" << blk.m_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1]
            << ":\n        for row, output px t (" << lanes.row_px << " from " << lanes.first << ", edges " << lanes.head
            << "+" << lanes.tail << "): acc[" << geo.k[2] << " kw][" << blk.m
            << " oc][1v ic] += bcast(diff_dst[t][oc]) * src[s*t - pad + kw][ic]\n";

@@ -159,6 +159,11 @@ struct WeightsPlan {
     };
     bool kw_lanes = false;
     KwLanes lanes{};
+    // kw lanes over pairs of groups of 8 channels (WeightsKernelDesc::
+    // lane_pairs): a tile's vector holds groups 2q and 2q + 1, blk.m = 8;
+    // an odd group count leaves the last group alone (8 lanes, its own
+    // kernel). Tiles count group pairs then.
+    bool lane_pairs = false;
     // Depthwise whose taps mostly reach into the padding (large kernels on
     // small planes): the executor first copies src into a zero-padded NXC
     // scratch, and this plan is for that unpadded problem (padded_problem),
