@@ -588,14 +588,16 @@ private:
         add(reg_src_, reg_src_step_);
         if (dst) add(reg_dst_, reg_dst_step_);
     }
-    // The window of src pixel 0 (taps 1..kw_pad: diff_dst pixels pad - k),
-    // then the head: pixel i (t = pad + i < KW - 1) runs taps 0..t. The
-    // pixel loop then takes the pixels between head and tail.
+    // Lane pairs: k4 selects the first group's lanes.
     void prologue() override {
         if (!desc_.lane_pairs) return;
         mov(reg_scratch_.cvt32(), 0xff);
         kmovw(Xbyak::util::k4, reg_scratch_.cvt32());
     }
+    // The window of src pixel 0 (taps 1..kw_pad: diff_dst pixels pad - k),
+    // then the head: pixel i (t = pad + i < KW - 1) runs taps 0..t. The
+    // pixel loop then takes the pixels between head and tail. kw lanes: the
+    // head pixels with their taps inside src.
     void row_prologue() override {
         if (lanes()) {
             lane_edges(desc_.kw_head, [&](int t) { return std::max(0, desc_.kw_pad - stride() * t); },

@@ -517,6 +517,8 @@ void JitWeightsExecutor::load_kernels() {
         d.tail = 8;
         bool hit = false;
         lone_ = get_weights_kernel(d, &hit);
+        if (verbose())
+            std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", lone_->name().c_str(), hit ? "hit" : "miss");
     }
     if (!dw && plan_.rounded() && plan_.staged) {
         const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
