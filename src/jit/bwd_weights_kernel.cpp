@@ -420,8 +420,8 @@ void WeightsSkeleton::flush_lanes(bool accumulate) {
         imul(reg_src_, reg_row_, c - 8 * pair);
         add(reg_src_, r8);
         if (pair) add(reg_src_, 32);
-        const Zmm t = take();
-        const Ymm y(half ? t.getIdx() : z.getIdx());
+        const Zmm t = half ? take() : z;  // the high half goes through a spare register
+        const Ymm y(t.getIdx());
         if (half) vextractf32x8(y, z, 1);
         const Xbyak::Address a = ptr[reg_src_];
         if (accumulate) {
@@ -434,7 +434,7 @@ void WeightsSkeleton::flush_lanes(bool accumulate) {
             vmovups(a | Xbyak::util::k3, y);
         else
             vmovups(a, y);
-        give(t);
+        if (half) give(t);
     };
     mov(r8, reg_scratch_);
     for (int k = 0; k < taps; ++k) {

@@ -412,9 +412,12 @@ private:
     void pad_src(const char* src, char* to, int threads) const;
     // Staged strided 1x1 rows keep only the pixels read: one per output
     // pixel. Tile-major chunks: one tile's channels per pixel.
+    // Bytes between consecutive src pixels of a row as the kernels read it
+    // (staged or the user's tensor; not tile-major).
+    int64_t src_pixel_bytes() const { return plan_.staged ? plan_.src_pitch : p_.ic() * plan_.elem_bytes(); }
     int64_t src_step_bytes() const {
         if (plan_.tile_major) return plan_.blk.m * 4;
-        return (plan_.compress_w ? 1 : plan_.geo.stride[2]) * (plan_.staged ? plan_.src_pitch : p_.ic() * plan_.elem_bytes());
+        return (plan_.compress_w ? 1 : plan_.geo.stride[2]) * src_pixel_bytes();
     }
     int64_t dst_step_bytes() const {
         return plan_.tile_major ? plan_.blk.n * plan_.blk.vlen * 4
@@ -483,8 +486,7 @@ private:
 void JitWeightsExecutor::load_kernels() {
     const WeightsBlocking& b = plan_.blk;
     const bool dw = b.kind == WeightsKernelKind::depthwise;
-    // (kw lanes: one src pixel, as the kernels read src)
-    const int64_t tap_disp = plan_.kw_lanes ? (plan_.staged ? plan_.src_pitch : p_.ic() * plan_.elem_bytes())
+    const int64_t tap_disp = plan_.kw_lanes ? src_pixel_bytes()  // kw lanes: one src pixel
                                             : plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
     const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
     const int row_kinds[kRowsKinds] = {b.m, b.m_last};

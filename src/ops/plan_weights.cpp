@@ -188,11 +188,18 @@ WeightsPlan::KwLanes kw_lanes_geometry(const WeightsGeometry& g) {
 // m output channels x KW taps of accumulators, KW src vectors and two
 // broadcast registers in 32 zmm; the flush transposes up to 8 channels.
 int64_t kw_lanes_max_m(int64_t kw) { return std::min<int64_t>(8, (32 - kw - 2) / kw); }
+// The W geometry kw lanes take: rows not merged, W strides > 1, W dilation
+// 1, 2 taps or more, edges of at most KW pixels each side that never meet
+// in a pixel.
+bool kw_lanes_w_ok(const WeightsGeometry& g) {
+    if (g.merged || g.k[2] < 2 || g.stride[2] < 2 || g.dil[2] != 1) return false;
+    const WeightsPlan::KwLanes f = kw_lanes_geometry(g);
+    return f.row_px > 0 && f.head + f.tail <= f.row_px && f.head <= g.k[2] && f.tail <= g.k[2];
+}
 
-// Where kw lanes replace the W phases (or the per-tap tiles): AVX-512, W
-// strides > 1, W dilation 1, one vector of input channels and up to one of
-// output channels a group (the kw windows' groups), 32-bit elements, edges
-// of at most KW pixels each side that never meet in a pixel. With src
+// Where kw lanes replace the W phases (or the per-tap tiles): AVX-512, one
+// vector of input channels and up to one of output channels a group (the
+// kw windows' groups), 32-bit elements, their W geometry. With src
 // broadcast, a W phase of one tap (3x3 s2: tap 1) pays a broadcast per
 // FMA; turned over, each broadcast feeds KW FMAs at any stride. Against
 // the W phases, AMD Zen 5, 2 threads, min of 5, every layer of the shape
@@ -201,32 +208,22 @@ int64_t kw_lanes_max_m(int64_t kw) { return std::min<int64_t>(8, (32 - kw - 2) /
 // ResNeXt-50 conv4 s2 1.09 / 1.10x; one 16 -> 16 group at 14x14 s2 on one
 // core (L2-resident): 130 -> 141 GFLOP/s.
 bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
-    const WeightsGeometry& g = plan.geo;
-    if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1 ||
-        g.merged)
+    if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1)
         return false;
-    if (g.k[2] < 2 || g.stride[2] < 2 || g.dil[2] != 1 || p.icg > 16 || p.ocg > 16 || kw_lanes_max_m(g.k[2]) < 1)
-        return false;
-    const WeightsPlan::KwLanes f = kw_lanes_geometry(g);
-    return f.row_px > 0 && f.head + f.tail <= f.row_px && f.head <= g.k[2] && f.tail <= g.k[2];
+    return p.icg <= 16 && p.ocg <= 16 && kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo);
 }
 
 // kw lanes over pairs of groups of 8 channels (WeightsPlan::lane_pairs):
-// AVX-512 without bf16 pairs, W strides > 1, W dilation 1, kernels of 2 or
-// 3 taps (tiles of all 8 output channels), the kw lanes edges. These leave
+// AVX-512 without bf16 pairs, kernels of up to 3 taps (tiles of all 8
+// output channels), the kw lanes W geometry. These leave
 // the depthwise lane groups of 8 (against them, AMD Zen 5, 2 threads, min
 // of 5, f32 / f16: RegNetY-400MF s1-s4 s2 1.42-2.00 / 1.31-1.58x, ResNeXt-50
 // conv3 s2 1.09 / 1.23x; kw lanes of one group, half the lanes idle, had
 // measured 0.89-1.13x there).
 bool lane_pairs_ok(const Problem& p, Isa isa) {
     if (isa < Isa::avx512_core || (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16)) return false;
-    if (p.g < 2 || p.icg != 8 || p.ocg != 8 || p.stride[2] < 2 || p.dil[2] != 1 || p.k[2] < 2 ||
-        kw_lanes_max_m(p.k[2]) < 8)
-        return false;
-    const WeightsGeometry g = make_geometry(p, false);
-    if (g.merged) return false;
-    const WeightsPlan::KwLanes f = kw_lanes_geometry(g);
-    return f.row_px > 0 && f.head + f.tail <= f.row_px && f.head <= p.k[2] && f.tail <= p.k[2];
+    return p.g >= 2 && p.icg == 8 && p.ocg == 8 && kw_lanes_max_m(p.k[2]) >= 8 &&
+           kw_lanes_w_ok(make_geometry(p, false));
 }
 
 // f32 is staged (copied) where measured faster than reading the user's
