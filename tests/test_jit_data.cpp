@@ -1032,3 +1032,82 @@ TEST_CASE("data: strided layers' inserted zeros are written apart from the kerne
     const auto expect = testutil::run(ref, dd, w);
     check_streaming(big, dd, w, expect);
 }
+
+// One kernel call runs several channel blocks of a row (DataPlan::cb_reps):
+// the groups of a direct plan with one block a group, a depthwise plan's
+// blocks with a narrower last block alone (lane groups of 8 and 16, the
+// depthwise convolution), and runs cut short so that few rows still give
+// every thread items (mb 1, two rows). 16-bit outputs of a direct plan
+// whose oc comes in several chunks carry f32 partial sums per rep. Bit for
+// bit with small integers on every ISA and on 1, 2 and 3 threads.
+TEST_CASE("data: a row's channel blocks run in one call", "[jit][data][dtype]") {
+    std::vector<DCase> cs;
+    DCase c;
+    c.g = 6;  // direct, one block of 40 channels a group
+    c.ic = 6 * 40;
+    c.oc = 6 * 20;
+    c.in = {7, 12};
+    c.s = {1, 2};
+    c.pb = c.pe = {1, 1};
+    cs.push_back(c);
+    c.s = {2, 3};
+    c.k = {3, 4};
+    cs.push_back(c);
+    DCase chunks;  // 5x5 taps of 208 oc a group: f32 and f16 W in two oc chunks
+    chunks.mb = 4;
+    chunks.g = 4;
+    chunks.ic = 4 * 32;
+    chunks.oc = 4 * 208;
+    chunks.in = {4, 20};
+    chunks.k = {5, 5};
+    chunks.s = {1, 2};
+    chunks.pb = chunks.pe = {2, 2};
+    cs.push_back(chunks);
+    for (int64_t lg : {8, 16}) {  // lane groups, the last block narrower
+        DCase l;
+        l.g = lg == 8 ? 41 : 9;
+        l.ic = l.oc = l.g * lg;
+        l.mb = 4;
+        l.in = {6, 10};
+        l.s = {2, 2};
+        l.pb = l.pe = {1, 1};
+        cs.push_back(l);
+    }
+    for (int64_t s : {1, 2}) {  // depthwise, 400 channels
+        DCase d;
+        d.g = d.ic = d.oc = 400;
+        d.in = {5, 9};
+        d.s = {s, s};
+        d.pb = d.pe = {1, 1};
+        cs.push_back(d);
+    }
+    DCase cut;  // two rows of 1040 channels: runs cut for the threads
+    cut.mb = 1;
+    cut.g = cut.ic = cut.oc = 1040;
+    cut.in = {2, 9};
+    cut.pb = cut.pe = {1, 1};
+    cs.push_back(cut);
+    for (DCase v : cs) {
+        INFO(wtest::label(v, ""));
+        int runs = 0;  // types whose plan runs blocks together (the blockings differ by type)
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            v.dt = dt;
+            INFO(convgrad::dtype_name(dt));
+            check_exact(v, kAllIsas);
+            const auto ref = v.make("ref");
+            const auto dd = testutil::small_ints(dt, ref.input0_elems(), 41);
+            const auto w = testutil::small_ints(dt, ref.input1_elems(), 42);
+            const auto expect = testutil::run(ref, dd, w);
+            const auto jit = v.make(convgrad::max_isa());
+            INFO(jit.describe());
+            runs += jit.describe().find(" a call") != std::string::npos;
+            if (v.oc == chunks.oc && dt == data_type::f16)  // partial sums in f32 rows between chunks
+                CHECK(jit.describe().find("oc chunk of 208") == std::string::npos);
+            for (int t : {1, 2, 3}) {
+                tbb::task_arena arena(t);
+                arena.execute([&] { CHECK(testutil::bitwise_equal(testutil::run(jit, dd, w), expect)); });
+            }
+        }
+        CHECK(runs >= (v.g == 6 || v.g == 4 ? 3 : 1));  // the direct groups: every type
+    }
+}

@@ -61,7 +61,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
     CHECK(plan_of(square(144, 144, 144, 56, 3, 1, 1, 56, data_type::bf16), Isa::avx512_core_bf16, 2).to_string() ==
           "jit:avx512_core_bf16 depthwise m6 n3x16 bf16 vdpbf16ps on kh row pairs (kh, kh+1) threads 2\n"
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
-          "    for cb in 3 (144 channels/group, tail 3 vec 0 lanes)\n"
+          "    for cb in 3 (144 channels/group, tail 3 vec 0 lanes), up to 3 a call\n"
           "      for oc chunk of 1\n"
           "        for W phase in 1, block of 6 pixels (zero-padded rows), diff_src lines prefetched for writing\n"
           "          for valid tap (kd, kh, kw): per kh pair: 9 W loads, 24 dd pairs (2 loads + vpermw; a kh alone: "
@@ -81,7 +81,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
     CHECK(plan_of(square(32, 256, 256, 56, 3, 2, 1, 28), Isa::avx512_core, 2).to_string() ==
           "jit:avx512_core depthwise (lane groups of 8) m5 n4x16 threads 2\n"
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
-          "    for cb in 4 (256 channels/group, tail 4 vec 0 lanes)\n"
+          "    for cb in 4 (256 channels/group, tail 4 vec 0 lanes), up to 4 a call\n"
           "      for oc chunk of 8\n"
           "        for W phase in 2, block of 5 pixels (zero-padded rows), streaming stores\n"
           "          for valid tap (kd, kh, kw): per kh, up to 2 taps of the phase: for o in 8: 8 W loads, 24 permuted "
@@ -89,7 +89,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
     CHECK(plan_of(square(32, 128, 128, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 depthwise (lane groups of 4) m10 n1x8 threads 2\n"
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
-          "    for cb in 16 (128 channels/group, tail 1 vec 0 lanes)\n"
+          "    for cb in 16 (128 channels/group, tail 1 vec 0 lanes), up to 16 a call\n"
           "      for oc chunk of 4\n"
           "        for W phase in 1, block of 10 pixels (zero-padded rows), diff_src lines prefetched for writing\n"
           "          for valid tap (kd, kh, kw): per kh: for o in 4: 3 W loads, 12 permuted dd loads, 30 FMAs\n");
@@ -205,7 +205,28 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             }
             // Threads: contiguous item ranges that tile [0, items) exactly once.
             const int64_t groups = (pl.rows + pl.group_rows - 1) / pl.group_rows;
-            CHECK(pl.grid.items == (pl.path == DataPath::col ? pl.rows : groups * cb.total));
+            CHECK(pl.grid.items == (pl.path == DataPath::col ? pl.rows : groups * pl.cb_runs()));
+            // Runs of channel blocks tile [0, total) in order; a run holds
+            // blocks of one group that share a kernel, at most cb_reps: the
+            // groups of a direct plan with one block a group, a depthwise
+            // plan's blocks (a narrower last one alone), else single blocks.
+            CHECK(pl.cb_reps >= 1);
+            if (pl.path == DataPath::col || pl.row_blocks || (pl.path == DataPath::direct && (pr.g == 1 || cb.per_group > 1)))
+                CHECK(pl.cb_reps == 1);
+            int64_t next_cb = 0;
+            for (int64_t r = 0; r < pl.cb_runs(); ++r) {
+                const auto [c0, c1] = pl.cb_run(r);
+                CHECK(c0 == next_cb);
+                CHECK(c1 > c0);
+                CHECK(c1 - c0 <= pl.cb_reps);
+                if (cb.per_group > 1) {
+                    CHECK(c0 / cb.per_group == (c1 - 1) / cb.per_group);
+                    const bool narrow_last = cb.tail_n != pl.blk.n || cb.tail_lanes != 0;
+                    if (narrow_last && c1 % cb.per_group == 0) CHECK(c1 - c0 == 1);
+                }
+                next_cb = c1;
+            }
+            CHECK(next_cb == cb.total);
             int64_t next = 0;
             for (int t = 0; t < pl.grid.threads; ++t) {
                 const auto r = pl.grid.range(t);

@@ -98,6 +98,12 @@ const Xbyak::Reg64 kArgs = rdi, kBlkOff = rsi, kDst = rcx, kBlocks = rdx, kEntry
                    kEntries = r9, kDd = r10, kW = r11, kOc = rax, kTmp = rbx, kAcc = r12,
                    kCvtOff = r13, kCvtBuf = r14, kPf = r15, kDd2 = r13;
 
+// The rep loop's stack frame (block_loop): qword slots below the saved
+// registers.
+enum RepSlot : int { kRepLeft = 0, kRepDst, kRepAcc, kRepDd, kRepW, kRepSlots };
+constexpr int kRepFrameBytes = 8 * kRepSlots;
+Xbyak::Address rep_slot(int slot) { return Xbyak::util::qword[rsp + 8 * slot]; }
+
 template <typename T>
 Xbyak::Address arg(Xbyak::CodeGenerator& cg, T DataKernelArgs::*field) {
     const DataKernelArgs probe;
@@ -160,16 +166,31 @@ void DataKernel::generate() {
     cvt_.emit_constants();
 }
 
-// Reads args; writes rcx, rdx, rsi, r12; every block: init, entries, store.
+// Reads args; writes rcx, rdx, rsi, r12; per rep (DataKernelArgs::nreps),
+// every block: init, entries, store. The rep's offsets live on the stack
+// (kRep*), read once a rep, and the W offset once an entry.
 void DataKernel::block_loop() {
-    Xbyak::Label l_block, l_done;
+    Xbyak::Label l_rep, l_block, l_next, l_done;
     const int64_t acc_pix_bytes = d_.dst_pix_bytes / VecCvt::elem_bytes(out_dt()) * 4;
-    mov(kDst, arg(*this, &DataKernelArgs::dst));
-    mov(kAcc, arg(*this, &DataKernelArgs::acc));
+    sub(rsp, kRepFrameBytes);
+    mov(kTmp, arg(*this, &DataKernelArgs::nreps));
+    test(kTmp, kTmp);
+    jle(l_done);
+    mov(rep_slot(kRepLeft), kTmp);
+    mov(kTmp, arg(*this, &DataKernelArgs::dst));
+    mov(rep_slot(kRepDst), kTmp);
+    mov(kTmp, arg(*this, &DataKernelArgs::acc));
+    mov(rep_slot(kRepAcc), kTmp);
+    xor_(kTmp, kTmp);
+    mov(rep_slot(kRepDd), kTmp);
+    mov(rep_slot(kRepW), kTmp);
+    L(l_rep);
+    mov(kDst, rep_slot(kRepDst));
+    mov(kAcc, rep_slot(kRepAcc));
+    mov(kBlkOff, rep_slot(kRepDd));
     mov(kBlocks, arg(*this, &DataKernelArgs::nblocks));
-    xor_(kBlkOff, kBlkOff);
     test(kBlocks, kBlocks);
-    jz(l_done);
+    jz(l_next);
     L(l_block);
     init_accumulators();
     if (d_.store == int32_t(DataStore::prefetched)) prefetch_block_dst();
@@ -180,7 +201,19 @@ void DataKernel::block_loop() {
     add(kBlkOff, static_cast<int>(d_.dd_block_bytes));
     dec(kBlocks);
     jnz(l_block);
+    L(l_next);
+    const std::pair<int, int64_t DataKernelArgs::*> steps[] = {{kRepDd, &DataKernelArgs::dd_rep_bytes},
+                                                               {kRepW, &DataKernelArgs::w_rep_bytes},
+                                                               {kRepDst, &DataKernelArgs::dst_rep_bytes},
+                                                               {kRepAcc, &DataKernelArgs::acc_rep_bytes}};
+    for (const auto& [slot, field] : steps) {
+        mov(kTmp, arg(*this, field));
+        add(rep_slot(slot), kTmp);
+    }
+    dec(rep_slot(kRepLeft));
+    jnz(l_rep);
     L(l_done);
+    add(rsp, kRepFrameBytes);
 }
 
 // Accumulators := 0, or := the f32 sums at acc when args.accumulate. Reads
@@ -218,6 +251,7 @@ void DataKernel::entry_loop() {
     add(kDd, kBlkOff);
     lea(kPf, ptr[kDd + static_cast<int>(d_.dd_block_bytes)]);  // see prefetch_next_block
     mov(kW, qword[kEntry + offsetof(DataEntry, w)]);
+    add(kW, rep_slot(kRepW));
     if (d_.row_pairs) {
         depthwise_row_pairs();
     } else if (d_.kind == int32_t(DataKernelKind::depthwise)) {

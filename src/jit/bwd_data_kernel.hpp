@@ -197,6 +197,12 @@ struct DataKernelArgs {
     float* acc = nullptr;     // f32 partial sums, dst's layout in f32 (f32: the same as dst)
     int64_t store_final = 1;  // nonzero: store to dst rounded to out_dt; else f32 to acc
     float* cvt = nullptr;     // widen, direct: m × cvt_pix_bytes of f32 scratch (64-byte aligned)
+    // The call runs the whole block range nreps times, rep r with every
+    // entry's dd and W and the dst / acc pointers advanced by r times these
+    // byte steps: the next channel blocks (or groups) of the same row,
+    // read through the same entries.
+    int64_t nreps = 1;
+    int64_t dd_rep_bytes = 0, w_rep_bytes = 0, dst_rep_bytes = 0, acc_rep_bytes = 0;
 };
 
 class DataKernel final : public JitKernel {

@@ -320,13 +320,13 @@ private:
     void pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t width, std::vector<int64_t>& src) const;
     void run_direct(const char* dd, const char* wp, char* dst, int threads) const;
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
-    void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t chunk,
-                     float* acc_row, ThreadCtx& ctx) const;
+    void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t reps,
+                     int64_t chunk, float* acc_row, ThreadCtx& ctx) const;
     void build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const;
     void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb, ThreadCtx& ctx) const;
     void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0, int64_t mb,
                      int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
-                     int64_t noc, int64_t chunk, ThreadCtx& ctx) const;
+                     int64_t noc, int64_t chunk, const DataKernelArgs& reps, ThreadCtx& ctx) const;
     void col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
                   float* colbuf, float* cvt) const;
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
@@ -686,7 +686,7 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
 // of the group per chunk (a 16-bit output keeps the group's f32 sums in
 // ctx.acc between chunks).
 void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int threads) const {
-    const int64_t ncb = plan_.cb.total, rows = plan_.rows, group = plan_.group_rows;
+    const int64_t ncb = plan_.cb.total, nruns = plan_.cb_runs(), rows = plan_.rows, group = plan_.group_rows;
     const int64_t row_elems = plan_.geo.in[2] * p_.ic();
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
@@ -709,11 +709,12 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
         const auto [lo, hi] = grid.range(t);
         for (int64_t i = lo; i < hi && plan_.row_blocks; ++i) row_block_item(dd, wp, dst, i / ncb, i % ncb, ctx);
         for (int64_t i = lo; i < hi && !plan_.row_blocks; ++i) {
-            const int64_t r0 = i / ncb * group, r1 = std::min(rows, r0 + group), cb = i % ncb;
+            const int64_t r0 = i / nruns * group, r1 = std::min(rows, r0 + group);
+            const auto [cb0, cb1] = plan_.cb_run(i % nruns);
             for (int64_t ch = 0; ch < nchunks; ++ch)
                 for (int64_t row = r0; row < r1; ++row) {
                     float* acc_row = ctx.acc ? ctx.acc->floats() + (row - r0) * row_elems : nullptr;
-                    direct_item(dd, wp, dst, row, cb, ch, acc_row, ctx);
+                    direct_item(dd, wp, dst, row, cb0, cb1 - cb0, ch, acc_row, ctx);
                 }
         }
         if (nt) _mm_sfence();  // streaming stores visible before the join
@@ -793,7 +794,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
 // reads real memory: the row itself when no pixel reaches past an edge, else
 // its zero-padded copy.
 void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb,
-                                  int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
+                                  int64_t reps, int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
     const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
@@ -827,6 +828,15 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const int64_t row_off = n * dst_str_.n + id * dst_str_.d + ih * dst_str_.h;
     const int64_t chan_off = dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block;
     const int64_t m = plan_.blk.m;
+    // The run's next blocks: the next group's (one block a group), else the
+    // group's next block.
+    DataKernelArgs rep;
+    rep.nreps = reps;
+    const int64_t rep_chans = cbs.per_group == 1 ? p_.icg : cbs.block;
+    rep.dd_rep_bytes = (cbs.per_group == 1 ? ocg : cbs.block * dw) * (plan_.widen_rows ? 4 : es_);
+    rep.w_rep_bytes = (cbs.per_group == 1 ? cbs.padded() : cbs.block) * ksp * ocg_w * plan_.w_elem_bytes;
+    rep.dst_rep_bytes = rep_chans * es_;
+    rep.acc_rep_bytes = rep_chans * 4;
     // 16-bit outputs: the W phases no tap reaches (all of them in a row no
     // kernel row reaches: a strided layer's inserted zeros) are written
     // once for every channel, by the row's first channel block and oc
@@ -860,7 +870,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
             const int64_t off = chan_off + (r + j0 * g.stride[2]) * dst_str_.w;
             float* acc = acc_row ? acc_row + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
             direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, dst + (row_off + off) * es_, acc, last, noc,
-                        chunk, ctx);
+                        chunk, rep, ctx);
         };
         if (npx / m) call(0, m, npx / m);
         if (npx % m) call(npx / m * m, npx % m, 1);
@@ -871,7 +881,8 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
 // blocks starting at phase pixel j0 and calls the kernel.
 void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0,
                                   int64_t mb, int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst,
-                                  float* acc, bool last, int64_t noc, int64_t chunk, ThreadCtx& ctx) const {
+                                  float* acc, bool last, int64_t noc, int64_t chunk, const DataKernelArgs& reps,
+                                  ThreadCtx& ctx) const {
     const int64_t kw_n = plan_.geo.k[2];
     const int64_t ocg_w = w_oc_rows();
     const int64_t width = plan_.cb.width(last);
@@ -914,6 +925,11 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     a.accumulate = chunk > 0;
     a.store_final = chunk + 1 == chunks();
     a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
+    a.nreps = reps.nreps;
+    a.dd_rep_bytes = reps.dd_rep_bytes;
+    a.w_rep_bytes = reps.w_rep_bytes;
+    a.dst_rep_bytes = reps.dst_rep_bytes;
+    a.acc_rep_bytes = reps.acc_rep_bytes;
     kernel(mb, last, ctx.nt, plan_.dw_row_taps ? static_cast<int64_t>(taps.size()) : 0)(a);
 }
 

@@ -156,6 +156,18 @@ struct DataPlan {
     // for writing (DataStore::prefetched).
     bool pf_store = false;
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
+    // Channel blocks per kernel call (direct, depthwise): consecutive
+    // channel blocks that share a kernel and lie a constant step apart in
+    // diff_dst, W and diff_src (the groups of a one-block-a-group layer, a
+    // lane-group layer's full blocks) run in one call through the same
+    // entries (DataKernelArgs::nreps). Items are (row group, run of up to
+    // cb_reps blocks); see cb_runs().
+    int64_t cb_reps = 1;
+    // Runs of channel blocks a row group splits into, and the blocks
+    // [first, second) of run `r`.
+    int64_t cb_runs() const;
+    bool last_block_alone() const;  // a group's last block narrower than the others
+    std::pair<int64_t, int64_t> cb_run(int64_t r) const;
     DataThreadGrid grid;
     DataScratch scratch;
     double est_cycles = 0;     // cost model, whole problem, one thread
