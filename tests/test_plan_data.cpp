@@ -67,16 +67,17 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "          for valid tap (kd, kh, kw): per kh pair: 9 W loads, 24 dd pairs (2 loads + vpermw; a kh alone: "
           "vpmovzxwd), 54 FMAs\n");
     // RegNetX-400MF stage 4: 24 groups of 16 at 7x7. One vector per group,
-    // whole rows, the broadcast inside the FMA; the column path's col2im
-    // (a masked read-modify-write per group and tap) costs more.
+    // two whole rows a block (14 accumulator chains instead of 7), a kh
+    // row's taps per entry; the column path's col2im (a masked
+    // read-modify-write per group and tap) costs more.
     CHECK(plan_of(square(24, 384, 384, 7, 3, 1, 1, 7), Isa::avx512_core, 2).to_string() ==
-          "jit:avx512_core direct m7 n1x16 bcast-in-fma threads 2\n"
+          "jit:avx512_core direct m14 n1x16 threads 2\n"
           "  for group in 32 groups of 7 of the 224 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 24 (16 channels/group, tail 1 vec 0 lanes)\n"
           "      for oc chunk of 16, row in group\n"
-          "        for W phase in 1, block of 7 pixels = a row, rows of a plane sharing their taps in one call "
+          "        for W phase in 1, block of 14 pixels = 2 rows, rows of a plane sharing their taps in one call "
           "(zero-padded rows)\n"
-          "          for valid tap (kd, kh, kw): for oc: 1 W loads, 7 bcasts, 7 FMAs\n");
+          "          for valid (kd, kh) row: for oc: 3 W loads, 14 bcasts, 38 FMAs (W edges compiled in)\n");
     // ResNeXt-50's grouped 3x3 layers: 32 groups of 8 (stride 2) and of 4.
     CHECK(plan_of(square(32, 256, 256, 56, 3, 2, 1, 28), Isa::avx512_core, 2).to_string() ==
           "jit:avx512_core depthwise (lane groups of 8) m5 n4x16 threads 2\n"
@@ -194,7 +195,10 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             // Padded diff_dst pixels: OC f32 elements, one line more when spread out of an L1 set.
             if (pl.padded_rows) CHECK(pl.dd_pitch == pr.oc() * 4 + (pl.dd_pitch_spread ? 64 : 0));
             if (pl.row_blocks) {  // whole rows as blocks; a slab holds the plane; W chunks fit L1 (row taps: L2)
-                CHECK(pl.blk.m == pl.geo.in[2]);
+                // A row a block, or with row taps several rows of the plane.
+                CHECK(pl.blk.m % pl.geo.in[2] == 0);
+                CHECK(pl.block_rows() == pl.blk.m / pl.geo.in[2]);
+                CHECK((pl.block_rows() == 1 || (pl.direct_row_taps && pl.block_rows() <= pl.geo.in[1])));
                 CHECK(pl.group_rows == pl.geo.in[1]);
                 CHECK(pl.scratch.slab_bytes == pl.geo.out[1] * pl.scratch.row_bytes);
                 const int64_t w_budget = (pl.direct_row_taps ? 256 : 32) * 1024;  // row taps: from L2

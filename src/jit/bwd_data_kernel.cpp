@@ -39,6 +39,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.row_x0 = direct_taps ? types.row_x0 : 0;
     d.row_w = direct_taps ? types.row_w : 0;
     d.w_tap_bytes = direct_taps ? types.w_tap_bytes : 0;
+    d.block_rows = direct_taps ? std::max(1, types.block_rows) : 1;
     d.lane_group = kind == DataKernelKind::depthwise ? types.lane_group : 1;
     d.row_pairs = static_cast<int32_t>(kind == DataKernelKind::depthwise ? types.row_pairs : DataRowPairs::none);
     d.pf_lines = kind == DataKernelKind::direct ? std::max(1, types.pf_lines) : 1;
@@ -59,6 +60,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.store == int32_t(DataStore::prefetched)) os << "_pfw";
     if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
     if (d.row_w) os << "x" << d.row_x0 << "of" << d.row_w << "w" << d.w_tap_bytes;
+    if (d.block_rows > 1) os << "_rows" << d.block_rows;
     if (d.w_tap_step > 1) os << "w" << d.w_tap_step;
     if (d.lane_group > 1) os << "_lg" << d.lane_group;
     if (d.row_pairs) os << (d.row_pairs == int32_t(DataRowPairs::expand) ? "_khpairs_x" : "_khpairs");
@@ -428,13 +430,15 @@ void DataKernel::odd_oc_step() {
     for (int k = 0; k < d_.row_taps; ++k)
         for (int v = 0; v < d_.n; ++v) {
             vi_.load(w, ptr[kW + static_cast<int>(k * d_.w_tap_bytes) + v * vi_.vbytes()]);
-            for (int x = 0; x < pixels; ++x) {
-                const int j = row_tap_pixel(x, k);
-                if (j < 0) continue;
-                movzx(ebx, word[kDd + static_cast<int>((x - d_.row_x0) * d_.dd_pix_bytes)]);
-                vpbroadcastd(bc, ebx);
-                vdpbf16ps(vi_.vreg(j * d_.n + v), w, bc);
-            }
+            for (int r = 0; r < d_.block_rows; ++r)
+                for (int x = 0; x < pixels; ++x) {
+                    const int j = row_tap_pixel(x, k);
+                    if (j < 0) continue;
+                    movzx(ebx, word[kDd + static_cast<int>(r * block_row_dd_bytes() +
+                                                           (x - d_.row_x0) * d_.dd_pix_bytes)]);
+                    vpbroadcastd(bc, ebx);
+                    vdpbf16ps(vi_.vreg((r * row_pixels() + j) * d_.n + v), w, bc);
+                }
         }
 }
 
@@ -450,21 +454,25 @@ void DataKernel::oc_step_row_taps(int i) {
             vi_.load(vi_.vreg(mn + k * d_.n + v),
                      ptr[kW + static_cast<int>(k * d_.w_tap_bytes) + i * w_oc_bytes + v * vi_.vbytes()]);
     const Xbyak::Xmm bc = vi_.vreg(mn + taps * d_.n);
-    for (int x = 0; x < d_.row_w; ++x) {
-        bool read = false;
-        for (int k = 0; k < taps; ++k) read = read || row_tap_pixel(x, k) >= 0;
-        if (!read) continue;
-        vi_.bcast(bc, ptr[kDd + static_cast<int>((x - d_.row_x0) * d_.dd_pix_bytes + i * 4)]);
-        for (int k = 0; k < taps; ++k) {
-            const int j = row_tap_pixel(x, k);
-            for (int v = 0; v < d_.n && j >= 0; ++v) {
-                if (dot())
-                    vdpbf16ps(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), bc);
-                else
-                    vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), bc);
+    for (int r = 0; r < d_.block_rows; ++r)
+        for (int x = 0; x < d_.row_w; ++x) {
+            bool read = false;
+            for (int k = 0; k < taps; ++k) read = read || row_tap_pixel(x, k) >= 0;
+            if (!read) continue;
+            vi_.bcast(bc, ptr[kDd + static_cast<int>(r * block_row_dd_bytes() + (x - d_.row_x0) * d_.dd_pix_bytes +
+                                                     i * 4)]);
+            for (int k = 0; k < taps; ++k) {
+                const int j = row_tap_pixel(x, k);
+                if (j < 0) continue;
+                const int acc = (r * row_pixels() + j) * d_.n;
+                for (int v = 0; v < d_.n; ++v) {
+                    if (dot())
+                        vdpbf16ps(vi_.vreg(acc + v), vi_.vreg(mn + k * d_.n + v), bc);
+                    else
+                        vi_.fma(vi_.vreg(acc + v), vi_.vreg(mn + k * d_.n + v), bc);
+                }
             }
         }
-    }
 }
 
 // Depthwise, one entry: for each of the G output channels o of a lane

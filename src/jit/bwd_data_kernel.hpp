@@ -136,7 +136,11 @@ struct DataKernelDesc {
     // tap that reads it.
     int32_t row_x0 = 0;
     int32_t row_w = 0;
-    int32_t reserved = 0;         // keeps the struct free of padding
+    // Direct row taps: a block is block_rows consecutive diff_src rows of
+    // m / block_rows pixels (contiguous in diff_src), row r reading the
+    // diff_dst row dd_block_bytes / block_rows after row 0's (the next row
+    // of the padded slab); the rows share the entries (the same kh taps).
+    int32_t block_rows = 1;
     int64_t w_tap_bytes = 0;      // direct row taps: W bytes between taps k and k+1
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
@@ -159,6 +163,7 @@ struct DataKernelTypes {
     int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise, direct row taps: see DataKernelDesc
     int row_x0 = 0, row_w = 0;      // direct row taps: see DataKernelDesc
     int64_t w_tap_bytes = 0;        // direct row taps: see DataKernelDesc
+    int block_rows = 1;             // direct row taps: see DataKernelDesc
     int lane_group = 1;             // depthwise: see DataKernelDesc
     DataRowPairs row_pairs = DataRowPairs::none;  // depthwise: see DataKernelDesc
     int pf_lines = 1;               // direct: see DataKernelDesc
@@ -226,7 +231,13 @@ private:
     bool direct_row_taps() const { return d_.kind == int32_t(DataKernelKind::direct) && d_.row_taps > 1; }
     // Direct: the block pixel tap k of diff_dst pixel x adds to (-1: none;
     // see DataKernelDesc::row_x0; one tap per entry: pixel x itself).
-    int row_tap_pixel(int x, int k) const { return data_row_tap_pixel(x, k, d_.row_x0, d_.tap_dil, d_.m); }
+    // Direct row taps: pixels of one diff_src row of a block, and the
+    // diff_dst bytes between a block's rows (DataKernelDesc::block_rows).
+    int row_pixels() const { return d_.m / d_.block_rows; }
+    int64_t block_row_dd_bytes() const { return d_.dd_block_bytes / d_.block_rows; }
+    int row_tap_pixel(int x, int k) const {
+        return data_row_tap_pixel(x, k, d_.row_x0, d_.tap_dil, row_pixels());
+    }
     void widen_entry();
     void widen_tail(const Xbyak::Label& done);
     // How a depthwise pass reads diff_dst: one row (permuted for lane

@@ -388,7 +388,7 @@ void JitDataExecutor::build_kernels() {
     kernels_.assign(static_cast<size_t>(4 * (b.m + 1) * (max_taps + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
     const int64_t dd_pix = plan_.dd_pitch;
-    const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes : 0;  // the next row of the slab
+    const int64_t row_px = g.in[2];  // row blocks: a block's rows of row_px pixels
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
     for (int nt = 0; nt <= plan_.nt_store; ++nt)
     for (const auto& [mb, taps] : sizes) {
@@ -399,8 +399,12 @@ void JitDataExecutor::build_kernels() {
             if (slot) continue;
             DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
             if (col) types.out = data_type::f32;
-            if (plan_.direct_row_taps)  // W taps one [oc][lanes] block apart
+            if (plan_.direct_row_taps) {  // W taps one [oc][lanes] block apart; whole rows a block
                 types.w_tap_bytes = plan_.ocg_w * plan_.cb.width(last) * plan_.w_elem_bytes;
+                types.block_rows = static_cast<int>(mb / row_px);
+            }
+            // Row blocks: the next block starts block_rows rows further in the slab.
+            const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes * std::max<int64_t>(1, mb / row_px) : 0;
             types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
             const DataKernelDesc d = make_data_desc(
                     plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
@@ -772,17 +776,26 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
                               wblock + (k * g.k[2] + pt.kw) * plan_.ocg_w * width * plan_.w_elem_bytes);
                     if (plan_.direct_row_taps) break;  // tap kw = 0 stands for the row's taps
                 }
-            DataKernelArgs a;
-            a.entries = ctx.entries.data();
-            a.nentries = static_cast<int64_t>(ctx.entries.size());
-            a.noc = noc;
-            a.dst = dst + (plane_off + ih * row_elems) * es_;
-            a.acc = ctx.acc ? ctx.acc->floats() + chan_off + ih * row_elems : static_cast<float*>(a.dst);
-            a.nblocks = end - ih;
-            a.accumulate = chunk > 0;
-            a.store_final = chunk + 1 == chunks();
-            a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
-            kernel(plan_.blk.m, last)(a);
+            // Blocks of block_rows rows, then the leftover rows one a block.
+            const int64_t br = plan_.block_rows(), full = (end - ih) / br;
+            for (int64_t r0 = ih; r0 < end;) {
+                const int64_t rows_a_block = r0 == ih && full ? br : 1;
+                const int64_t nblocks = rows_a_block == br ? full : end - r0;
+                DataKernelArgs a;
+                a.entries = ctx.entries.data();
+                a.nentries = static_cast<int64_t>(ctx.entries.size());
+                a.noc = noc;
+                a.dst = dst + (plane_off + r0 * row_elems) * es_;
+                a.acc = ctx.acc ? ctx.acc->floats() + chan_off + r0 * row_elems : static_cast<float*>(a.dst);
+                a.nblocks = nblocks;
+                a.accumulate = chunk > 0;
+                a.store_final = chunk + 1 == chunks();
+                a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
+                kernel(rows_a_block * g.in[2], last)(a);
+                if (r0 == ih)  // the entries point at the run's first rows; the leftover rows start further on
+                    for (DataEntry& e : ctx.entries) e.dd = static_cast<const char*>(e.dd) + nblocks * rows_a_block * plan_.scratch.row_bytes;
+                r0 += nblocks * rows_a_block;
+            }
             ih = end;
         }
     }

@@ -193,6 +193,26 @@ RowTapWork direct_row_tap_work(const DataGeometry& g, int64_t m) {
     return w;
 }
 
+// Row blocks: the share of a plane's rows that run in blocks of r rows. A
+// call runs the rows that read the same kh taps (top and bottom rows lose
+// some to padding), r rows a block, and its leftover rows one a block.
+double rows_in_blocks(const DataGeometry& g, int64_t r) {
+    if (r <= 1) return 1;
+    auto kh_range = [&](int64_t ih) {
+        const int64_t t = ih + g.pad[1];
+        const int64_t lo = t < g.out[1] ? 0 : (t - g.out[1] + g.dil[1]) / g.dil[1];
+        return std::make_pair(lo, std::min(g.k[1], t / g.dil[1] + 1));
+    };
+    int64_t in_blocks = 0;
+    for (int64_t ih = 0; ih < g.in[1];) {
+        int64_t end = ih + 1;
+        while (end < g.in[1] && kh_range(end) == kh_range(ih)) ++end;
+        in_blocks += (end - ih) / r * r;
+        ih = end;
+    }
+    return double(in_blocks) / double(g.in[1]);
+}
+
 // Cost of the direct or depthwise path, one thread, whole problem.
 double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb,
                      const std::vector<PhaseSize>& phases) {
@@ -221,10 +241,17 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                     // One entry for a kh row's taps, per oc step: the
                     // (pixel, tap) pairs inside the row, a W load per tap
                     // and vector, a broadcast per pixel read; each
-                    // accumulator's taps are one dependent chain.
-                    const RowTapWork w = direct_row_tap_work(g, m);
-                    const double loads = double(taps * n + w.pixels) / kLoadsPerCycle;
-                    return std::max({double(w.pairs * n) / kFmaPerCycle, loads, taps * lat});
+                    // accumulator's taps are one dependent chain. A block
+                    // of R rows shares the W loads and has R times the
+                    // chains: the cost of one row is 1 / R of it.
+                    const int64_t r = std::max<int64_t>(1, m / g.in[2]);
+                    const RowTapWork w = direct_row_tap_work(g, m / r);
+                    auto rows_cost = [&](int64_t k) {
+                        const double loads = double(taps * n + k * w.pixels) / kLoadsPerCycle;
+                        return std::max({double(k * w.pairs * n) / kFmaPerCycle, loads, taps * lat}) / double(k);
+                    };
+                    const double f = rows_in_blocks(g, r);  // the rest: one row a block
+                    return f * rows_cost(r) + (1 - f) * rows_cost(1);
                 }
                 if (!pl.dw_row_taps) return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat, dd_rows);
                 // One entry for the row's taps: each diff_dst vector loaded
@@ -233,7 +260,8 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                         ((m + (taps - 1) * row_tap_pixels(g)) * n * dd_rows + taps * n) / kVecLoadsPerCycle;
                 return std::max({taps * m * n / kFmaPerCycle, loads, lat}) + kEntryCycles;
             };
-            const double blocks = full * block(b.m) + (rem ? block(static_cast<int>(rem)) : 0);
+            const double blocks = pl.direct_row_taps ? block(b.m)  // per row, whole rows a block
+                                                     : full * block(b.m) + (rem ? block(static_cast<int>(rem)) : 0);
             return blocks * entries * red + 3 * kCallCycles;
         };
         per_row += double(cb.per_group - 1) * channel_block(b.n) + channel_block(cb.tail_n);
@@ -283,7 +311,10 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
     for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
         for (int n = 1; n <= max_n; ++n)
             for (int m = 1; m <= kMaxM; ++m) {
-                if (pl->row_blocks && m != pl->geo.in[2]) continue;
+                // Row blocks: a row a block, or with row taps several rows.
+                if (pl->row_blocks && m != pl->geo.in[2] &&
+                    !(pl->direct_row_taps && m % pl->geo.in[2] == 0 && rows_in_blocks(pl->geo, m / pl->geo.in[2]) > 0))
+                    continue;
                 if (pl->direct_row_taps && bif) continue;  // one broadcast serves several taps
                 DataBlocking b;
                 b.m = m;
@@ -695,10 +726,11 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
 std::string DataPlan::body_text() const {
     const std::string n = std::to_string(blk.n);
     if (direct_row_taps) {
-        const RowTapWork w = direct_row_tap_work(geo, blk.m);
+        const int64_t r = block_rows();
+        const RowTapWork w = direct_row_tap_work(geo, blk.m / r);
         return std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") +
-               std::to_string(geo.k[2] * blk.n) + " W loads, " + std::to_string(w.pixels) + " bcasts, " +
-               std::to_string(w.pairs * blk.n) + " FMAs (W edges compiled in)";
+               std::to_string(geo.k[2] * blk.n) + " W loads, " + std::to_string(r * w.pixels) + " bcasts, " +
+               std::to_string(r * w.pairs * blk.n) + " FMAs (W edges compiled in)";
     }
     if (path != DataPath::depthwise)
         return std::string(is_dot(*this) ? "for oc pair: " : "for oc: ") + n + " W loads, " +
@@ -774,7 +806,9 @@ std::string DataPlan::to_string() const {
         }
         os
            << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
-           << (row_blocks ? " = a row, rows of a plane sharing their taps in one call" : "")
+           << (!row_blocks           ? ""
+               : block_rows() > 1 ? " = " + std::to_string(block_rows()) + " rows, rows of a plane sharing their taps in one call"
+                                  : std::string(" = a row, rows of a plane sharing their taps in one call"))
            << (!padded_rows       ? " (no edges)"
                : dd_pitch_spread ? " (zero-padded rows, pixels spaced out of one L1 set)"
                                  : " (zero-padded rows)")

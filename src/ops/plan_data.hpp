@@ -127,6 +127,10 @@ struct DataPlan {
     // W loads and one broadcast per diff_dst pixel for every tap reading
     // it, and no FMA on the zero pads.
     bool direct_row_taps = false;
+    // Row taps: diff_src rows a block (blk.m / the row's pixels): the
+    // rows share each oc step's W loads and add independent chains; a
+    // run's leftover rows go through the one-row kernel.
+    int64_t block_rows() const { return direct_row_taps ? blk.m / geo.in[2] : 1; }
     // Depthwise, unit W stride: one kernel entry per kh row carrying all KW
     // taps, so each diff_dst vector is loaded once for every tap it meets.
     bool dw_row_taps = false;
