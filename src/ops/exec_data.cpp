@@ -759,15 +759,8 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
                                           plan_.w_elem_bytes;
         const char* dd_chunk = ctx.slab->get() + plan_.pad_left * pix_bytes + (grp * p_.ocg + oc0) * row_es;
         for (int64_t ih = 0; ih < g.in[1];) {
-            // Valid kh: 0 <= ih + pad - kh·dil < OH, a contiguous range.
-            auto kh_range = [&](int64_t r) {
-                const int64_t t = r + g.pad[1];
-                const int64_t lo = t < g.out[1] ? 0 : (t - g.out[1] + g.dil[1]) / g.dil[1];
-                return std::make_pair(lo, std::min(g.k[1], t / g.dil[1] + 1));
-            };
-            const auto kh = kh_range(ih);
-            int64_t end = ih + 1;
-            while (end < g.in[1] && kh_range(end) == kh) ++end;
+            const auto kh = row_kh_range(g, ih);
+            const int64_t end = row_kh_run_end(g, ih);
             ctx.entries.clear();
             for (int64_t k = kh.first; k < kh.second; ++k)
                 for (const PhaseTap& pt : taps) {
@@ -776,11 +769,9 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
                               wblock + (k * g.k[2] + pt.kw) * plan_.ocg_w * width * plan_.w_elem_bytes);
                     if (plan_.direct_row_taps) break;  // tap kw = 0 stands for the row's taps
                 }
-            // Blocks of block_rows rows, then the leftover rows one a block.
-            const int64_t br = plan_.block_rows(), full = (end - ih) / br;
-            for (int64_t r0 = ih; r0 < end;) {
-                const int64_t rows_a_block = r0 == ih && full ? br : 1;
-                const int64_t nblocks = rows_a_block == br ? full : end - r0;
+            // Blocks of block_rows rows from row r0 (the entries read its
+            // diff_dst rows), one row a block for the run's leftover rows.
+            auto call = [&](int64_t r0, int64_t rows_a_block, int64_t nblocks) {
                 DataKernelArgs a;
                 a.entries = ctx.entries.data();
                 a.nentries = static_cast<int64_t>(ctx.entries.size());
@@ -792,9 +783,13 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
                 a.store_final = chunk + 1 == chunks();
                 a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
                 kernel(rows_a_block * g.in[2], last)(a);
-                if (r0 == ih)  // the entries point at the run's first rows; the leftover rows start further on
-                    for (DataEntry& e : ctx.entries) e.dd = static_cast<const char*>(e.dd) + nblocks * rows_a_block * plan_.scratch.row_bytes;
-                r0 += nblocks * rows_a_block;
+            };
+            const int64_t br = plan_.block_rows(), full = (end - ih) / br, left = (end - ih) % br;
+            if (full) call(ih, br, full);
+            if (left) {
+                for (DataEntry& e : ctx.entries)
+                    e.dd = static_cast<const char*>(e.dd) + full * br * plan_.scratch.row_bytes;
+                call(ih + full * br, 1, left);
             }
             ih = end;
         }

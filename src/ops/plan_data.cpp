@@ -198,15 +198,9 @@ RowTapWork direct_row_tap_work(const DataGeometry& g, int64_t m) {
 // some to padding), r rows a block, and its leftover rows one a block.
 double rows_in_blocks(const DataGeometry& g, int64_t r) {
     if (r <= 1) return 1;
-    auto kh_range = [&](int64_t ih) {
-        const int64_t t = ih + g.pad[1];
-        const int64_t lo = t < g.out[1] ? 0 : (t - g.out[1] + g.dil[1]) / g.dil[1];
-        return std::make_pair(lo, std::min(g.k[1], t / g.dil[1] + 1));
-    };
     int64_t in_blocks = 0;
     for (int64_t ih = 0; ih < g.in[1];) {
-        int64_t end = ih + 1;
-        while (end < g.in[1] && kh_range(end) == kh_range(ih)) ++end;
+        const int64_t end = row_kh_run_end(g, ih);
         in_blocks += (end - ih) / r * r;
         ih = end;
     }

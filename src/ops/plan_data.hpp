@@ -160,10 +160,11 @@ struct DataPlan {
     // for writing (DataStore::prefetched).
     bool pf_store = false;
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
-    // Channel blocks per kernel call (direct, depthwise): consecutive
-    // channel blocks that share a kernel and lie a constant step apart in
-    // diff_dst, W and diff_src (the groups of a one-block-a-group layer, a
-    // lane-group layer's full blocks) run in one call through the same
+    // Channel blocks per kernel call (direct and depthwise paths, not row
+    // blocks): consecutive channel blocks that share a kernel and lie a
+    // constant step apart in diff_dst, W and diff_src (the groups of a
+    // direct plan with one block a group; a depthwise or lane-group plan's
+    // blocks, a narrower last one alone) run in one call through the same
     // entries (DataKernelArgs::nreps). Items are (row group, run of up to
     // cb_reps blocks); see cb_runs().
     int64_t cb_reps = 1;
@@ -182,6 +183,20 @@ struct DataPlan {
 };
 
 inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+
+// Row blocks (unit strides): the kh taps valid for diff_src row ih,
+// 0 <= ih + pad - kh·dil < OH, a contiguous range [first, second); and the
+// end of the run of rows from ih that share them (one kernel call).
+inline std::pair<int64_t, int64_t> row_kh_range(const DataGeometry& g, int64_t ih) {
+    const int64_t t = ih + g.pad[1];
+    const int64_t lo = t < g.out[1] ? 0 : (t - g.out[1] + g.dil[1]) / g.dil[1];
+    return {lo, std::min(g.k[1], t / g.dil[1] + 1)};
+}
+inline int64_t row_kh_run_end(const DataGeometry& g, int64_t ih) {
+    int64_t end = ih + 1;
+    while (end < g.in[1] && row_kh_range(g, end) == row_kh_range(g, ih)) ++end;
+    return end;
+}
 
 // One W tap along the geometry's W axis for a stride phase: diff_src pixel
 // j of the phase reads diff_dst pixel base + j.
