@@ -1034,7 +1034,8 @@ TEST_CASE("data: strided layers' inserted zeros are written apart from the kerne
 }
 
 // One kernel call runs several channel blocks of a row (DataPlan::cb_reps):
-// the groups of a direct plan with one block a group, a depthwise plan's
+// the groups of a direct plan with one block a group (row blocks too: a
+// plane's rows), a depthwise plan's
 // blocks with a narrower last block alone (lane groups of 8 and 16, the
 // depthwise convolution), and runs cut short so that few rows still give
 // every thread items (mb 1, two rows). 16-bit outputs of a direct plan
@@ -1053,6 +1054,13 @@ TEST_CASE("data: a row's channel blocks run in one call", "[jit][data][dtype]") 
     c.s = {2, 3};
     c.k = {3, 4};
     cs.push_back(c);
+    DCase planes;  // row blocks: 16 planes of 5x5, every group of a plane in one call
+    planes.mb = 16;
+    planes.g = 4;
+    planes.ic = planes.oc = 4 * 16;
+    planes.in = {5, 5};
+    planes.pb = planes.pe = {1, 1};
+    cs.push_back(planes);
     DCase chunks;  // 5x5 taps of 208 oc a group: f32 and f16 W in two oc chunks
     chunks.mb = 4;
     chunks.g = 4;

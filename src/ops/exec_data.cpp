@@ -322,8 +322,10 @@ private:
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
     void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t reps,
                      int64_t chunk, float* acc_row, ThreadCtx& ctx) const;
+    DataKernelArgs rep_steps(int64_t reps) const;
     void build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const;
-    void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb, ThreadCtx& ctx) const;
+    void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb, int64_t reps,
+                        ThreadCtx& ctx) const;
     void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0, int64_t mb,
                      int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
                      int64_t noc, int64_t chunk, const DataKernelArgs& reps, ThreadCtx& ctx) const;
@@ -690,7 +692,7 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
 // of the group per chunk (a 16-bit output keeps the group's f32 sums in
 // ctx.acc between chunks).
 void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int threads) const {
-    const int64_t ncb = plan_.cb.total, nruns = plan_.cb_runs(), rows = plan_.rows, group = plan_.group_rows;
+    const int64_t nruns = plan_.cb_runs(), rows = plan_.rows, group = plan_.group_rows;
     const int64_t row_elems = plan_.geo.in[2] * p_.ic();
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
@@ -711,7 +713,10 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
             ctx.rows.init(plan_, p_);
         }
         const auto [lo, hi] = grid.range(t);
-        for (int64_t i = lo; i < hi && plan_.row_blocks; ++i) row_block_item(dd, wp, dst, i / ncb, i % ncb, ctx);
+        for (int64_t i = lo; i < hi && plan_.row_blocks; ++i) {
+            const auto [cb0, cb1] = plan_.cb_run(i % nruns);
+            row_block_item(dd, wp, dst, i / nruns, cb0, cb1 - cb0, ctx);
+        }
         for (int64_t i = lo; i < hi && !plan_.row_blocks; ++i) {
             const int64_t r0 = i / nruns * group, r1 = std::min(rows, r0 + group);
             const auto [cb0, cb1] = plan_.cb_run(i % nruns);
@@ -742,7 +747,7 @@ void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) 
 // runs that read the same range of kh taps (top and bottom rows lose some to
 // padding), one kernel call per run whose blocks are whole rows.
 void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb,
-                                     ThreadCtx& ctx) const {
+                                     int64_t reps, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
     if (ctx.slab_plane != plane) build_slab(dd, plane, ctx);
@@ -753,6 +758,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
     const int64_t row_elems = g.in[2] * p_.ic(), chan_off = grp * p_.icg + blk * cbs.block;
     const int64_t plane_off = plane * g.in[1] * row_elems + chan_off;  // diff_src elements
     const std::vector<PhaseTap>& taps = phases_[0];
+    const DataKernelArgs rep = rep_steps(reps);
     for (int64_t chunk = 0; chunk < chunks(); ++chunk) {
         const int64_t oc0 = chunk * plan_.oc_chunk, noc = std::min(plan_.oc_chunk, p_.ocg - oc0);
         const char* wblock = wp + ((grp * cbs.padded() + blk * cbs.block) * ksp * plan_.ocg_w + oc0 * width) *
@@ -782,6 +788,11 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
                 a.accumulate = chunk > 0;
                 a.store_final = chunk + 1 == chunks();
                 a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
+                a.nreps = rep.nreps;
+                a.dd_rep_bytes = rep.dd_rep_bytes;
+                a.w_rep_bytes = rep.w_rep_bytes;
+                a.dst_rep_bytes = rep.dst_rep_bytes;
+                a.acc_rep_bytes = rep.acc_rep_bytes;
                 kernel(rows_a_block * g.in[2], last)(a);
             };
             const int64_t br = plan_.block_rows(), full = (end - ih) / br, left = (end - ih) % br;
@@ -801,6 +812,22 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
 // blocks of m pixels, then the remaining pixels. Every tap of every pixel
 // reads real memory: the row itself when no pixel reaches past an edge, else
 // its zero-padded copy.
+// A run of `reps` channel blocks (DataPlan::cb_run): the steps to the next
+// block, the next group's (one block a group) or the group's next block.
+DataKernelArgs JitDataExecutor::rep_steps(int64_t reps) const {
+    const DataChannelBlocks& cbs = plan_.cb;
+    const bool dw = plan_.path == DataPath::depthwise;
+    const int64_t ocg = dw ? 1 : p_.ocg;
+    DataKernelArgs rep;
+    rep.nreps = reps;
+    const int64_t rep_chans = cbs.per_group == 1 ? p_.icg : cbs.block;
+    rep.dd_rep_bytes = (cbs.per_group == 1 ? ocg : cbs.block * dw) * (plan_.widen_rows ? 4 : es_);
+    rep.w_rep_bytes = (cbs.per_group == 1 ? cbs.padded() : cbs.block) * p_.k_sp() * w_oc_rows() * plan_.w_elem_bytes;
+    rep.dst_rep_bytes = rep_chans * es_;
+    rep.acc_rep_bytes = rep_chans * 4;
+    return rep;
+}
+
 void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb,
                                   int64_t reps, int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
@@ -836,15 +863,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const int64_t row_off = n * dst_str_.n + id * dst_str_.d + ih * dst_str_.h;
     const int64_t chan_off = dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block;
     const int64_t m = plan_.blk.m;
-    // The run's next blocks: the next group's (one block a group), else the
-    // group's next block.
-    DataKernelArgs rep;
-    rep.nreps = reps;
-    const int64_t rep_chans = cbs.per_group == 1 ? p_.icg : cbs.block;
-    rep.dd_rep_bytes = (cbs.per_group == 1 ? ocg : cbs.block * dw) * (plan_.widen_rows ? 4 : es_);
-    rep.w_rep_bytes = (cbs.per_group == 1 ? cbs.padded() : cbs.block) * ksp * ocg_w * plan_.w_elem_bytes;
-    rep.dst_rep_bytes = rep_chans * es_;
-    rep.acc_rep_bytes = rep_chans * 4;
+    const DataKernelArgs rep = rep_steps(reps);
     // 16-bit outputs: the W phases no tap reaches (all of them in a row no
     // kernel row reaches: a strided layer's inserted zeros) are written
     // once for every channel, by the row's first channel block and oc

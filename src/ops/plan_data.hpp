@@ -160,8 +160,8 @@ struct DataPlan {
     // for writing (DataStore::prefetched).
     bool pf_store = false;
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
-    // Channel blocks per kernel call (direct and depthwise paths, not row
-    // blocks): consecutive channel blocks that share a kernel and lie a
+    // Channel blocks per kernel call (direct and depthwise paths, row
+    // blocks too): consecutive channel blocks that share a kernel and lie a
     // constant step apart in diff_dst, W and diff_src (the groups of a
     // direct plan with one block a group; a depthwise or lane-group plan's
     // blocks, a narrower last one alone) run in one call through the same
