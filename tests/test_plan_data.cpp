@@ -325,4 +325,21 @@ TEST_CASE("data plan: 32-bit displacements", "[jit][data][plan]") {
     std::string why;
     REQUIRE(make_data_plan(p, Isa::avx512_core, 2, &pl, &why));
     CHECK(pl.blk.m * (int64_t(4) << 28) < (int64_t(1) << 31));
+    // A small plane (row blocks) with wide W pads and 2^17 oc: a padded
+    // diff_dst row is about 1 GiB, so blocks of several rows (or any row
+    // block) would step past 32 bits.
+    for (int64_t pad : {1000, 4000}) {
+        attributes b;
+        b.strides = {1, 1};
+        b.pads_begin = b.pads_end = {1, pad};
+        b.dst_shape = {1, 3, 8, 16};
+        const int64_t ow = 8 + 2 * pad - 2;
+        const Problem q = make_problem(op_kind::conv_bwd_data, data_type::f32, b, {1, 3, ow, int64_t(1) << 17},
+                                       {3, 3, 16, int64_t(1) << 17}, nullptr);
+        DataPlan ql;
+        REQUIRE(make_data_plan(q, Isa::avx512_core, 2, &ql, &why));
+        INFO(ql.to_string());
+        if (ql.row_blocks)
+            CHECK(ql.block_rows() * ql.scratch.row_bytes + ql.dd_pitch < (int64_t(1) << 31));
+    }
 }

@@ -321,6 +321,14 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                 // Pixel displacements inside the kernel are 32-bit.
                 const int64_t pix_bytes = std::max(p.oc(), pl->path == DataPath::col ? cb.padded() : p.stride[2] * p.ic()) * 4;
                 if (m * pix_bytes + b.lanes() * 4 >= INT32_MAX) continue;
+                // Row blocks step a padded slab row (or block_rows of them) a
+                // block, and read up to a row's pads and pixels from an entry.
+                if (pl->row_blocks) {
+                    const DataGeometry& g = pl->geo;
+                    const int64_t row_max = (g.in[2] + g.out[2] + 2 * (g.k[2] - 1) * g.dil[2] + 2) *
+                                            (p.oc() * 4 + kCacheLineBytes);
+                    if ((m / g.in[2] + 1) * row_max >= INT32_MAX) continue;
+                }
                 if (crowded[m]) continue;
                 const double c =
                         pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb, phases);
