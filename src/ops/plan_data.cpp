@@ -480,7 +480,9 @@ void size_scratch(const Problem& p, DataPlan* pl) {
 // on small planes and strided groups (ResNeXt-50 conv5 s2 1.47 / 1.55,
 // ConvNeXt-T s4 7x7 depthwise 1.24 / 1.48, MobileNetV2 b14 1.15 / 1.40),
 // even on large planes; RegNetY-400MF s2 / s3 f32 (lane groups of 8 at
-// 28x28 / 14x14) lost 0.87x on two threads while gaining 1.05x on one.
+// 28x28 / 14x14) lost 0.87x on two threads while gaining 1.05x on one: the
+// order, a phase's partial pixel block coming after every channel block's
+// full ones (the same calls one a block in that order ran as slowly).
 // Row blocks (a plane's rows in a call) gained 1.08-1.18x on RegNetX-400MF
 // s4 (16-channel groups at 7x7) and read even (0.98-1.04x) on 14x14 and
 // ResNeXt-50 conv4 / conv5. Direct plans without groups keep one block a
