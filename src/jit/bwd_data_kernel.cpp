@@ -40,6 +40,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.row_w = direct_taps ? types.row_w : 0;
     d.w_tap_bytes = direct_taps ? types.w_tap_bytes : 0;
     d.block_rows = direct_taps ? std::max(1, types.block_rows) : 1;
+    d.tail_m = types.tail_m;
     d.lane_group = kind == DataKernelKind::depthwise ? types.lane_group : 1;
     d.row_pairs = static_cast<int32_t>(kind == DataKernelKind::depthwise ? types.row_pairs : DataRowPairs::none);
     d.pf_lines = kind == DataKernelKind::direct ? std::max(1, types.pf_lines) : 1;
@@ -61,6 +62,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
     if (d.row_w) os << "x" << d.row_x0 << "of" << d.row_w << "w" << d.w_tap_bytes;
     if (d.block_rows > 1) os << "_rows" << d.block_rows;
+    if (d.tail_m) os << "_tail" << d.tail_m;
     if (d.w_tap_step > 1) os << "w" << d.w_tap_step;
     if (d.lane_group > 1) os << "_lg" << d.lane_group;
     if (d.row_pairs) os << (d.row_pairs == int32_t(DataRowPairs::expand) ? "_khpairs_x" : "_khpairs");
@@ -136,7 +138,9 @@ DataKernel::DataKernel(const DataKernelDesc& d)
     : JitKernel("bwd_data_" + to_string(d)),
       d_(d),
       vi_(*this, static_cast<Isa>(d.isa)),
-      cvt_(*this, vi_, static_cast<Isa>(d.isa)) {}
+      cvt_(*this, vi_, static_cast<Isa>(d.isa)) {
+    index_m_ = d.m;
+}
 
 // Everything: prologue, tail mask, the block loop, epilogue, constants.
 void DataKernel::generate() {
@@ -172,7 +176,7 @@ void DataKernel::generate() {
 // every block: init, entries, store. The rep's offsets live on the stack
 // (kRep*), read once a rep, and the W offset once an entry.
 void DataKernel::block_loop() {
-    Xbyak::Label l_rep, l_block, l_next, l_done;
+    Xbyak::Label l_rep, l_block, l_tail, l_done;
     const int64_t acc_pix_bytes = d_.dst_pix_bytes / VecCvt::elem_bytes(out_dt()) * 4;
     sub(rsp, kRepFrameBytes);
     mov(kTmp, arg(*this, &DataKernelArgs::nreps));
@@ -192,18 +196,21 @@ void DataKernel::block_loop() {
     mov(kBlkOff, rep_slot(kRepDd));
     mov(kBlocks, arg(*this, &DataKernelArgs::nblocks));
     test(kBlocks, kBlocks);
-    jz(l_next);
+    jz(l_tail, T_NEAR);
     L(l_block);
-    init_accumulators();
-    if (d_.store == int32_t(DataStore::prefetched)) prefetch_block_dst();
-    entry_loop();
-    store_accumulators();
+    block_body();
     add(kDst, static_cast<int>(d_.m * d_.dst_pix_bytes));
     add(kAcc, static_cast<int>(d_.m * acc_pix_bytes));
     add(kBlkOff, static_cast<int>(d_.dd_block_bytes));
     dec(kBlocks);
-    jnz(l_block);
-    L(l_next);
+    jnz(l_block, T_NEAR);
+    L(l_tail);
+    if (d_.tail_m) {  // the partial block: the same body over tail_m pixels
+        const int m = d_.m;
+        d_.m = d_.tail_m;
+        block_body();
+        d_.m = m;
+    }
     const std::pair<int, int64_t DataKernelArgs::*> steps[] = {{kRepDd, &DataKernelArgs::dd_rep_bytes},
                                                                {kRepW, &DataKernelArgs::w_rep_bytes},
                                                                {kRepDst, &DataKernelArgs::dst_rep_bytes},
@@ -216,6 +223,14 @@ void DataKernel::block_loop() {
     jnz(l_rep);
     L(l_done);
     add(rsp, kRepFrameBytes);
+}
+
+// One block of m pixels at rcx / r12 / rsi: init, entries, store.
+void DataKernel::block_body() {
+    init_accumulators();
+    if (d_.store == int32_t(DataStore::prefetched)) prefetch_block_dst();
+    entry_loop();
+    store_accumulators();
 }
 
 // Accumulators := 0, or := the f32 sums at acc when args.accumulate. Reads

@@ -141,13 +141,18 @@ struct DataKernelDesc {
     // diff_dst row dd_block_bytes / block_rows after row 0's (the next row
     // of the padded slab); the rows share the entries (the same kh taps).
     int32_t block_rows = 1;
+    // Pixels of one more block after the nblocks full ones (0: none): a
+    // row's partial last block, run in the same rep so that each channel
+    // block of a run finishes its row before the next one starts.
+    int32_t tail_m = 0;
+    int32_t reserved = 0;         // keeps the struct free of padding
     int64_t w_tap_bytes = 0;      // direct row taps: W bytes between taps k and k+1
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
     int64_t dd_block_bytes = 0;   // diff_dst bytes between blocks (m pixels of a row, or a whole row)
 };
-static_assert(sizeof(DataKernelDesc) == 120, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 128, "DataKernelDesc must have no padding");
 
 // The element types and compute form of a kernel; f32 by default.
 struct DataKernelTypes {
@@ -164,6 +169,7 @@ struct DataKernelTypes {
     int row_x0 = 0, row_w = 0;      // direct row taps: see DataKernelDesc
     int64_t w_tap_bytes = 0;        // direct row taps: see DataKernelDesc
     int block_rows = 1;             // direct row taps: see DataKernelDesc
+    int tail_m = 0;                 // see DataKernelDesc
     int lane_group = 1;             // depthwise: see DataKernelDesc
     DataRowPairs row_pairs = DataRowPairs::none;  // depthwise: see DataKernelDesc
     int pf_lines = 1;               // direct: see DataKernelDesc
@@ -221,6 +227,7 @@ public:
 private:
     void generate() override;
     void block_loop();
+    void block_body();
     void init_accumulators();
     void entry_loop();
     void oc_loop();
@@ -255,7 +262,9 @@ private:
     int lane_group_passes() const { return dot() && d_.lane_group > 1 ? d_.lane_group / 2 : d_.lane_group; }
     // Depthwise: the permutation index (lane groups of 8+, bf16_dot pairs),
     // the register after the two diff_dst temporaries.
-    Xbyak::Xmm index_vreg() const { return vi_.vreg(d_.m * d_.n + d_.row_taps * d_.n + 2); }
+    // Loaded once in the prologue: placed after the full blocks' registers
+    // (index_m_, the desc's m) also while a partial block's body is emitted.
+    Xbyak::Xmm index_vreg() const { return vi_.vreg(index_m_ * d_.n + d_.row_taps * d_.n + 2); }
     // A lane group fills the vector and f32 diff_dst: perm_o is a broadcast load.
     bool bcast_lane_group() const { return d_.lane_group == vi_.vlen() && in_dt() == data_type::f32; }
     // ... and one tap per entry (no broadcast to share between taps), f32 or
@@ -278,7 +287,8 @@ private:
     // Bytes between the broadcast diff_dst values of pixels j and j+1.
     int64_t bcast_pix_bytes() const { return widen_direct() ? d_.cvt_pix_bytes : d_.dd_pix_bytes; }
 
-    DataKernelDesc d_;
+    DataKernelDesc d_;  // d_.m is the partial block's while its body is emitted (block_loop)
+    int index_m_ = 1;   // the full blocks' m
     VecIsa vi_;
     VecCvt cvt_;
     Fn fn_ = nullptr;

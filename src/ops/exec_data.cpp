@@ -326,9 +326,15 @@ private:
     void build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const;
     void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb, int64_t reps,
                         ThreadCtx& ctx) const;
-    void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0, int64_t mb,
-                     int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
+    // Builds the entries of a phase's row and runs its kernel: nblocks full
+    // blocks, then the phase's partial block (the kernel's tail_m).
+    void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t nblocks,
+                     const DataKernel& k, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
                      int64_t noc, int64_t chunk, const DataKernelArgs& reps, ThreadCtx& ctx) const;
+    // Direct and depthwise (not row blocks, not col): W phase r's kernel.
+    const DataKernel& phase_kernel(int64_t r, bool last, bool nt) const {
+        return *phase_kernels_[static_cast<size_t>((r * 2 + last) * 2 + nt)];
+    }
     void col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
                   float* colbuf, float* cvt) const;
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
@@ -353,6 +359,7 @@ private:
     NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements
     std::vector<std::vector<PhaseTap>> phases_;
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
+    std::vector<std::shared_ptr<const DataKernel>> phase_kernels_;  // see phase_kernel
     int built_ = 0, hits_ = 0;
 };
 
@@ -392,6 +399,27 @@ void JitDataExecutor::build_kernels() {
     const int64_t dd_pix = plan_.dd_pitch;
     const int64_t row_px = g.in[2];  // row blocks: a block's rows of row_px pixels
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
+    if (!col && !plan_.row_blocks) {  // direct_item: a kernel per phase with its partial block
+        phase_kernels_.assign(static_cast<size_t>(4 * g.stride[2]), nullptr);
+        for (int64_t r = 0; r < g.stride[2]; ++r)
+            for (int nt = 0; nt <= plan_.nt_store; ++nt)
+                for (int last = 0; last < 2; ++last) {
+                    if (!last && plan_.cb.per_group == 1) continue;
+                    const int64_t taps = plan_.dw_row_taps ? static_cast<int64_t>(phases_[static_cast<size_t>(r)].size()) : 0;
+                    DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
+                    types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
+                    types.tail_m = static_cast<int>(phase_pixel_count(g, r) % b.m);
+                    const DataKernelDesc d = make_data_desc(
+                            plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, b.m,
+                            last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll,
+                            b.bcast_in_fma, dd_pix, dst_pix, types, 0);
+                    bool hit = false;
+                    phase_kernels_[static_cast<size_t>((r * 2 + last) * 2 + nt)] = get_data_kernel(d, &hit);
+                    ++built_;
+                    hits_ += hit;
+                }
+        return;
+    }
     for (int nt = 0; nt <= plan_.nt_store; ++nt)
     for (const auto& [mb, taps] : sizes) {
         if (mb == 0) continue;
@@ -891,24 +919,22 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
         if (zeros_apart && zero_phase(r)) continue;
         const int64_t npx = phase_pixel_count(g, r);
         const std::vector<PhaseTap>& taps = phases_[static_cast<size_t>(r)];
-        auto call = [&](int64_t j0, int64_t mb, int64_t nblocks) {
-            // Element offset of the block's first pixel inside the row; the
-            // f32 partial sums use the same offsets in the per-thread row.
-            const int64_t off = chan_off + (r + j0 * g.stride[2]) * dst_str_.w;
-            float* acc = acc_row ? acc_row + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
-            direct_call(rts, taps, j0, mb, nblocks, wblock, chan_dd, dst + (row_off + off) * es_, acc, last, noc,
-                        chunk, rep, ctx);
-        };
-        if (npx / m) call(0, m, npx / m);
-        if (npx % m) call(npx / m * m, npx % m, 1);
+        // One call: the phase's full blocks, then its partial block (the
+        // kernel's tail_m) in the same rep. Element offsets of the row's
+        // first pixel; the f32 partial sums use the same offsets in the
+        // per-thread row.
+        const int64_t off = chan_off + r * dst_str_.w;
+        float* acc = acc_row ? acc_row + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
+        direct_call(rts, taps, npx / m, phase_kernel(r, last, ctx.nt), wblock, chan_dd, dst + (row_off + off) * es_,
+                    acc, last, noc, chunk, rep, ctx);
     }
 }
 
-// Builds the entries (every valid (kd, kh) row × W tap of the phase) for
-// blocks starting at phase pixel j0 and calls the kernel.
-void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t j0,
-                                  int64_t mb, int64_t nblocks, const char* wblock, int64_t chan_dd, char* dst,
-                                  float* acc, bool last, int64_t noc, int64_t chunk, const DataKernelArgs& reps,
+// Builds the entries (every valid (kd, kh) row × W tap of the phase) from
+// the row's first pixel and calls the phase's kernel.
+void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t nblocks,
+                                  const DataKernel& k, const char* wblock, int64_t chan_dd, char* dst, float* acc,
+                                  bool last, int64_t noc, int64_t chunk, const DataKernelArgs& reps,
                                   ThreadCtx& ctx) const {
     const int64_t kw_n = plan_.geo.k[2];
     const int64_t ocg_w = w_oc_rows();
@@ -927,7 +953,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
             const char* b = paired ? rts[i + 1].dd_row : nullptr;
             i += paired ? 2 : 1;
             for (const PhaseTap& pt : taps) {
-                const int64_t off = chan_dd * row_es + (pt.base + j0) * pix_bytes;
+                const int64_t off = chan_dd * row_es + pt.base * pix_bytes;
                 const int64_t tap = (paired ? 0 : ksp) + a.tap_dh * kw_n + pt.kw;  // dwords of lanes
                 add_entry(ctx.entries, a.dd_row + off, wblock + tap * width * 4);
                 add_entry(ctx.entries, b ? b + off : nullptr, nullptr);
@@ -938,7 +964,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
         for (const RowTap& rt : rts)
             for (const PhaseTap& pt : taps) {
                 const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
-                add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + (pt.base + j0) * pix_bytes, w);
+                add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + pt.base * pix_bytes, w);
                 if (plan_.dw_row_taps) break;  // the phase's first tap stands for the row's taps
             }
     }
@@ -957,7 +983,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     a.w_rep_bytes = reps.w_rep_bytes;
     a.dst_rep_bytes = reps.dst_rep_bytes;
     a.acc_rep_bytes = reps.acc_rep_bytes;
-    kernel(mb, last, ctx.nt, plan_.dw_row_taps ? static_cast<int64_t>(taps.size()) : 0)(a);
+    k(a);
 }
 
 // Col path: threads own contiguous ranges of diff_src rows (n, id, ih). A

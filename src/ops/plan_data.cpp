@@ -479,10 +479,10 @@ void size_scratch(const Problem& p, DataPlan* pl) {
 // RegNet, ResNeXt-50, MobileNetV2, EfficientNet-B0, ConvNeXt-T): 1.10-1.55x
 // on small planes and strided groups (ResNeXt-50 conv5 s2 1.47 / 1.55,
 // ConvNeXt-T s4 7x7 depthwise 1.24 / 1.48, MobileNetV2 b14 1.15 / 1.40),
-// even on large planes; RegNetY-400MF s2 / s3 f32 (lane groups of 8 at
-// 28x28 / 14x14) lost 0.87x on two threads while gaining 1.05x on one: the
-// order, a phase's partial pixel block coming after every channel block's
-// full ones (the same calls one a block in that order ran as slowly).
+// even on large planes. RegNetY-400MF s2 / s3 f32 (lane groups of 8 at
+// 28x28 / 14x14) first lost 0.87x on two threads: a phase's partial pixel
+// block came after every channel block's full ones; with the partial block
+// in the same rep (DataKernelDesc::tail_m) they gain 1.16 / 1.21x.
 // Row blocks (a plane's rows in a call) gained 1.08-1.18x on RegNetX-400MF
 // s4 (16-channel groups at 7x7) and read even (0.98-1.04x) on 14x14 and
 // ResNeXt-50 conv4 / conv5. Direct plans without groups keep one block a
