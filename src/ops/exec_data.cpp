@@ -307,13 +307,9 @@ public:
 
 private:
     void build_kernels();
-    // taps: a row-taps plan's taps in the phase (its entries' row_taps), else 0.
-    const DataKernel& kernel(int64_t mb, bool last, bool nt = false, int64_t taps = 0) const {
-        return *kernels_[kernel_slot(mb, last, nt, taps)];
-    }
-    size_t kernel_slot(int64_t mb, bool last, bool nt, int64_t taps) const {
-        return static_cast<size_t>(((taps * 2 + nt) * (plan_.blk.m + 1) + mb) * 2 + last);
-    }
+    // Row blocks and col: the kernel of blocks of mb pixels.
+    const DataKernel& kernel(int64_t mb, bool last) const { return *kernels_[kernel_slot(mb, last)]; }
+    size_t kernel_slot(int64_t mb, bool last) const { return static_cast<size_t>(mb * 2 + last); }
     void pack_weights(const void* w, char* wp, int threads) const;
     template <typename T>
     void pack_weights_as(const T* w, char* wp, int threads) const;
@@ -323,6 +319,7 @@ private:
     void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t reps,
                      int64_t chunk, float* acc_row, ThreadCtx& ctx) const;
     DataKernelArgs rep_steps(int64_t reps) const;
+    DataKernelArgs call_args(const DataKernelArgs& rep, int64_t noc, int64_t chunk, const ThreadCtx& ctx) const;
     void build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const;
     void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb, int64_t reps,
                         ThreadCtx& ctx) const;
@@ -379,73 +376,59 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
     build_kernels();
 }
 
-// Every (block pixels, last channel block) kernel the plan can call. The
-// col path's kernels write f32 columns; the others round into diff_src.
+// Every kernel the plan can call. Direct and depthwise plans: one per W
+// phase (its full blocks and its partial block), channel block kind and
+// store kind (phase_kernel). Row blocks (a block of block_rows rows, and of
+// one row) and the col path (full and partial pixel blocks, f32 columns):
+// kernel(mb, last); their items make no streaming stores.
 void JitDataExecutor::build_kernels() {
     const DataBlocking& b = plan_.blk;
     const DataGeometry& g = plan_.geo;
     const bool col = plan_.path == DataPath::col;
-    // (block pixels, taps) of every phase: whole blocks and the remainder.
-    std::vector<std::pair<int64_t, int64_t>> sizes;
-    int64_t max_taps = 0;
-    for (int64_t r = 0; r < (col ? 1 : g.stride[2]); ++r) {
-        const int64_t taps = plan_.dw_row_taps ? static_cast<int64_t>(phases_[static_cast<size_t>(r)].size()) : 0;
-        max_taps = std::max(max_taps, taps);
-        sizes.push_back({b.m, taps});
-        sizes.push_back({(col ? p_.out[2] : phase_pixel_count(g, r)) % b.m, taps});
-    }
-    kernels_.assign(static_cast<size_t>(4 * (b.m + 1) * (max_taps + 1)), nullptr);
     const bool dw = plan_.path == DataPath::depthwise;
     const int64_t dd_pix = plan_.dd_pitch;
     const int64_t row_px = g.in[2];  // row blocks: a block's rows of row_px pixels
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
-    if (!col && !plan_.row_blocks) {  // direct_item: a kernel per phase with its partial block
+    // mb pixels a block, the last (narrower) channel block or not,
+    // streaming stores, an entry's row taps, the pixels of a partial block.
+    auto build = [&](int64_t mb, bool last, bool nt, int64_t taps, int64_t tail_m) {
+        DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
+        if (col) types.out = data_type::f32;
+        if (plan_.direct_row_taps) {  // W taps one [oc][lanes] block apart; whole rows a block
+            types.w_tap_bytes = plan_.ocg_w * plan_.cb.width(last) * plan_.w_elem_bytes;
+            types.block_rows = static_cast<int>(mb / row_px);
+        }
+        // Row blocks: the next block starts block_rows rows further in the slab.
+        const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes * std::max<int64_t>(1, mb / row_px) : 0;
+        types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
+        types.tail_m = static_cast<int>(tail_m);
+        const DataKernelDesc d = make_data_desc(
+                plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
+                last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma, dd_pix,
+                dst_pix, types, dd_block);
+        bool hit = false;
+        std::shared_ptr<const DataKernel> k = get_data_kernel(d, &hit);
+        ++built_;
+        hits_ += hit;
+        return k;
+    };
+    if (!col && !plan_.row_blocks) {
         phase_kernels_.assign(static_cast<size_t>(4 * g.stride[2]), nullptr);
-        for (int64_t r = 0; r < g.stride[2]; ++r)
+        for (int64_t r = 0; r < g.stride[2]; ++r) {
+            const int64_t taps = plan_.dw_row_taps ? static_cast<int64_t>(phases_[static_cast<size_t>(r)].size()) : 0;
             for (int nt = 0; nt <= plan_.nt_store; ++nt)
-                for (int last = 0; last < 2; ++last) {
-                    if (!last && plan_.cb.per_group == 1) continue;
-                    const int64_t taps = plan_.dw_row_taps ? static_cast<int64_t>(phases_[static_cast<size_t>(r)].size()) : 0;
-                    DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
-                    types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
-                    types.tail_m = static_cast<int>(phase_pixel_count(g, r) % b.m);
-                    const DataKernelDesc d = make_data_desc(
-                            plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, b.m,
-                            last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll,
-                            b.bcast_in_fma, dd_pix, dst_pix, types, 0);
-                    bool hit = false;
-                    phase_kernels_[static_cast<size_t>((r * 2 + last) * 2 + nt)] = get_data_kernel(d, &hit);
-                    ++built_;
-                    hits_ += hit;
-                }
+                for (int last = 0; last < 2; ++last)
+                    if (last || plan_.cb.per_group > 1)
+                        phase_kernels_[static_cast<size_t>((r * 2 + last) * 2 + nt)] =
+                                build(b.m, last, nt, taps, phase_pixel_count(g, r) % b.m);
+        }
         return;
     }
-    for (int nt = 0; nt <= plan_.nt_store; ++nt)
-    for (const auto& [mb, taps] : sizes) {
-        if (mb == 0) continue;
-        for (int last = 0; last < 2; ++last) {
-            if (!last && plan_.cb.per_group == 1) continue;
-            auto& slot = kernels_[kernel_slot(mb, last, nt, taps)];
-            if (slot) continue;
-            DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
-            if (col) types.out = data_type::f32;
-            if (plan_.direct_row_taps) {  // W taps one [oc][lanes] block apart; whole rows a block
-                types.w_tap_bytes = plan_.ocg_w * plan_.cb.width(last) * plan_.w_elem_bytes;
-                types.block_rows = static_cast<int>(mb / row_px);
-            }
-            // Row blocks: the next block starts block_rows rows further in the slab.
-            const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes * std::max<int64_t>(1, mb / row_px) : 0;
-            types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
-            const DataKernelDesc d = make_data_desc(
-                    plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
-                    last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma,
-                    dd_pix, dst_pix, types, dd_block);
-            bool hit = false;
-            slot = get_data_kernel(d, &hit);
-            ++built_;
-            hits_ += hit;
-        }
-    }
+    kernels_.assign(static_cast<size_t>(2 * (b.m + 1)), nullptr);
+    for (int64_t mb : {int64_t(b.m), (col ? p_.out[2] : phase_pixel_count(g, 0)) % b.m})
+        for (int last = 0; last < 2; ++last)
+            if (mb > 0 && (last || plan_.cb.per_group > 1) && !kernels_[kernel_slot(mb, last)])
+                kernels_[kernel_slot(mb, last)] = build(mb, last, false, 0, 0);
 }
 
 void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
@@ -771,9 +754,10 @@ void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) 
     ctx.slab_plane = plane;
 }
 
-// Row blocks, one plane × channel block: per oc chunk, the plane's rows in
-// runs that read the same range of kh taps (top and bottom rows lose some to
-// padding), one kernel call per run whose blocks are whole rows.
+// Row blocks, one plane × run of `reps` channel blocks from `cb`: per oc
+// chunk, the plane's rows in runs that read the same range of kh taps (top
+// and bottom rows lose some to padding), a kernel call per run whose blocks
+// are block_rows whole rows, and one for its leftover rows.
 void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb,
                                      int64_t reps, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
@@ -806,21 +790,10 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
             // Blocks of block_rows rows from row r0 (the entries read its
             // diff_dst rows), one row a block for the run's leftover rows.
             auto call = [&](int64_t r0, int64_t rows_a_block, int64_t nblocks) {
-                DataKernelArgs a;
-                a.entries = ctx.entries.data();
-                a.nentries = static_cast<int64_t>(ctx.entries.size());
-                a.noc = noc;
+                DataKernelArgs a = call_args(rep, noc, chunk, ctx);
                 a.dst = dst + (plane_off + r0 * row_elems) * es_;
                 a.acc = ctx.acc ? ctx.acc->floats() + chan_off + r0 * row_elems : static_cast<float*>(a.dst);
                 a.nblocks = nblocks;
-                a.accumulate = chunk > 0;
-                a.store_final = chunk + 1 == chunks();
-                a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
-                a.nreps = rep.nreps;
-                a.dd_rep_bytes = rep.dd_rep_bytes;
-                a.w_rep_bytes = rep.w_rep_bytes;
-                a.dst_rep_bytes = rep.dst_rep_bytes;
-                a.acc_rep_bytes = rep.acc_rep_bytes;
                 kernel(rows_a_block * g.in[2], last)(a);
             };
             const int64_t br = plan_.block_rows(), full = (end - ih) / br, left = (end - ih) % br;
@@ -835,11 +808,6 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
     }
 }
 
-// One diff_src row × channel block × oc chunk (acc_row: the row's f32
-// partial sums, or null when they live in diff_src): every W phase as one run of
-// blocks of m pixels, then the remaining pixels. Every tap of every pixel
-// reads real memory: the row itself when no pixel reaches past an edge, else
-// its zero-padded copy.
 // A run of `reps` channel blocks (DataPlan::cb_run): the steps to the next
 // block, the next group's (one block a group) or the group's next block.
 DataKernelArgs JitDataExecutor::rep_steps(int64_t reps) const {
@@ -856,6 +824,27 @@ DataKernelArgs JitDataExecutor::rep_steps(int64_t reps) const {
     return rep;
 }
 
+// The arguments of an item's calls: the thread's entries and widen
+// scratch, the oc chunk, the run's steps (rep_steps); the caller adds
+// dst, acc and nblocks.
+DataKernelArgs JitDataExecutor::call_args(const DataKernelArgs& rep, int64_t noc, int64_t chunk,
+                                          const ThreadCtx& ctx) const {
+    DataKernelArgs a = rep;
+    a.entries = ctx.entries.data();
+    a.nentries = static_cast<int64_t>(ctx.entries.size());
+    a.noc = noc;
+    a.accumulate = chunk > 0;
+    a.store_final = chunk + 1 == chunks();
+    a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
+    return a;
+}
+
+// One diff_src row × run of `reps` channel blocks from `cb` × oc chunk
+// (acc_row: the row's f32 partial sums, or null when they live in
+// diff_src): every W phase in one call, its blocks of m pixels, then its
+// partial block. Every tap of every pixel
+// reads real memory: the row itself when no pixel reaches past an edge, else
+// its zero-padded copy.
 void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb,
                                   int64_t reps, int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
@@ -968,21 +957,10 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
                 if (plan_.dw_row_taps) break;  // the phase's first tap stands for the row's taps
             }
     }
-    DataKernelArgs a;
-    a.entries = ctx.entries.data();
-    a.nentries = static_cast<int64_t>(ctx.entries.size());
-    a.noc = noc;
+    DataKernelArgs a = call_args(reps, noc, chunk, ctx);
     a.dst = dst;
     a.acc = acc;
     a.nblocks = nblocks;
-    a.accumulate = chunk > 0;
-    a.store_final = chunk + 1 == chunks();
-    a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
-    a.nreps = reps.nreps;
-    a.dd_rep_bytes = reps.dd_rep_bytes;
-    a.w_rep_bytes = reps.w_rep_bytes;
-    a.dst_rep_bytes = reps.dst_rep_bytes;
-    a.acc_rep_bytes = reps.acc_rep_bytes;
     k(a);
 }
 
