@@ -343,3 +343,34 @@ TEST_CASE("data plan: 32-bit displacements", "[jit][data][plan]") {
             CHECK(ql.block_rows() * ql.scratch.row_bytes + ql.dd_pitch < (int64_t(1) << 31));
     }
 }
+
+TEST_CASE("data plan: row runs of equal kh taps", "[jit][data][plan]") {
+    // row_kh_run_end finds the plane's middle run (every kh valid) at once:
+    // the same ends as walking the rows one by one, over heights, kernels,
+    // dilations and pads on both sides (pads wider than the kernel too).
+    int checked = 0;
+    for (int64_t ih = 1; ih <= 12; ++ih)
+        for (int64_t kh = 1; kh <= 5; ++kh)
+            for (int64_t dil = 1; dil <= 3; ++dil)
+                for (int64_t pb = 0; pb <= 6; ++pb)
+                    for (int64_t pe = 0; pe <= 6; ++pe) {
+                        DataGeometry g;
+                        g.in = {1, ih, 4};
+                        g.k = {1, kh, 3};
+                        g.dil = {1, dil, 1};
+                        g.pad = {0, pb, 1};
+                        g.stride = {1, 1, 1};
+                        const int64_t oh = ih + pb + pe - (kh - 1) * dil;
+                        if (oh < 1) continue;
+                        g.out = {1, oh, 4};
+                        for (int64_t r = 0; r < ih; ++r) {
+                            int64_t end = r + 1;
+                            while (end < ih && row_kh_range(g, end) == row_kh_range(g, r)) ++end;
+                            INFO("ih " << ih << " kh " << kh << " dil " << dil << " pads " << pb << "," << pe
+                                       << " row " << r);
+                            CHECK(row_kh_run_end(g, r) == end);
+                            ++checked;
+                        }
+                    }
+    CHECK(checked > 10000);
+}

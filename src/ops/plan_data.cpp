@@ -193,23 +193,34 @@ RowTapWork direct_row_tap_work(const DataGeometry& g, int64_t m) {
     return w;
 }
 
-// Row blocks: the share of a plane's rows that run in blocks of r rows. A
-// call runs the rows that read the same kh taps (top and bottom rows lose
-// some to padding), r rows a block, and its leftover rows one a block.
-double rows_in_blocks(const DataGeometry& g, int64_t r) {
-    if (r <= 1) return 1;
-    int64_t in_blocks = 0;
+// Row blocks: the lengths of a plane's runs of rows that read the same kh
+// taps (top and bottom rows lose some to padding), one kernel call each;
+// computed once per search.
+std::vector<int64_t> row_kh_runs(const DataGeometry& g) {
+    std::vector<int64_t> runs;
     for (int64_t ih = 0; ih < g.in[1];) {
         const int64_t end = row_kh_run_end(g, ih);
-        in_blocks += (end - ih) / r * r;
+        runs.push_back(end - ih);
         ih = end;
     }
-    return double(in_blocks) / double(g.in[1]);
+    return runs;
+}
+
+// The share of a plane's rows that run in blocks of r rows: a call runs r
+// rows a block, and its leftover rows one a block.
+double rows_in_blocks(const std::vector<int64_t>& runs, int64_t r) {
+    if (r <= 1) return 1;
+    int64_t rows = 0, in_blocks = 0;
+    for (int64_t n : runs) {
+        rows += n;
+        in_blocks += n / r * r;
+    }
+    return double(in_blocks) / double(rows);
 }
 
 // Cost of the direct or depthwise path, one thread, whole problem.
 double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb,
-                     const std::vector<PhaseSize>& phases) {
+                     const std::vector<PhaseSize>& phases, const std::vector<int64_t>& kh_runs) {
     const DataGeometry& g = pl.geo;
     const DataPath path = pl.path;
     const double red = reduction_steps(p, pl);
@@ -244,7 +255,7 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                         const double loads = double(taps * n + k * w.pixels) / kLoadsPerCycle;
                         return std::max({double(k * w.pairs * n) / kFmaPerCycle, loads, taps * lat}) / double(k);
                     };
-                    const double f = rows_in_blocks(g, r);  // the rest: one row a block
+                    const double f = rows_in_blocks(kh_runs, r);  // the rest: one row a block
                     return f * rows_cost(r) + (1 - f) * rows_cost(1);
                 }
                 if (!pl.dw_row_taps) return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat, dd_rows);
@@ -292,6 +303,7 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                                                        : p.ic();
     const int max_n = static_cast<int>(std::min<int64_t>(kMaxN, div_up(lanes, vlen)));
     const std::vector<PhaseSize> phases = phase_sizes(pl->geo);
+    const std::vector<int64_t> kh_runs = pl->row_blocks ? row_kh_runs(pl->geo) : std::vector<int64_t>{};
     // Broadcast rows: diff_dst pixels (f32, or widened to f32; bf16 pairs: 2
     // bytes a channel); blocks whose m rows crowd one L1 set are left out.
     const int64_t bcast_stride = p.oc() * (is_dot(*pl) ? 2 : 4);
@@ -307,7 +319,7 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
             for (int m = 1; m <= kMaxM; ++m) {
                 // Row blocks: a row a block, or with row taps several rows.
                 if (pl->row_blocks && m != pl->geo.in[2] &&
-                    !(pl->direct_row_taps && m % pl->geo.in[2] == 0 && rows_in_blocks(pl->geo, m / pl->geo.in[2]) > 0))
+                    !(pl->direct_row_taps && m % pl->geo.in[2] == 0 && rows_in_blocks(kh_runs, m / pl->geo.in[2]) > 0))
                     continue;
                 if (pl->direct_row_taps && bif) continue;  // one broadcast serves several taps
                 DataBlocking b;
@@ -331,7 +343,7 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                 }
                 if (crowded[m]) continue;
                 const double c =
-                        pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb, phases);
+                        pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb, phases, kh_runs);
                 // Ties go to one vector with the broadcast inside the FMA:
                 // the register form then spends an instruction per FMA, and
                 // cores that split 512-bit operations run it well below

@@ -193,8 +193,12 @@ inline std::pair<int64_t, int64_t> row_kh_range(const DataGeometry& g, int64_t i
     return {lo, std::min(g.k[1], t / g.dil[1] + 1)};
 }
 inline int64_t row_kh_run_end(const DataGeometry& g, int64_t ih) {
+    const auto kh = row_kh_range(g, ih);
+    // Every kh valid: so are the rows up to the last that reads diff_dst row
+    // OH - 1 through kh = 0 (the plane's long middle run, found at once).
+    if (kh.first == 0 && kh.second == g.k[1]) return std::min(g.in[1], g.out[1] - g.pad[1]);
     int64_t end = ih + 1;
-    while (end < g.in[1] && row_kh_range(g, end) == row_kh_range(g, ih)) ++end;
+    while (end < g.in[1] && row_kh_range(g, end) == kh) ++end;
     return end;
 }
 
