@@ -16,7 +16,7 @@ using wtest::Case;
 using wtest::conv2d;
 using wtest::jit_isas;
 
-TEST_CASE("kernel cache: clearing drops every kernel; ops keep theirs", "[jit][cache]") {
+TEST_CASE("kernel cache: clearing drops every kernel and ops keep theirs", "[jit][cache]") {
     Case c = conv2d(5, 21, {7, 7}, {3, 3});
     c.pb = c.pe = {1, 1};
     const std::string isa = jit_isas(false).front();
@@ -71,6 +71,29 @@ TEST_CASE("kernel cache: a build failing after a clear leaves the newer entry", 
     CHECK_THROWS(cache.get(8, [](const int&) -> Cache::Ptr { throw std::runtime_error("no"); }));
     CHECK(*cache.get(8, working, &hit) == 80);
     CHECK_FALSE(hit);
+}
+
+TEST_CASE("kernel cache: clears racing with caches being built and destroyed", "[jit][cache]") {
+    // Every cache is registered for clear_kernel_caches() only while fully
+    // built: a clear in between must find either no cache or a whole one.
+    using Cache = convgrad::detail::KernelCache<int, int>;
+    std::atomic<bool> stop{false};
+    std::atomic<long> clears{0};
+    std::thread clearer([&] {
+        while (!stop) {
+            convgrad::clear_kernel_cache();
+            ++clears;
+        }
+    });
+    int wrong = 0;
+    for (int rep = 0; rep < 20000; ++rep) {
+        Cache cache;
+        if (*cache.get(rep, [](const int& d) { return std::make_shared<const int>(d); }) != rep) ++wrong;
+    }
+    stop = true;
+    clearer.join();
+    CHECK(clears.load() > 0);
+    CHECK(wrong == 0);
 }
 
 TEST_CASE("kernel cache: clears racing with op creation and execution", "[jit][cache]") {

@@ -42,7 +42,8 @@ struct CacheRegistry {
     std::vector<KernelCacheBase*> caches;
 };
 
-// Constructed by the first cache's registration, so it outlives every cache.
+// Constructed by the first cache's registration, so it outlives every cache
+// (function-local statics are destroyed in reverse order of construction).
 CacheRegistry& registry() {
     static CacheRegistry r;
     return r;
@@ -54,13 +55,13 @@ const Xbyak::Reg64 kSaved[] = {Xbyak::util::rbx, Xbyak::util::r12, Xbyak::util::
 
 }  // namespace
 
-KernelCacheBase::KernelCacheBase() {
+void KernelCacheBase::register_cache() {
     CacheRegistry& r = registry();
     const std::lock_guard<std::mutex> lock(r.mu);
     r.caches.push_back(this);
 }
 
-KernelCacheBase::~KernelCacheBase() {
+void KernelCacheBase::unregister_cache() {
     CacheRegistry& r = registry();
     const std::lock_guard<std::mutex> lock(r.mu);
     r.caches.erase(std::remove(r.caches.begin(), r.caches.end(), this), r.caches.end());

@@ -26,8 +26,13 @@ public:
     virtual size_t clear() = 0;
 
 protected:
-    KernelCacheBase();  // registers the cache
-    ~KernelCacheBase();  // unregisters it
+    // The derived cache registers itself once fully constructed and
+    // unregisters before its members go: a clear_kernel_caches() racing with
+    // the first use of a function-local cache (or with exit) must never call
+    // clear() on a half-built or half-destroyed object.
+    void register_cache();
+    void unregister_cache();
+    ~KernelCacheBase() = default;
 };
 
 // Empties every kernel cache of the process; returns the entries dropped.
@@ -39,6 +44,11 @@ class KernelCache final : public KernelCacheBase {
 
 public:
     using Ptr = std::shared_ptr<const Kernel>;
+
+    KernelCache() { register_cache(); }
+    ~KernelCache() { unregister_cache(); }
+    KernelCache(const KernelCache&) = delete;
+    KernelCache& operator=(const KernelCache&) = delete;
 
     // Returns the kernel for `desc`, building it with `build(desc)` on a miss.
     // *hit (if given) tells whether it was cached. Rethrows a failed build.
