@@ -594,6 +594,33 @@ TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
     check_exact(mixed);
 }
 
+// Kernels of 32 taps and more on lane groups: a tile of m taps holds m x G
+// rows, one byte in the kernel desc; 32 taps of groups of 8 once wrapped
+// to an empty tile and left diff_weights zero.
+TEST_CASE("weights: long kernels on lane groups and strides past a byte", "[jit][weights]") {
+    for (int64_t gs : {2, 4, 8})
+        for (int64_t k : {31, 33, 64})
+            for (int64_t s : {1, 2}) {
+                Case c = conv2d(4 * gs, 4 * gs, {k + 9}, {k});
+                c.g = 4;
+                c.s = {s};
+                c.pb = {s == 1 ? k / 2 : 0};
+                c.pe = {s == 1 ? k - 1 - k / 2 : (k + 9 - k) % s};
+                INFO("G " << gs << " kw " << k << " stride " << s);
+                check_exact(c);
+            }
+    // W strides past a byte of the kernel desc: whole depthwise rows and kw
+    // lanes (which carry the stride) step aside.
+    for (int64_t g : {1, 16}) {
+        Case c = conv2d(16, 16, {700}, {3});
+        c.g = g;
+        c.s = {300};
+        c.pe = {0};  // the last 97 pixels unread
+        INFO("groups " << g << " stride 300");
+        check_exact(c);
+    }
+}
+
 TEST_CASE("weights: long rows read in place are cut into segments", "[jit][weights]") {
     // gemm rows read in place (f32, not staged) of 4+ chunks are cut into
     // equal segments: folded kw taps (wav2vec 2.0's first layer: 1 channel,

@@ -30,6 +30,8 @@
 #include <climits>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
+#include <string>
 
 #include "ops/executor.hpp"
 
@@ -192,7 +194,8 @@ int64_t kw_lanes_max_m(int64_t kw) { return std::min<int64_t>(8, (32 - kw - 2) /
 // 1, 2 taps or more, edges of at most KW pixels each side that never meet
 // in a pixel.
 bool kw_lanes_w_ok(const WeightsGeometry& g) {
-    if (g.merged || g.k[2] < 2 || g.stride[2] < 2 || g.dil[2] != 1) return false;
+    // (The stride is a byte of the kernel desc.)
+    if (g.merged || g.k[2] < 2 || g.stride[2] < 2 || g.stride[2] > UINT8_MAX || g.dil[2] != 1) return false;
     const WeightsPlan::KwLanes f = kw_lanes_geometry(g);
     return f.row_px > 0 && f.head + f.tail <= f.row_px && f.head <= g.k[2] && f.tail <= g.k[2];
 }
@@ -379,6 +382,9 @@ double over_tiles(int64_t total, int size, F&& cost) {
 }
 
 bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
+    // A depthwise tile's taps x lane group are one byte of the desc (and
+    // past 255 far more registers than there are).
+    if (plan.blk.kind == WeightsKernelKind::depthwise && m * plan.blk.lane_group > UINT8_MAX) return false;
     const WeightsKernelDesc d = plan.desc(m, n, tail, 0, kh, 0, plan.stage_in_kernel ? kCopySrc | kCopyDst : 0);
     return weights_kernel_vregs(d) <= (plan.isa >= Isa::avx512_core ? 32 : 16);
 }
@@ -441,7 +447,7 @@ bool whole_rows_ok(const WeightsPlan& plan) {
     if (plan.elem_bytes() == 4 && !dw_f32_src_shared(plan)) return false;
     return plan.blk.kind == WeightsKernelKind::depthwise && plan.blk.lane_group == 1 && !plan.w_pairs &&
            !plan.pairs && !plan.staged && !plan.prepad && !g.merged && g.dil[2] == 1 &&
-           g.out[2] <= Cost::dw_row_max_px && e.lo <= 255 && e.cut <= 255 &&
+           g.out[2] <= Cost::dw_row_max_px && e.lo <= UINT8_MAX && e.cut <= UINT8_MAX && g.stride[2] <= UINT8_MAX &&
            e.lo < g.stride[2] * (g.out[2] - 1) + g.k[2] - e.cut;
 }
 
@@ -744,6 +750,19 @@ WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads) 
     return best;
 }
 
+namespace {
+
+// A kernel descriptor's byte-wide field; a value past it is a planner bug
+// that would emit the wrong kernel, never a silent truncation.
+uint8_t u8(int64_t v, const char* field) {
+    if (v < 0 || v > UINT8_MAX)
+        throw std::logic_error(std::string("weights kernel descriptor: ") + field + " = " + std::to_string(v) +
+                               " does not fit its byte");
+    return static_cast<uint8_t>(v);
+}
+
+}  // namespace
+
 WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp, int kh, int64_t row_disp,
                                     int stage) const {
     // kw windows: the last argument names the W phase (no stage copies there).
@@ -753,46 +772,46 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.isa = static_cast<uint8_t>(isa);
     d.kind = static_cast<uint8_t>(blk.kind);
     const bool dw = blk.kind == WeightsKernelKind::depthwise;
-    d.m = static_cast<uint8_t>(dw ? m * blk.lane_group : m);
-    d.lane_group = static_cast<uint8_t>(dw ? blk.lane_group : 1);
-    d.n = static_cast<uint8_t>(n);
-    d.tail = static_cast<uint8_t>(tail_lanes);
+    d.m = u8(dw ? m * blk.lane_group : m, "m");
+    d.lane_group = u8(dw ? blk.lane_group : 1, "lane_group");
+    d.n = u8(n, "n");
+    d.tail = u8(tail_lanes, "tail");
     d.dot = pairs || w_pairs ? 1 : 0;
     // The kernels read 32-bit elements (f32, staged, pairs), or widen 16-bit
     // ones as they load them (depthwise in place; gemm stage copies).
     d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 && !stage ? data_type::f32 : dt);
-    d.window = static_cast<uint8_t>(blk.kind == WeightsKernelKind::depthwise ? blk.window : 1);
+    d.window = u8(blk.kind == WeightsKernelKind::depthwise ? blk.window : 1, "window");
     if (blk.kind == WeightsKernelKind::depthwise && blk.whole_rows) {
         const WholeRowEdges e = whole_row_edges(geo);
-        d.row_px = static_cast<uint8_t>(geo.out[2]);
-        d.row_lo = static_cast<uint8_t>(e.lo);
-        d.row_cut = static_cast<uint8_t>(e.cut);
+        d.row_px = u8(geo.out[2], "row_px");
+        d.row_lo = u8(e.lo, "row_lo");
+        d.row_cut = u8(e.cut, "row_cut");
     }
-    d.w_stride = static_cast<uint8_t>(d.window > 1 || d.row_px ? geo.stride[2] : 0);
+    d.w_stride = u8(d.window > 1 || d.row_px ? geo.stride[2] : 0, "w_stride");
     // A single-tap depthwise tile without windows (which step by it) never
     // uses the displacement: share it.
     const bool uses_disp = blk.kind == WeightsKernelKind::depthwise && (m > 1 || d.window > 1 || d.row_px);
     d.tap_disp = uses_disp ? static_cast<int32_t>(tap_disp) : 0;
-    d.kh = static_cast<uint8_t>(kh);
+    d.kh = u8(kh, "kh");
     d.row_disp = kh > 1 ? static_cast<int32_t>(row_disp) : 0;
-    d.stage = static_cast<uint8_t>(stage);
-    d.pf_lines = static_cast<uint8_t>(pf_lines);
+    d.stage = u8(stage, "stage");
+    d.pf_lines = u8(pf_lines, "pf_lines");
     if (blk.kind == WeightsKernelKind::gemm && kw_phases > 0) {
         const KwPhase& f = kw_phase[static_cast<size_t>(phase)];
-        d.kw_win = static_cast<uint8_t>(f.taps);
-        d.kw_head = static_cast<uint8_t>(f.head);
-        d.kw_tail = static_cast<uint8_t>(f.tail);
-        d.kw_pad = static_cast<uint8_t>(std::min(f.pad, f.taps - 1));
+        d.kw_win = u8(f.taps, "kw_win");
+        d.kw_head = u8(f.head, "kw_head");
+        d.kw_tail = u8(f.tail, "kw_tail");
+        d.kw_pad = u8(std::min(f.pad, f.taps - 1), "kw_pad");
     }
     if (blk.kind == WeightsKernelKind::gemm && kw_lanes) {
         d.kw_lanes = 1;
         d.lane_pairs = lane_pairs ? 1 : 0;
-        d.kw_win = static_cast<uint8_t>(geo.k[2]);
-        d.kw_head = static_cast<uint8_t>(lanes.head);
-        d.kw_tail = static_cast<uint8_t>(lanes.tail);
-        d.kw_pad = static_cast<uint8_t>(lanes.pad);
-        d.kw_last = static_cast<uint8_t>(lanes.last);
-        d.w_stride = static_cast<uint8_t>(geo.stride[2]);
+        d.kw_win = u8(geo.k[2], "kw_win");
+        d.kw_head = u8(lanes.head, "kw_head");
+        d.kw_tail = u8(lanes.tail, "kw_tail");
+        d.kw_pad = u8(lanes.pad, "kw_pad");
+        d.kw_last = u8(lanes.last, "kw_last");
+        d.w_stride = u8(geo.stride[2], "w_stride");
         d.tap_disp = static_cast<int32_t>(tap_disp);  // a src pixel
     }
     return d;
