@@ -212,6 +212,32 @@ TEST_CASE("data: groups and depthwise", "[jit][data]") {
                 }
 }
 
+// A kh row's taps keep a W vector each in registers: from about 27 taps
+// (AVX-512; AVX2 sooner) too few accumulators remain, or none, and the
+// plan runs an entry per tap instead; a kernel of 31 taps once fell back
+// to the reference path.
+TEST_CASE("data: long depthwise kernels run an entry per tap", "[jit][data]") {
+    for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16})
+        for (int64_t k : {21, 29, 31, 64})
+            for (const dims& in : {dims{k + 13}, dims{3, k + 2}}) {
+                DCase c;
+                c.dt = dt;
+                c.g = c.ic = c.oc = 17;
+                c.in = in;
+                c.k = dims(in.size(), 1);
+                c.k.back() = k;
+                c.pb = c.pe = dims(in.size(), 0);
+                c.pb.back() = k / 2;
+                c.pe.back() = k - 1 - k / 2;
+                INFO(convgrad::dtype_name(dt) << " kw " << k << " rank " << in.size());
+                check_exact(c, kAllIsas);
+                const std::string d = c.make("avx512_core").describe();
+                INFO(d);
+                CHECK(d.find("depthwise") != std::string::npos);
+                CHECK((d.find("per kh: ") != std::string::npos) == (k <= 21));
+            }
+}
+
 // bf16 depthwise on avx512_core_bf16: kh rows kh and kh + s / gcd(s, dil)
 // go through vdpbf16ps as pairs, a row without a partner alone. Kernel
 // heights odd and even, H strides 1-3 with and without H dilation (steps

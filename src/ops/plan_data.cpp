@@ -72,6 +72,12 @@ constexpr double kStreamingFlopsPerByte = 256.0;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 constexpr int64_t kRowTapsMinPhasePixels = 28;   // depthwise under a W stride, see make_data_plan
 constexpr int kMaxM = 16, kMaxN = 8;
+// Depthwise row taps need this many accumulators, else an entry per tap
+// (AMD Zen 5, 2 threads, 144 ch at 200 (1D) / 256 ch at 28x28, mb 32:
+// kw 27 with m3 x n1 0.64-0.84x and kw 29 with m1 x n1 0.26-0.60x the
+// per-tap form; kw 21 with m7 / m9 1.2-1.5x faster, kw 25 with m5 0.89x
+// (2D f32) to 1.32x (1D)).
+constexpr int kMinRowTapAccs = 4;
 // A block broadcasts from m pixel rows in step (problem.hpp, lines_per_l1_set):
 // AVX2 1x1 512<-1024 s2, 4 KiB rows: m14 x n1 ran at 56 GFLOP/s, m4 x n3 at
 // 186; AVX-512 m7 at 4-8 KiB rows runs at peak.
@@ -636,6 +642,17 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
                         : p.icg == 1 && p.dt == data_type::f32 && row_tap_count(g) >= 3);
         pl->dw_row_taps = g.k[2] > 1 && (g.stride[2] == 1 || strided_taps);
         ok = choose_blocking(p, pl);
+        // A row's taps hold a W vector each in registers: long kernels
+        // leave few accumulators, or none (kw >= 31 on AVX-512), and then
+        // run an entry per tap.
+        if (pl->dw_row_taps && (!ok || pl->blk.m * pl->blk.n < kMinRowTapAccs)) {
+            DataPlan taps = *pl;
+            taps.dw_row_taps = false;
+            if (choose_blocking(p, &taps)) {
+                *pl = taps;
+                ok = true;
+            }
+        }
         // Row pairs: vpermw beat vpexpandw at equal blockings (AMD Zen 4, 2
         // threads, 21 MobileNetV2 / EfficientNet-B0 / ConvNeXt-T layers:
         // 0.72-1.01x with vpexpandw), but its index register can cost the
