@@ -68,6 +68,9 @@ bool draw(Rng& r, RandomOp& op) {
     if (r.coin(20)) {  // depthwise
         g = r.one_of<int64_t>({3, 16, 17, 40});
         icg = ocg = 1;
+    } else if (r.coin(10)) {  // lane groups
+        g = r.pick(2, 6);
+        icg = ocg = r.one_of<int64_t>({2, 4, 8, 16});
     } else {
         const std::vector<int64_t> ch{1, 2, 3, 5, 8, 15, 16, 17, 24, 31, 33, 48, 65};
         icg = std::min(r.one_of(ch), 96 / g);
@@ -78,16 +81,25 @@ bool draw(Rng& r, RandomOp& op) {
     a.groups = g;
     a.auto_pad = r.one_of<std::string>({"none", "none", "none", "none", "same_upper", "SAME_LOWER", "valid"});
     const bool autopad = a.auto_pad != "none";
+    // The W axis of a 1D or 2D op now and then: a long kernel (up to 70
+    // taps, past what a tile's registers or a desc's byte fields hold) or
+    // a stride past a byte.
+    const int64_t w_kind = nsp < 3 ? r.one_of<int64_t>({0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2}) : 0;
     dims k, in, out, ext;
     for (int ax = 0; ax < nsp; ++ax) {
-        k.push_back(nsp == 3 ? r.pick(1, 3) : r.one_of<int64_t>({1, 1, 2, 3, 3, 5}));
-        a.strides.push_back(r.one_of<int64_t>({1, 1, 2, 3}));
-        a.dilations.push_back(r.one_of<int64_t>({1, 1, 1, 2, 3}));
+        const bool w = ax == nsp - 1;
+        k.push_back(w && w_kind == 1 ? r.pick(6, 70) : nsp == 3 ? r.pick(1, 3) : r.one_of<int64_t>({1, 1, 2, 3, 3, 5}));
+        a.strides.push_back(w && w_kind == 2 ? r.pick(250, 300) : r.one_of<int64_t>({1, 1, 2, 3}));
+        a.dilations.push_back(w && w_kind == 1 ? 1 : r.one_of<int64_t>({1, 1, 1, 2, 3}));
         ext.push_back((k[ax] - 1) * a.dilations[ax] + 1);
-        a.pads_begin.push_back(r.pick(0, std::min<int64_t>(3, ext[ax])));
-        a.pads_end.push_back(r.pick(0, std::min<int64_t>(3, ext[ax])));
-        a.output_padding.push_back(convt && !autopad && r.coin(40) ? r.pick(0, a.strides[ax] - 1) : 0);
-        in.push_back(r.pick(1, nsp == 1 ? 30 : nsp == 2 ? 12 : 6));  // conv input / ConvTranspose src
+        const int64_t pad = w && w_kind == 1 ? ext[ax] : 3;
+        a.pads_begin.push_back(r.pick(0, std::min<int64_t>(pad, ext[ax])));
+        a.pads_end.push_back(r.pick(0, std::min<int64_t>(pad, ext[ax])));
+        a.output_padding.push_back(convt && !autopad && r.coin(40) ? r.pick(0, std::min<int64_t>(a.strides[ax] - 1, 3)) : 0);
+        // conv input / ConvTranspose src
+        in.push_back(w && w_kind == 1   ? r.pick(1, 2 * k[ax] + 10)
+                     : w && w_kind == 2 ? (convt ? r.pick(1, 3) : r.pick(1, 3 * a.strides[ax]))
+                                        : r.pick(1, nsp == 1 ? 30 : nsp == 2 ? 12 : 6));
     }
     // The pads auto_pad implies (docs/SEMANTICS.md), to size the tensors.
     dims pb = a.pads_begin, pe = a.pads_end;
