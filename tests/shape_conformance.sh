@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# JIT against the reference over the benchdnn shape files in ../shared/shapes,
-# minibatch 1 so the whole set stays a few minutes. Usage:
+# JIT against the reference over benchdnn shape files (../shared/shapes, or
+# the repository's bench/shapes), minibatch 1 so a whole set stays a few
+# minutes. Usage:
 #   shape_conformance.sh SWEEP SHAPES_DIR FILE_GLOB... -- SWEEP_OPTIONS...
 # Exits 77 (ctest: skipped) when the shapes directory is absent.
 set -uo pipefail
