@@ -162,10 +162,10 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           " * diff_dst[px][oc]\n"
           "  sum slices in order");
     CHECK(plan_weights(first, Isa::avx512_core, 2).to_string() ==
-          "gemm m11n2x16 tiles=28 (kw.ic 2x11 last 10, oc 2x2v last 2v tail 0) rows=3584x112px chunk=2 rows "
-          "(1792 chunks, 92 KiB) slices=8 grid=1x2 fold-kw direct est=309cyc/px\n"
+          "gemm m11n2x16 tiles=28 (kw.ic 2x11 last 10, oc 2x2v last 2v tail 0) rows=3584x112px chunk=6 rows "
+          "(598 chunks, 278 KiB) slices=8 grid=1x2 fold-kw direct est=298cyc/px\n"
           "  parallel slice<8 (2 thr) x tile<28 (1 thr):\n"
-          "    for chunk in slice (2 rows):\n"
+          "    for chunk in slice (6 rows):\n"
           "      for g<1 oc_tile<2 kd<1 kh<7 kw.ic_tile<2:\n"
           "        for row, px: acc[11 kw.ic][2v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
           " * diff_dst[px][oc]\n"

@@ -238,6 +238,19 @@ struct WeightsCostModel {
     static constexpr double l2_bytes_per_cycle = 32;
     static constexpr double call_cycles = 60;       // kernel call + argument set-up
     static constexpr double l1_budget = 32 << 10;    // bytes of one tile's chunk data (L1d is 48 KiB)
+    // ... and of fold-kw chunks whose kernel rows overlap (fold_kw_halo),
+    // which copy their src rows' halo once a chunk. Against l1_budget (AMD
+    // Zen 5, 2 threads, f32, min of 3): I3D's 7x7x7 s2 stem 1.33x,
+    // R(2+1)D's 1x7x7 1.15-1.17x; over 5 rounds ESPCN 5x5 from 1 channel
+    // 1.07x, YOLO 3x3 1.10x, EfficientNet-B0 / MobileNetV2 3x3 s2 stems
+    // 1.09-1.10x, U-Net's first layer 1.08x, Inception-v3 1.07x, ResNet-50
+    // conv1 1.06x, MobileNet v1 1.04x, YOLOv5 6x6 s2 1.01x. Kernels equal
+    // to their stride (ViT, Swin, ConvNeXt patch embeddings: 0.92-0.93x),
+    // 1D layers (0.83-0.89x) and rows shorter than fold_halo_min_px (a
+    // 20-image 8-pixel dilated layer on one thread, one 45 KiB chunk:
+    // 0.80x) keep l1_budget.
+    static constexpr double fold_halo_budget = 128 << 10;
+    static constexpr int64_t fold_halo_min_px = 32;
     static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
     // Staged chunks: bytes per chunk. Staged data is in L2 (unlike the
     // direct path's user memory), so chunks are L2-sized; but every chunk
