@@ -153,10 +153,10 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "  sum slices in order");
     const Problem first = problem(resnet(3, 64, 224, 7, 2));
     CHECK(plan_weights(first, Isa::avx2, 2).to_string() ==
-          "gemm m11n1x8 tiles=112 (kw.ic 2x11 last 10, oc 8x1v last 1v tail 0) rows=3584x112px chunk=3 rows "
-          "(1195 chunks, 139 KiB) slices=8 grid=1x2 fold-kw direct est=697cyc/px\n"
+          "gemm m11n1x8 tiles=112 (kw.ic 2x11 last 10, oc 8x1v last 1v tail 0) rows=3584x112px chunk=12 rows "
+          "(299 chunks, 556 KiB) slices=8 grid=1x2 fold-kw direct est=678cyc/px\n"
           "  parallel slice<8 (2 thr) x tile<112 (1 thr):\n"
-          "    for chunk in slice (3 rows):\n"
+          "    for chunk in slice (12 rows):\n"
           "      for g<1 oc_tile<8 kd<1 kh<7 kw.ic_tile<2:\n"
           "        for row, px: acc[11 kw.ic][1v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
           " * diff_dst[px][oc]\n"

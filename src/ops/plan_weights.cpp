@@ -322,14 +322,14 @@ double src_pixels_per_output_pixel(const WeightsPlan& plan) {
     return src_rows * (plan.compress_w ? 1.0 : double(g.in[2]) / double(g.out[2]));
 }
 
-// fold-kw plans (AVX-512) whose kernel rows overlap from one output row to
+// fold-kw plans whose kernel rows overlap from one output row to
 // the next (KH > SH or KD > SD): each chunk copies its src rows with their
 // halo (the W edges zero-padded), so longer chunks copy fewer rows per
 // output row (see Cost::fold_halo_budget). Rows of fold_halo_min_px pixels
 // or more: on short rows the L1 budget wins.
 bool fold_kw_halo(const WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
-    return plan.fold_kw > 1 && plan.isa >= Isa::avx512_core && g.out[2] >= Cost::fold_halo_min_px &&
+    return plan.fold_kw > 1 && g.out[2] >= Cost::fold_halo_min_px &&
            (g.k[0] > g.stride[0] || g.k[1] > g.stride[1]);
 }
 

@@ -248,7 +248,9 @@ struct WeightsCostModel {
     // to their stride (ViT, Swin, ConvNeXt patch embeddings: 0.92-0.93x),
     // 1D layers (0.83-0.89x) and rows shorter than fold_halo_min_px (a
     // 20-image 8-pixel dilated layer on one thread, one 45 KiB chunk:
-    // 0.80x) keep l1_budget.
+    // 0.80x) keep l1_budget. AVX2 (min of 5): the 2D layers 1.00-1.13x
+    // (YOLO 1.13, U-Net 1.07, ResNet-50 conv1 / ESPCN 1.06), the 3D stems
+    // 0.98-1.01x.
     static constexpr double fold_halo_budget = 128 << 10;
     static constexpr int64_t fold_halo_min_px = 32;
     static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
