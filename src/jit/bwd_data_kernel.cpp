@@ -137,10 +137,9 @@ const uint16_t kWordMasks[17] = {0x0,   0x1,   0x3,   0x7,    0xf,    0x1f,   0x
 DataKernel::DataKernel(const DataKernelDesc& d)
     : JitKernel("bwd_data_" + to_string(d)),
       d_(d),
+      index_m_(d.m),
       vi_(*this, static_cast<Isa>(d.isa)),
-      cvt_(*this, vi_, static_cast<Isa>(d.isa)) {
-    index_m_ = d.m;
-}
+      cvt_(*this, vi_, static_cast<Isa>(d.isa)) {}
 
 // Everything: prologue, tail mask, the block loop, epilogue, constants.
 void DataKernel::generate() {
