@@ -570,6 +570,48 @@ TEST_CASE("weights plan: problems that always run on one thread have no slices",
     }
 }
 
+TEST_CASE("weights plan: slices split evenly over the threads", "[jit][weights][plan]") {
+    // Threads take runs of whole slices, so a slice count split unevenly
+    // (11 on 2 threads: 6 against 5) or slices of uneven chunk counts
+    // bunched together (13, ..., 13, 12, ..., 12) leave one thread idle
+    // at the end. Depthwise layers of a few channel tiles split the
+    // reduction most (MobileNet v1 conv3_2: 3 tiles).
+    using convgrad::detail::spread;
+    for (int64_t total : {1, 7, 12, 150, 151, 1000003})
+        for (int64_t n : {1, 2, 3, 11, 12, 16}) {
+            if (n > total) continue;
+            int64_t next = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                const auto r = spread(total, n, i);
+                CHECK(r[0] == next);
+                CHECK(r[1] > r[0]);
+                next = r[1];
+                for (int64_t j = i; j < n; ++j) {  // parts i..j: within one item of their share
+                    const int64_t got = spread(total, n, j)[1] - r[0];
+                    const double share = double(total) * double(j - i + 1) / double(n);
+                    CHECK(std::abs(double(got) - share) < 1.0);
+                }
+            }
+            CHECK(next == total);
+        }
+    for (const auto& [ch, sp, s] : {std::array<int64_t, 3>{128, 56, 2}, {128, 56, 1}, {144, 56, 2}, {48, 28, 1},
+                                    {80, 14, 1}}) {
+        const Problem p = problem(resnet_dw(ch, sp, 3, 32, s));
+        const WeightsPlan plan = plan_weights(p, Isa::avx512_core, 2);
+        INFO(plan.to_string());
+        if (plan.red.slices == 1) continue;
+        CHECK(plan.red.slices % 2 == 0);
+        const auto& r = plan.red;
+        auto rows_of = [&](int64_t s0, int64_t s1) {  // output rows of slices [s0, s1)
+            const int64_t c0 = spread(r.chunks, r.slices, s0)[0], c1 = spread(r.chunks, r.slices, s1 - 1)[1];
+            return std::min(r.rows, c1 * r.chunk_rows) - c0 * r.chunk_rows;
+        };
+        const int64_t half = r.slices / 2;
+        CHECK(std::abs(rows_of(0, half) - rows_of(half, r.slices)) <= 2 * r.chunk_rows);
+        CHECK(rows_of(0, r.slices) == r.rows);
+    }
+}
+
 TEST_CASE("weights plan: f32 1x1 layers narrow on a side read in place", "[jit][weights][plan]") {
     // AVX-512: in place with at most 48 input channels, or at most 160 in
     // and 192 out (or 64 out, any in); staged beyond. AVX2 stages them all.

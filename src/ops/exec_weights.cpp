@@ -1088,7 +1088,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     Prefetch pf;  // the next chunk's memory, while this one runs
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
         float* out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
-        const auto chunks = balance(red.chunks, red.slices, s);
+        const auto chunks = spread(red.chunks, red.slices, s);
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
             decode_rows(ts.chunk, q0, q1);

@@ -593,8 +593,10 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     const double wei_bytes = 4.0 * plan.weights_elems;
     const double data_bytes = 4.0 * double(p.activation_elems());
     int64_t slices = 1;
+    // An even count (slice_multiple): threads take whole slices, and 11 of
+    // them ran 6 against 5 on 2 threads.
     if (plan.blk.tiles < Cost::tiles_for_balance)
-        slices = div_up(Cost::tiles_for_balance, plan.blk.tiles);
+        slices = div_up(div_up(Cost::tiles_for_balance, plan.blk.tiles), Cost::slice_multiple) * Cost::slice_multiple;
     // Little compute per byte (1x1 layers): threads splitting tiles would
     // each stream all of src and diff_dst from DRAM; slices let them split
     // the pixels instead, for a reduction of small weights.
@@ -733,6 +735,10 @@ Problem padded_problem(const Problem& p) {
         q.pad_begin[a] = q.pad_end[a] = 0;
     }
     return q;
+}
+
+std::array<int64_t, 2> spread(int64_t total, int64_t n, int64_t i) {
+    return {i * total / n, (i + 1) * total / n};
 }
 
 std::array<int64_t, 2> balance(int64_t total, int64_t n, int64_t i) {

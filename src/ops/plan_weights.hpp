@@ -69,7 +69,7 @@ struct WeightsBlocking {
 // Cache blocking of the reduction and its split.
 struct WeightsReduction {
     int64_t rows = 0, chunk_rows = 0, chunks = 0;
-    int64_t slices = 1;  // > 1: per-slice f32 partials + fixed-order sum
+    int64_t slices = 1;  // > 1: per-slice f32 partials + fixed-order sum; slice s sums chunks spread(chunks, slices, s)
     int64_t chunk_bytes = 0;
 };
 
@@ -269,6 +269,7 @@ struct WeightsCostModel {
     static constexpr double stage_budget_max = 8 << 20;
     static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
     static constexpr int64_t max_slices = 16;
+    static constexpr int64_t slice_multiple = 2;  // 12 slices split evenly over 2, 3, 4 and 6 threads
     static constexpr double stream_intensity = 64;  // flop/byte below which slices split DRAM traffic
     static constexpr int64_t stream_slices = 8;
     static constexpr int64_t staged_slices = 2;  // the machine's core count; never the run's thread count
@@ -306,5 +307,10 @@ Problem padded_problem(const Problem& p);
 WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads);
 // [begin, end) of part `i` of `n` of `total` items, balanced.
 std::array<int64_t, 2> balance(int64_t total, int64_t n, int64_t i);
+// The same with the larger parts spread out (sizes 12, 13, 12, 13, ...
+// rather than 13, ..., 13, 12, ..., 12), so any run of consecutive parts
+// is within one item of its share: the chunks of a slice, whose runs of
+// slices go to threads.
+std::array<int64_t, 2> spread(int64_t total, int64_t n, int64_t i);
 
 }  // namespace convgrad::detail
