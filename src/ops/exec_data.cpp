@@ -136,7 +136,8 @@ void transpose_images(const T* src, T* dst, int64_t mb, int64_t rows, int64_t co
     const int64_t rt = (rows + kTile - 1) / kTile, ct = (cols + kTile - 1) / kTile;
     const int64_t items = mb * rt;
     for_each_thread(threads, [&](int t) {
-        for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
+        const auto [it0, it1] = spread(items, threads, t);
+        for (int64_t it = it0; it < it1; ++it) {
             const int64_t n = it / rt, r0 = it % rt * kTile, r1 = std::min(rows, r0 + kTile);
             const T* s = src + n * rows * cols;
             T* d = dst + n * rows * cols;
@@ -603,7 +604,8 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
         std::vector<int64_t> src;
         std::vector<int32_t> offsets;
         std::vector<uint16_t> live;
-        for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
+        const auto [it0, it1] = spread(items, threads, t);
+        for (int64_t it = it0; it < it1; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
             const int64_t width = cb.width(b + 1 == cb.per_group);
             const int64_t row0 = (g * cb.padded() + b * cb.block) * inner * reps + x * reps * width;
@@ -678,7 +680,8 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
     const int64_t items = cb.per_group * ksp;
     for_each_thread(threads, [&](int t) {
         std::vector<int64_t> src, partner;
-        for (int64_t it = items * t / threads; it < items * (t + 1) / threads; ++it) {
+        const auto [it0, it1] = spread(items, threads, t);
+        for (int64_t it = it0; it < it1; ++it) {
             const int64_t b = it / ksp, tap = it % ksp;
             const int64_t width = cb.width(b + 1 == cb.per_group);
             uint32_t* block = reinterpret_cast<uint32_t*>(wp) + b * cb.block * ksp * 2;

@@ -80,7 +80,8 @@ struct DataThreadGrid {
     // Items [first, second) of thread t (< threads): contiguous, in order,
     // together exactly [0, items).
     std::pair<int64_t, int64_t> range(int t) const {
-        return {items * t / threads, items * (t + 1) / threads};
+        const auto r = spread(items, threads, t);
+        return {r[0], r[1]};
     }
 };
 

@@ -737,10 +737,6 @@ Problem padded_problem(const Problem& p) {
     return q;
 }
 
-std::array<int64_t, 2> spread(int64_t total, int64_t n, int64_t i) {
-    return {i * total / n, (i + 1) * total / n};
-}
-
 std::array<int64_t, 2> balance(int64_t total, int64_t n, int64_t i) {
     const int64_t base = total / n, extra = total % n;
     const int64_t begin = i * base + std::min(i, extra);

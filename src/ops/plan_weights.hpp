@@ -307,10 +307,5 @@ Problem padded_problem(const Problem& p);
 WeightsThreadGrid plan_thread_grid(int64_t tiles, int64_t slices, int nthreads);
 // [begin, end) of part `i` of `n` of `total` items, balanced.
 std::array<int64_t, 2> balance(int64_t total, int64_t n, int64_t i);
-// The same with the larger parts spread out (sizes 12, 13, 12, 13, ...
-// rather than 13, ..., 13, 12, ..., 12), so any run of consecutive parts
-// is within one item of its share: the chunks of a slice, whose runs of
-// slices go to threads.
-std::array<int64_t, 2> spread(int64_t total, int64_t n, int64_t i);
 
 }  // namespace convgrad::detail

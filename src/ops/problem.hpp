@@ -108,4 +108,11 @@ constexpr int kL1LinesPerSet = 8;
 // offset, put into one L1 set.
 int lines_per_l1_set(int64_t m, int64_t stride);
 
+// [begin, end) of part `i` of `n` of `total` items, the larger parts spread
+// out (sizes 12, 13, 12, 13, ... rather than 13, ..., 13, 12, ..., 12), so
+// any run of consecutive parts is within one item of its share.
+inline std::array<int64_t, 2> spread(int64_t total, int64_t n, int64_t i) {
+    return {i * total / n, (i + 1) * total / n};
+}
+
 }  // namespace convgrad::detail
