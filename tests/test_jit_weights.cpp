@@ -853,6 +853,57 @@ TEST_CASE("weights: depthwise whole rows compile their W edges in", "[jit][weigh
     }
 }
 
+TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
+    // Whole rows R output rows an entry (the generator's shapes: "weights
+    // kernel: depthwise row blocks against a scalar sum"); here the plans
+    // and executor around it: blocks at the top and bottom of an image
+    // (src rows masked), unpadded, 3D depths outside src, NCX, channel
+    // tails, the types whose plans take them (f32 on 2 / 4 KiB pixels,
+    // 16-bit widened), every ISA, 1-4 threads bitwise alike.
+    auto dw = [](int64_t ch, dims in, dims k) {
+        Case c = conv2d(ch, ch, std::move(in), std::move(k));
+        c.g = ch;
+        return c;
+    };
+    std::vector<Case> cases;
+    Case c = dw(1024, {7, 7}, {3, 3});
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = dw(512, {14, 14}, {3, 3});
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = dw(512, {10, 9}, {3, 3});  // unpadded: 8 rows
+    cases.push_back(c);
+    c = dw(512, {3, 7, 7}, {3, 3, 3});  // 3D, NCX
+    c.pb = c.pe = {1, 1, 1};
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cases.push_back(c);
+    c = dw(33, {12, 12}, {3, 3});  // 16-bit: a channel tail, asymmetric pads
+    c.pb = {2, 1};
+    c.pe = {0, 1};
+    cases.push_back(c);
+    const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    for (const Case& base : cases) {
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case t = base;
+            t.dt = dt;
+            // f32 on 2 / 4 KiB pixels; 16-bit blocks of 2 rows (a line of channels)
+            const bool blocks = dt == convgrad::data_type::f32 ? base.ic >= 512 : t.out(t.nsp() - 2) % 2 == 0;
+            if (avx512 && blocks) {
+                const std::string d = t.make("avx512_core").describe();
+                INFO(label(t, "avx512_core") << "\n" << d);
+                CHECK(d.find(" row-blocks=") != std::string::npos);
+            }
+            check_exact_any_type(t);
+            if (dt != convgrad::data_type::f32) wtest::check_thread_counts(wtest::split_size(t), false);
+        }
+        check_exact(base);
+        check_reals(base);
+        wtest::check_thread_counts(wtest::split_size(base), false);
+    }
+}
+
 // Groups of 3 input and 10 output channels, and lane groups of 4 (whose
 // diff_weights rows (kw, ic) must be consecutive to be written in place).
 TEST_CASE("weights: data and weight formats", "[jit][weights]") {

@@ -43,7 +43,9 @@ std::vector<uint8_t> encode(const std::vector<float>& v, data_type dt) {
 
 // Runs one call over every output row of one image; returns diff_weights
 // [kh][kw][ch], or nothing when the tile does not fit the ISA's registers.
-std::vector<float> run_rows(const RowGeometry& g, Isa isa, data_type dt, int vlen, bool* fits) {
+// block > 1: row blocks (WeightsKernelDesc::row_block) of `block` output
+// rows an entry (H dilation 1, block dividing the output height).
+std::vector<float> run_rows(const RowGeometry& g, Isa isa, data_type dt, int vlen, bool* fits, int block = 1) {
     const int n = (g.ch + vlen - 1) / vlen, es = dt == data_type::f32 ? 4 : 2;
     WeightsKernelDesc d{};
     d.isa = static_cast<uint8_t>(isa);
@@ -61,6 +63,13 @@ std::vector<float> run_rows(const RowGeometry& g, Isa isa, data_type dt, int vle
     d.row_disp = g.kh > 1 ? g.dh * g.iw * g.ch * es : 0;
     d.pf_lines = 1;
     d.edges = 1;
+    const int src_rows = g.sh * (block - 1) + g.kh;  // a block's
+    if (block > 1) {
+        d.row_block = static_cast<uint8_t>(block);
+        d.h_stride = static_cast<uint8_t>(g.sh);
+        d.row_disp = g.iw * g.ch * es;
+        d.dst_row_disp = g.ow() * g.ch * es;
+    }
     *fits = weights_kernel_vregs(d) <= (isa >= Isa::avx512_core ? 32 : 16);
     if (!*fits) return {};
     std::vector<float> src(static_cast<size_t>(g.ih * g.iw * g.ch)), dst(static_cast<size_t>(g.oh() * g.ow() * g.ch));
@@ -68,7 +77,16 @@ std::vector<float> run_rows(const RowGeometry& g, Isa isa, data_type dt, int vle
     for (size_t i = 0; i < dst.size(); ++i) dst[i] = small_int(static_cast<int64_t>(i), 2);
     const std::vector<uint8_t> src_bytes = encode(src, dt), dst_bytes = encode(dst, dt);
     std::vector<WeightsRow> rows;
-    for (int oh = 0; oh < g.oh(); ++oh) {
+    for (int oh = 0; oh < g.oh() && block > 1; oh += block) {  // bit i: the block's src row i is inside
+        const int ih0 = oh * g.sh - g.ph;
+        uint64_t mask = 0;
+        for (int i = 0; i < src_rows; ++i)
+            if (ih0 + i >= 0 && ih0 + i < g.ih) mask |= uint64_t(1) << i;
+        if (!mask) continue;
+        rows.push_back(
+                {(int64_t(ih0) * g.iw - g.pw) * g.ch * es, int64_t(oh) * g.ow() * g.ch * es, block * g.ow(), mask});
+    }
+    for (int oh = 0; oh < g.oh() && block == 1; ++oh) {
         const int ih0 = oh * g.sh - g.ph;
         uint64_t mask = 0;
         for (int i = 0; i < g.kh; ++i) {
@@ -150,4 +168,44 @@ TEST_CASE("weights kernel: depthwise whole rows against a scalar sum", "[jit][we
             }
     // Every AVX-512 case; on AVX2, three geometries' tiles fit 16 registers.
     CHECK(ran == 9 + (cpu_isa() >= Isa::avx512_core ? 30 : 0));
+}
+
+TEST_CASE("weights kernel: depthwise row blocks against a scalar sum", "[jit][weights]") {
+    // {ch, ih, iw, kh, kw, sh, sw, dh, ph, pw, pw_end}, output rows per block
+    const std::pair<RowGeometry, int> cases[] = {
+            {{17, 7, 7, 3, 3, 1, 1, 1, 1, 1, 1}, 7},    // the whole 7x7 plane in one block, both H edges
+            {{16, 14, 14, 3, 3, 1, 1, 1, 1, 1, 1}, 7},  // two blocks: top and bottom edge
+            {{33, 12, 9, 3, 3, 1, 1, 1, 1, 1, 1}, 3},   // interior blocks (ungated) between edge ones, a tail
+            {{16, 8, 8, 3, 3, 1, 1, 1, 0, 0, 0}, 2},    // unpadded: no edges
+            {{16, 13, 10, 3, 3, 2, 2, 1, 1, 1, 1}, 7},  // H and W stride 2, odd height: the last src row unread
+            {{8, 10, 12, 3, 5, 1, 1, 1, 2, 2, 2}, 3},   // 3x5, pads of 2: a block row with no src row
+            {{16, 10, 6, 1, 3, 1, 1, 1, 0, 1, 1}, 5},   // one kernel row
+            {{16, 6, 5, 3, 3, 3, 1, 1, 1, 3, 3}, 2},    // H stride = kernel height: no src row shared
+            {{16, 11, 7, 2, 3, 3, 1, 1, 0, 1, 1}, 2},   // H stride 3 over 2 kernel rows: a src row no block row reads
+    };
+    std::vector<std::pair<Isa, int>> isas;  // ISA, vector length
+    if (cpu_isa() >= Isa::avx512_core) isas.push_back({Isa::avx512_core, 16});
+    if (cpu_isa() >= Isa::avx2) isas.push_back({Isa::avx2, 8});
+    int ran = 0;
+    for (const auto& [g, block] : cases)
+        for (const auto& [isa, vlen] : isas)
+            for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+                INFO("ch " << g.ch << " in " << g.ih << "x" << g.iw << " k " << g.kh << "x" << g.kw << " s " << g.sh
+                           << "x" << g.sw << " block " << block << " isa " << isa_name(isa) << " "
+                           << convgrad::dtype_name(dt));
+                REQUIRE(g.oh() % block == 0);
+                // A vector of channels: the tile of each of the block's rows fits.
+                const RowGeometry one{std::min(g.ch, vlen), g.ih, g.iw, g.kh, g.kw, g.sh, g.sw,
+                                      g.dh, g.ph, g.pw, g.pw_end};
+                for (const RowGeometry& t : {one, g}) {
+                    bool fits = false;
+                    const std::vector<float> got = run_rows(t, isa, dt, vlen, &fits, block);
+                    if (isa >= Isa::avx512_core && t.ch <= vlen) REQUIRE(fits);
+                    if (!fits) continue;
+                    ++ran;
+                    CHECK(got == expected(t));
+                }
+            }
+    // AVX-512: every case on one vector (and some on all); AVX2 where 16 registers hold the tile.
+    CHECK(ran >= (cpu_isa() >= Isa::avx512_core ? 9 * 3 : 0));
 }

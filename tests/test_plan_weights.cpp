@@ -487,9 +487,9 @@ TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from 
     // 3x3 f32 depthwise shares each src vector between the taps that read
     // it (pixel windows on rows of up to 28 pixels at W stride 1, whole
     // rows of up to 64 pixels) only where src and diff_dst fit in L3 and
-    // the pixel stride is not a multiple of 2 KiB; 5+ taps take windows
-    // everywhere. bf16 / f16 read in place widen each load and share from
-    // 3 taps regardless.
+    // the pixel stride is not a multiple of 2 KiB, or (row blocks) where
+    // it is; 5+ taps take windows everywhere. bf16 / f16 read in place
+    // widen each load and share from 3 taps regardless.
     auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) { return resnet_dw(ch, sp, k, mb, s); };
     struct Expect {
         Case c;
@@ -500,8 +500,9 @@ TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from 
         {dw(960, 7, 3, 32), true},     // 12 MB
         {dw(192, 28, 3, 8), true},     // 10 MB
         {dw(192, 28, 3, 32), false},   // 38 MB: from DRAM
-        {dw(512, 14, 3, 8), false},    // 2 KiB pixels
-        {dw(1024, 7, 3, 8), false},    // 4 KiB pixels
+        {dw(512, 14, 3, 8), true},     // 2 KiB pixels: row blocks
+        {dw(1024, 7, 3, 8), true},     // 4 KiB pixels: row blocks
+        {dw(512, 14, 3, 64), false},   // 2 KiB pixels from DRAM (51 MB)
         {dw(144, 56, 3, 2), true},     // 56-pixel rows: whole rows
         {dw(144, 112, 3, 1), false},   // 112-pixel rows: neither
         {dw(192, 56, 5, 32), true},    // 5 taps: windows regardless
@@ -517,6 +518,60 @@ TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from 
             CHECK(!(plan.blk.window > 1 && plan.blk.whole_rows));
             if (plan.blk.whole_rows) CHECK(c.in[1] <= 64);
         }
+    }
+}
+
+TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
+    // Whole rows R output rows an entry (WeightsKernelDesc::row_block):
+    // f32 only on pixel strides of a multiple of 2 KiB in L3, 16-bit read
+    // in place (whole lines: an even number of vectors) wherever whole rows
+    // are possible, H stride 1, R dividing the output height; chunks of
+    // whole blocks, descs within the registers.
+    auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) { return resnet_dw(ch, sp, k, mb, s); };
+    struct Expect {
+        Case c;
+        convgrad::data_type dt;
+        int block;  // 1: none
+    };
+    using convgrad::data_type;
+    std::vector<Expect> cases = {
+        {dw(1024, 7, 3, 8), data_type::f32, 7},   // 4 KiB pixels, one vector: the whole plane a block
+        {dw(512, 14, 3, 8), data_type::f32, 7},   // 2 KiB pixels: two blocks an image
+        {dw(512, 14, 3, 64), data_type::f32, 1},  // from DRAM
+        {dw(384, 14, 3, 8), data_type::f32, 1},   // 1.5 KiB pixels: L1 sets are not the limit
+        {dw(1024, 7, 3, 8, 2), data_type::f32, 1},  // H stride 2
+        {dw(144, 56, 3, 8), data_type::f16, 2},   // two vectors (a line), two rows
+        {dw(144, 28, 3, 8), data_type::bf16, 2},  // (on avx512_core: widened)
+        {dw(192, 7, 3, 8), data_type::f16, 1},    // 7 rows: no block of 2 divides them
+        {dw(144, 112, 3, 1), data_type::f16, 1},  // rows past 64 pixels
+        {dw(192, 14, 5, 8), data_type::f16, 1},   // 5x5: the tile leaves no registers for a block
+    };
+    Case c3 = dw(1024, 7, 3, 2);  // 3D: blocks of the H rows of each depth
+    c3.in = {3, 7, 7};
+    c3.k = {3, 3, 3};
+    c3.s = {1, 1, 1};
+    c3.pb = c3.pe = {1, 1, 1};
+    cases.push_back({c3, data_type::f32, 7});
+    for (const Expect& e : cases) {
+        Case c = e.c;
+        c.dt = e.dt;
+        const Problem p = problem(c);
+        const WeightsPlan plan = plan_weights(p, Isa::avx512_core, 2);
+        INFO(c.ic << " channels " << c.in[1] << " px mb " << c.mb << " " << convgrad::dtype_name(e.dt) << "\n"
+                  << plan.to_string());
+        CHECK(plan.blk.row_block == e.block);
+        CHECK((plan.to_string().find(" row-blocks=") != std::string::npos) == (e.block > 1));
+        if (plan.blk.row_block == 1) continue;
+        CHECK(plan.blk.whole_rows);
+        CHECK(plan.geo.out[1] % plan.blk.row_block == 0);
+        CHECK(plan.red.chunk_rows % plan.blk.row_block == 0);
+        CHECK(plan.blk.kh == c.k[c.k.size() - 2]);
+        CHECK(plan.blk.m == c.k.back());
+        if (e.dt != data_type::f32) CHECK(plan.blk.n % 2 == 0);
+        const convgrad::detail::WeightsKernelDesc d = plan.desc(plan.blk.m, plan.blk.n, plan.blk.tail, 4 * c.ic, plan.blk.kh,
+                                              4 * c.ic * c.in.back(), 0);
+        CHECK(d.row_block == plan.blk.row_block);
+        CHECK(convgrad::detail::weights_kernel_vregs(d) <= 32);
     }
 }
 

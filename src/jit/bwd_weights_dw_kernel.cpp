@@ -7,7 +7,8 @@
 // tap) pairs its mask names: the interior of a chunk and its edges in one
 // call, one flush (see WeightsSkeleton::gate_row). With desc.row_px each
 // row entry is a whole output row, one straight-line body with its W edges
-// compiled in (see row_pass() below). bf16 on avx512_core_bf16
+// compiled in (see row_pass() below); with desc.row_block, R output rows
+// (each src vector loaded once for all of them). bf16 on avx512_core_bf16
 // (desc.dot): vdpbf16ps over pairs of consecutive output pixels of a row
 // (see pairs() below).
 #include "jit/bwd_weights_kernel.hpp"
@@ -166,9 +167,15 @@ private:
     // ---- whole rows (desc.row_px) ----
     // Ungated: one pass over the row's src columns inside src, every kernel
     // row per column; gated (kernel rows outside src): a pass per kernel
-    // row, each behind its mask test, the row's prefetches first.
+    // row, each behind its mask test, the row's prefetches first. Row
+    // blocks (desc.row_block): one pass over the block's src rows, each
+    // behind its mask bit when gated.
     void row_body() override {
         const int kh = std::max<int>(1, desc_.kh);
+        if (desc_.row_block > 1) {
+            row_pass(0, block_src_rows(), true);
+            return;
+        }
         if (gate_ == Gate::none) {
             row_pass(0, kh, true);
             return;
@@ -176,18 +183,23 @@ private:
         prefetch_pixels(desc_.row_px);
         for (int ir = 0; ir < kh; ++ir) gate_row(ir, [&] { row_pass(ir, ir + 1, false); });
     }
-    // Kernel rows [ir0, ir1) over the src columns inside src, in order:
-    // column c's src vector (per kernel row, vector) is loaded once and
-    // multiplied into every (pixel u, tap k) with s * u + k = c. A pixel's
-    // diff_dst vectors are loaded at its first column and held (in one of
-    // (m - 1) / s + 1 slots) until its last; with `prefetch`, its
-    // prefetches go with that load (and a row's pixels that read nothing
-    // inside src prefetch at the end).
-    void row_pass(int ir0, int ir1, bool prefetch) {
+    // Src rows [i0, i1) (kernel rows; in a row block of R output rows, the
+    // block's src rows: row i feeds each output row j with kernel row
+    // i - h_stride * j in the kernel) over the src columns inside src, in
+    // order: column c's src vector (per src row, vector) is loaded once and
+    // multiplied into every (output row j, kernel row, pixel u, tap k) with
+    // s * u + k = c. A pixel's diff_dst vectors (of every output row) are
+    // loaded at its first column and held (in one of (m - 1) / s + 1 slots)
+    // until its last; with `prefetch`, its prefetches go with that load
+    // (and a row's pixels that read nothing inside src prefetch at the end).
+    void row_pass(int i0, int i1, bool prefetch) {
         const int ow = desc_.row_px, s = w_stride(), taps = desc_.m, n = vecs();
+        const int rb = std::max<int>(1, desc_.row_block), sh = std::max<int>(1, desc_.h_stride);
+        const int kh = std::max<int>(1, desc_.kh);
         const int first = desc_.row_lo, end = s * (ow - 1) + taps - desc_.row_cut;
         const int64_t px = desc_.tap_disp;  // bytes per pixel, in src and diff_dst alike
         const int slots = (taps - 1) / s + 1;
+        auto dd = [&](int j, int slot, int v) { return temp(1 + (j * slots + slot) * n + v); };
         std::vector<int> slot_of(static_cast<size_t>(ow), -1);
         std::vector<bool> busy(static_cast<size_t>(slots), false);
         int prefetched = 0;
@@ -203,32 +215,46 @@ private:
                 busy[static_cast<size_t>(slot)] = true;
                 slot_of[static_cast<size_t>(u)] = slot;
                 if (prefetch) {
-                    prefetch_pixels(1);
+                    prefetch_pixels(rb);
                     ++prefetched;
                 }
-                for (int v = 0; v < n; ++v)
-                    load_vec(temp(1 + slot * n + v), ptr[reg_dst_ + u * px + v * in_vbytes()], v);
+                for (int j = 0; j < rb; ++j)
+                    for (int v = 0; v < n; ++v)
+                        load_vec(dd(j, slot, v),
+                                 ptr[reg_dst_ + j * int64_t(desc_.dst_row_disp) + u * px + v * in_vbytes()], v);
             }
-            for (int ir = ir0; ir < ir1; ++ir)
+            for (int i = i0; i < i1; ++i) {
+                std::vector<std::pair<int, int>> rows;  // (output row j, kernel row)
+                for (int j = 0; j < rb; ++j)
+                    if (i - sh * j >= 0 && i - sh * j < kh) rows.push_back({j, i - sh * j});
+                if (rows.empty()) continue;  // between kernel rows (H stride above the kernel height)
+                Xbyak::Label skip;
+                if (rb > 1 && gate_ != Gate::none) {
+                    test(reg_mask_, static_cast<uint32_t>(1u << i));
+                    jz(skip, T_NEAR);
+                }
                 for (int v = 0; v < n; ++v) {
-                    const Xbyak::Address a = ptr[reg_src_ + ir * int64_t(desc_.row_disp) + c * px + v * in_vbytes()];
-                    if (uses.size() == 1 && in_dt() == data_type::f32) {  // the one product reads memory
+                    const Xbyak::Address a = ptr[reg_src_ + i * int64_t(desc_.row_disp) + c * px + v * in_vbytes()];
+                    if (rows.size() == 1 && uses.size() == 1 && in_dt() == data_type::f32) {  // one product reads memory
                         const auto [u, k] = uses[0];
-                        mac_mem(acc(ir * taps + k, v), temp(1 + slot_of[static_cast<size_t>(u)] * n + v), a, v,
-                                temp(0));
+                        mac_mem(acc(rows[0].second * taps + k, v), dd(rows[0].first, slot_of[static_cast<size_t>(u)], v),
+                                a, v, temp(0));
                         continue;
                     }
                     load_vec(temp(0), a, v);
-                    for (const auto& [u, k] : uses)
-                        mac(acc(ir * taps + k, v), temp(1 + slot_of[static_cast<size_t>(u)] * n + v), temp(0));
+                    for (const auto& [j, ir] : rows)
+                        for (const auto& [u, k] : uses)
+                            mac(acc(ir * taps + k, v), dd(j, slot_of[static_cast<size_t>(u)], v), temp(0));
                 }
+                L(skip);
+            }
             for (const auto& [u, k] : uses)  // pixels whose last column this is
                 if (std::min(s * u + taps, end) - 1 == c && slot_of[static_cast<size_t>(u)] >= 0) {
                     busy[static_cast<size_t>(slot_of[static_cast<size_t>(u)])] = false;
                     slot_of[static_cast<size_t>(u)] = -2;  // done
                 }
         }
-        if (prefetch) prefetch_pixels(ow - prefetched);
+        if (prefetch) prefetch_pixels(rb * (ow - prefetched));
     }
     // A block of `window` pairs (2 x window pixels, W stride s): the
     // diff_dst pairs D(u) (pixels 2u, 2u+1) in temp(1 + u*n + v); per kernel

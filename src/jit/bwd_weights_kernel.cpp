@@ -32,7 +32,9 @@ int gemm_temps(const WeightsKernelDesc& d) {
 int dw_temps(const WeightsKernelDesc& d) {
     const int ring = d.dot && d.window > 1 ? std::max<int>(1, d.w_stride) - 1 : 0;
     // Whole rows: the pixels whose diff_dst is live at one src column.
-    const int held = d.row_px ? (d.m - 1) / std::max<int>(1, d.w_stride) + 1 : std::max<int>(1, d.window);
+    // Row blocks: those of each of the block's rows.
+    const int held = d.row_px ? ((d.m - 1) / std::max<int>(1, d.w_stride) + 1) * std::max<int>(1, d.row_block)
+                              : std::max<int>(1, d.window);
     return held * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group) + (d.dot ? 2 + ring : 0);
 }
 
@@ -56,6 +58,8 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.kw_lanes) os << "_lanes" << int(d.kw_last) << "d" << d.tap_disp << (d.lane_pairs ? "_pairs" : "");
     if (dw && d.window > 1) os << "_w" << int(d.window);
     if (d.row_px) os << "_row" << int(d.row_px) << '_' << int(d.row_lo) << '_' << int(d.row_cut);
+    if (d.row_block > 1)
+        os << "_blk" << int(d.row_block) << 'h' << std::max<int>(1, d.h_stride) << 'r' << d.dst_row_disp;
     if (d.w_stride > 1) os << "_ws" << int(d.w_stride);
     if (d.lane_group > 1) os << "_lg" << int(d.lane_group);
     if (d.dot) os << "_dot";
@@ -132,6 +136,8 @@ void WeightsSkeleton::generate() {
         throw error("JIT kernel " + name() + ": kw lanes need a kw window on AVX-512 and at most 8 output channels");
     if (desc_.row_px && (!dw() || dot() || desc_.lane_group > 1 || desc_.window > 1))
         throw error("JIT kernel " + name() + ": whole rows need a depthwise kernel without pairs, groups or windows");
+    if (desc_.row_block > 1 && (!desc_.row_px || desc_.row_disp <= 0 || desc_.dst_row_disp <= 0))
+        throw error("JIT kernel " + name() + ": row blocks need whole rows and both row displacements");
     preamble(desc_.stage || desc_.edges ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
     if (stage_src() && desc_.m % vec_.vlen()) {

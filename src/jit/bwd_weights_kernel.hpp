@@ -220,8 +220,25 @@ struct WeightsKernelDesc {
     // group G+1 goes to diff_weights + 32 + i * wei_row_stride (XIO: the
     // next group's 8 output channels).
     uint8_t lane_pairs = 0;
+    // depthwise whole rows in blocks: row_block = R > 1 consecutive output
+    // rows of one image per WeightsRow (its offsets at the block's first
+    // output row and src row; pixels R * row_px). Output row j's diff_dst
+    // row is j * dst_row_disp bytes on, and it reads src rows h_stride * j
+    // + kernel row (H dilation 1, rows row_disp bytes apart), so block src
+    // row i is read by every (j, kernel row) with h_stride * j + kh = i.
+    // Per src column each of the block's h_stride * (R - 1) + kh src rows
+    // is loaded once and feeds all of those (and every tap reading that
+    // column), while the R rows' diff_dst vectors of the live columns stay
+    // in registers: a src vector is loaded about (R + 2) / R times per
+    // chunk instead of kh times, and L1 reuse across rows (which pixel
+    // strides of 1 KiB and more defeat through L1 sets) is not needed.
+    // desc.edges: WeightsRow::mask bit i = block src row i inside src.
+    int32_t dst_row_disp = 0;
+    uint8_t row_block = 0;
+    uint8_t h_stride = 0;  // row_block: src rows between output rows (0 = 1)
+    uint8_t reserved[2] = {};
 };
-static_assert(sizeof(WeightsKernelDesc) == 32, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 40, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);

@@ -99,6 +99,10 @@ protected:
         L(skip);
     }
 
+    // Row blocks (desc.row_block): the src rows a block reads.
+    int block_src_rows() const {
+        return std::max<int>(1, desc_.h_stride) * (desc_.row_block - 1) + std::max<int>(1, desc_.kh);
+    }
     // Tile rows (ic, or taps: kh kernel rows of m kw taps, row-major).
     // gemm kw_win: KW blocks of m rows (tap k, channel i), wei_kh_stride apart.
     int rows() const { return desc_.m * std::max<int>(1, desc_.kh) * std::max<int>(1, desc_.kw_win); }
@@ -144,8 +148,10 @@ protected:
 private:
     // Mask bits per kernel row: the tile's kw taps.
     int mask_taps() const { return desc_.m / std::max<int>(1, desc_.lane_group); }
-    // Mask bits of the tile: (kernel row, tap) pairs.
-    int mask_pairs() const { return mask_taps() * std::max<int>(1, desc_.kh); }
+    // Mask bits of the tile: (kernel row, tap) pairs; row blocks: src rows.
+    int mask_pairs() const {
+        return desc_.row_block > 1 ? block_src_rows() : mask_taps() * std::max<int>(1, desc_.kh);
+    }
     bool dw() const { return desc_.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise); }
     // Depthwise: r13, r14, rsi := the walk at rdx; rdx := the next one.
     void next_walk();

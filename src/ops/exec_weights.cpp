@@ -492,6 +492,8 @@ private:
     void plan_dw_edges();
     // The kernel row interval [ia, ib) of block kh0 inside src for output row oh.
     std::array<int, 2> kernel_rows_inside(int64_t kh0, int64_t oh) const;
+    // Row blocks: bit i = the src row i of the block from output row oh is inside src.
+    uint64_t block_src_mask(int64_t oh) const;
     std::shared_ptr<const StageKernel> stager_;
     // lane pairs of an odd group count: the last group's kernel (8 lanes)
     std::shared_ptr<const WeightsKernel> lone_;
@@ -983,11 +985,25 @@ void JitWeightsExecutor::plan_dw_edges() {
                 pieces.push_back({ow, ow + 1, a, e});
         }
     }
+    if (b.row_block > 1) {
+        const uint64_t all = (uint64_t(1) << (g.stride[1] * (b.row_block - 1) + g.k[1])) - 1;
+        for (int64_t oh = 0; oh < g.out[1]; oh += b.row_block) dw_edges_ = dw_edges_ || block_src_mask(oh) != all;
+        return;
+    }
     for (int64_t kh0 = 0; kh0 < g.k[1]; kh0 += b.kh)
         for (int64_t oh = 0; oh < g.out[1]; ++oh) {
             const auto [ia, ib] = kernel_rows_inside(kh0, oh);
             dw_edges_ = dw_edges_ || (ia < ib && ib - ia < b.kh);
         }
+}
+
+uint64_t JitWeightsExecutor::block_src_mask(int64_t oh) const {
+    const WeightsGeometry& g = plan_.geo;
+    const int64_t ih0 = oh * g.stride[1] - g.pad[1], rows = g.stride[1] * (plan_.blk.row_block - 1) + g.k[1];
+    uint64_t mask = 0;
+    for (int64_t i = 0; i < rows; ++i)
+        if (ih0 + i >= 0 && ih0 + i < g.in[1]) mask |= uint64_t(1) << i;
+    return mask;
 }
 
 // WeightsRow::mask's variant of taps [a, b) of a tile of `taps`.
@@ -1004,6 +1020,17 @@ void JitWeightsExecutor::build_dw_rows(std::vector<WeightsRow>& out, const std::
     const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
     const int64_t kw0 = kt * b.m;
     out.clear();
+    if (b.row_block > 1) {  // an entry per block of R rows: its first row's, mask bit i = src row i inside
+        for (const RowPos& r : chunk) {
+            const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
+            if (r.oh % b.row_block || id < 0 || id >= g.in[0]) continue;
+            const uint64_t mask = block_src_mask(r.oh);
+            if (!mask) continue;
+            add_row(out, user_src_bytes(r.n, id, r.oh * g.stride[1] - g.pad[1], kw0 - g.pad[2]),
+                    user_dst_bytes(r.n, r.od, r.oh, 0), b.row_block * g.out[2], mask);
+        }
+        return;
+    }
     for (const RowPos& r : chunk) {
         const int64_t id = r.od * g.stride[0] - g.pad[0] + kd * g.dil[0];
         const auto [ia, ib] = kernel_rows_inside(kh0, r.oh);

@@ -452,14 +452,17 @@ bool dw_f32_src_shared(const WeightsPlan& plan) {
 // Depthwise whole rows: f32 or 16-bit widened per load (not W pairs), no
 // lane groups, W dilation 1, rows of at most dw_row_max_px unmerged
 // pixels, edges that fit the desc's bytes; f32 where dw_f32_src_shared.
-bool whole_rows_ok(const WeightsPlan& plan) {
+bool whole_row_geometry_ok(const WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
     const WholeRowEdges e = whole_row_edges(g);
-    if (plan.elem_bytes() == 4 && !dw_f32_src_shared(plan)) return false;
     return plan.blk.kind == WeightsKernelKind::depthwise && plan.blk.lane_group == 1 && !plan.w_pairs &&
            !plan.pairs && !plan.staged && !plan.prepad && !g.merged && g.dil[2] == 1 &&
            g.out[2] <= Cost::dw_row_max_px && e.lo <= UINT8_MAX && e.cut <= UINT8_MAX && g.stride[2] <= UINT8_MAX &&
            e.lo < g.stride[2] * (g.out[2] - 1) + g.k[2] - e.cut;
+}
+bool whole_rows_ok(const WeightsPlan& plan) {
+    if (plan.elem_bytes() == 4 && !dw_f32_src_shared(plan)) return false;
+    return whole_row_geometry_ok(plan);
 }
 
 // The share of a row's output pixels in whole blocks of `block` pixels of
@@ -570,6 +573,70 @@ void choose_blocking(WeightsPlan& plan) {
     b.tiles = g.k[0] * (g.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : g.k[2] / plan.fold_kw * g.g);
 }
 
+// Depthwise row blocks (WeightsKernelDesc::row_block): whole rows, R output
+// rows an entry, every tap of one kernel, n channel vectors. Per output
+// pixel and vector: one diff_dst load, (SH * (R - 1) + KH) / R src loads
+// per src column the pixel adds (W stride), KH * KW FMAs. Among the (n, R)
+// that fit the registers, with R dividing the output height (a block never
+// leaves its image) and R >= 2, the fewest loads per FMA; ties go to the
+// wider tile (fewer passes over a chunk).
+void choose_row_block(WeightsPlan& plan) {
+    WeightsBlocking& b = plan.blk;
+    const WeightsGeometry& g = plan.geo;
+    if (!whole_row_geometry_ok(plan) || g.dil[1] != 1 || g.stride[1] > Cost::dw_block_max_h_stride ||
+        g.k[1] > 32 || g.k[2] > 32)
+        return;
+    const int64_t channels = g.g * g.icg, vecs = div_up(channels, b.vlen);
+    const int64_t row_bytes = g.in[2] * channels * plan.elem_bytes();
+    const int64_t dst_row_bytes = g.out[2] * channels * plan.elem_bytes();
+    double best = 1e300;
+    int best_n = 0, best_r = 0;
+    const bool rows0 = b.whole_rows;
+    const int window0 = b.window;
+    if (plan.elem_bytes() == 4 && (dw_data_bytes(plan) > Cost::l3_bytes || dw_tap_disp(plan) % (kL1SetSpan / 2) != 0))
+        return;
+    for (int n = plan.elem_bytes() == 2 ? 2 : 1; n <= std::min<int64_t>(vecs, 4); n += plan.elem_bytes() == 2 ? 2 : 1)
+        for (int r = static_cast<int>(std::min<int64_t>(g.out[1], 16)); r >= 2; --r) {
+            if (g.out[1] % r) continue;
+            const int64_t src_rows = g.stride[1] * (r - 1) + g.k[1];
+            if (src_rows > 31 || (src_rows - 1) * row_bytes + g.stride[2] * g.out[2] * dw_tap_disp(plan) > INT32_MAX ||
+                (r - 1) * dst_row_bytes + g.out[2] * dw_tap_disp(plan) > INT32_MAX)
+                continue;
+            b.whole_rows = true;
+            b.window = 1;
+            b.row_block = r;
+            const bool ok = fits(plan, static_cast<int>(g.k[2]), n, b.tail, static_cast<int>(g.k[1]));
+            b.row_block = 1;
+            b.whole_rows = rows0;
+            b.window = window0;
+            if (!ok) continue;
+            const double loads = 1.0 + double(std::min(g.stride[2], g.k[2])) * double(src_rows) / r;
+            const double cost = loads / double(g.k[1] * g.k[2]) - 1e-3 * n;
+            if (cost < best) {
+                best = cost;
+                best_n = n;
+                best_r = r;
+            }
+            break;  // the largest R for this n
+        }
+    if (best_r == 0) return;
+    b.whole_rows = true;
+    b.window = 1;
+    b.row_block = best_r;
+    b.m = static_cast<int>(g.k[2]);
+    b.kh = static_cast<int>(g.k[1]);
+    b.n = best_n;
+    b.m_tiles = 1;
+    b.m_last = b.m;
+    b.n_tiles = div_up(vecs, b.n);
+    b.n_last = static_cast<int>(vecs - (b.n_tiles - 1) * b.n);
+    b.tiles = g.k[0] * b.n_tiles;
+    const double fmas = double(g.k[1] * g.k[2]), src_rows = double(g.stride[1] * (best_r - 1) + g.k[1]);
+    const double loads = 1.0 + double(std::min(g.stride[2], g.k[2])) * src_rows / best_r;
+    b.cycles_per_pixel = double(g.k[0]) * double(vecs) *
+                         std::max(fmas / Cost::fma_per_cycle, loads / Cost::loads_per_cycle);
+}
+
 void choose_reduction(WeightsPlan& plan, const Problem& p) {
     WeightsGeometry& g = plan.geo;
     WeightsReduction& r = plan.red;
@@ -621,6 +688,13 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     if (r.slices > 1) {  // the same number of chunks in every slice (5 chunks in 2 slices: 3 + 2)
         const int64_t per_slice = div_up(r.chunks, r.slices);
         r.chunk_rows = div_up(r.rows, r.slices * per_slice);
+        r.chunks = div_up(r.rows, r.chunk_rows);
+        r.slices = std::min(r.slices, r.chunks);
+    }
+    // Row blocks: chunks of whole blocks (R divides the output height, so
+    // no block leaves its image).
+    if (const int64_t rb = plan.blk.row_block; rb > 1) {
+        r.chunk_rows = div_up(r.chunk_rows, rb) * rb;
         r.chunks = div_up(r.rows, r.chunk_rows);
         r.slices = std::min(r.slices, r.chunks);
     }
@@ -807,6 +881,12 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.tap_disp = uses_disp ? static_cast<int32_t>(tap_disp) : 0;
     d.kh = u8(kh, "kh");
     d.row_disp = kh > 1 ? static_cast<int32_t>(row_disp) : 0;
+    if (d.row_px && blk.row_block > 1) {
+        d.row_block = u8(blk.row_block, "row_block");
+        d.h_stride = u8(geo.stride[1], "h_stride");
+        d.row_disp = static_cast<int32_t>(row_disp);
+        d.dst_row_disp = static_cast<int32_t>(geo.out[2] * geo.g * geo.ocg * elem_bytes());
+    }
     d.stage = u8(stage, "stage");
     d.pf_lines = u8(pf_lines, "pf_lines");
     if (blk.kind == WeightsKernelKind::gemm && kw_phases > 0) {
@@ -925,6 +1005,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.src_pitch = staged_pitch(plan, p, p.ic() * 4);
     plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4);
     choose_blocking(plan);
+    if (dw) choose_row_block(plan);
     if (plan.kw_phases > 0) {  // the taps of a W phase in the tile, the channels split evenly
         WeightsBlocking& b = plan.blk;
         const WeightsGeometry& g = plan.geo;
@@ -989,6 +1070,7 @@ std::string WeightsPlan::to_string() const {
                                                                : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
        << (dw && blk.window > 1 ? " window=" + std::to_string(blk.window) : std::string())
        << (dw && blk.whole_rows ? " whole-rows" : "")
+       << (dw && blk.row_block > 1 ? " row-blocks=" + std::to_string(blk.row_block) : std::string())
        << " tiles=" << blk.tiles << " (" << (dw ? "kw" : fold_kw > 1 ? "kw.ic" : kw_lanes ? "oc" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
        << " last " << blk.m_last << ", " << (dw ? "ch" : kw_lanes ? "ic" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
        << "v last " << blk.n_last << "v tail " << blk.tail << ")"

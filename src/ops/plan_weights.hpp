@@ -53,6 +53,7 @@ struct WeightsBlocking {
     int n = 1;  // vectors of output channels (gemm) / channels (depthwise) per tile
     int window = 1;  // depthwise, W stride 1 or 2: pixels per block sharing src vectors (WeightsKernelDesc::window)
     bool whole_rows = false;  // depthwise: a call entry per output row, W edges in the kernel (WeightsKernelDesc::row_px)
+    int row_block = 1;  // depthwise whole rows: output rows per call entry (WeightsKernelDesc::row_block)
     // depthwise: channels per group G (WeightsKernelDesc::lane_group); a
     // tile's m kw taps are m x G rows of diff_weights
     int lane_group = 1;
@@ -222,6 +223,7 @@ struct WeightsCostModel {
     // Depthwise whole rows (WeightsKernelDesc::row_px): straight-line code
     // per output row, so rows up to this long.
     static constexpr int64_t dw_row_max_px = 64;
+    static constexpr int64_t dw_block_max_h_stride = 1;  // row blocks (WeightsKernelDesc::row_block) up to this H stride
     // bf16 from DRAM on short rows: kernels up to this wide widen instead of pairing W pixels (w_pairs).
     static constexpr int64_t dw_pairs_dram_max_kw = 5;
     static constexpr double l3_bytes = 32.0 * 1024 * 1024;  // the project hosts' L3 (Zen 4 and Zen 5 guests)
