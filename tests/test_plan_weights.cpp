@@ -487,8 +487,8 @@ TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from 
     // 3x3 f32 depthwise shares each src vector between the taps that read
     // it (pixel windows on rows of up to 28 pixels at W stride 1, whole
     // rows of up to 64 pixels) only where src and diff_dst fit in L3 and
-    // the pixel stride is not a multiple of 2 KiB, or (row blocks) where
-    // it is; 5+ taps take windows everywhere. bf16 / f16 read in place
+    // the pixel stride is not a multiple of 2 KiB, or (row blocks, from L3
+    // or DRAM) where it is; 5+ taps take windows everywhere. bf16 / f16 read in place
     // widen each load and share from 3 taps regardless.
     auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) { return resnet_dw(ch, sp, k, mb, s); };
     struct Expect {
@@ -502,7 +502,7 @@ TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from 
         {dw(192, 28, 3, 32), false},   // 38 MB: from DRAM
         {dw(512, 14, 3, 8), true},     // 2 KiB pixels: row blocks
         {dw(1024, 7, 3, 8), true},     // 4 KiB pixels: row blocks
-        {dw(512, 14, 3, 64), false},   // 2 KiB pixels from DRAM (51 MB)
+        {dw(512, 14, 3, 64), true},    // 2 KiB pixels from DRAM (51 MB): row blocks too
         {dw(144, 56, 3, 2), true},     // 56-pixel rows: whole rows
         {dw(144, 112, 3, 1), false},   // 112-pixel rows: neither
         {dw(192, 56, 5, 32), true},    // 5 taps: windows regardless
@@ -523,7 +523,7 @@ TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from 
 
 TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
     // Whole rows R output rows an entry (WeightsKernelDesc::row_block):
-    // f32 only on pixel strides of a multiple of 2 KiB in L3, 16-bit read
+    // f32 only on pixel strides of a multiple of 2 KiB, 16-bit read
     // in place (whole lines: an even number of vectors) wherever whole rows
     // are possible, H stride 1, R dividing the output height; chunks of
     // whole blocks, descs within the registers.
@@ -537,7 +537,7 @@ TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
     std::vector<Expect> cases = {
         {dw(1024, 7, 3, 8), data_type::f32, 7},   // 4 KiB pixels, one vector: the whole plane a block
         {dw(512, 14, 3, 8), data_type::f32, 7},   // 2 KiB pixels: two blocks an image
-        {dw(512, 14, 3, 64), data_type::f32, 1},  // from DRAM
+        {dw(512, 14, 3, 64), data_type::f32, 7},  // from DRAM too
         {dw(384, 14, 3, 8), data_type::f32, 1},   // 1.5 KiB pixels: L1 sets are not the limit
         {dw(1024, 7, 3, 8, 2), data_type::f32, 1},  // H stride 2
         {dw(144, 56, 3, 8), data_type::f16, 2},   // two vectors (a line), two rows
