@@ -578,7 +578,9 @@ TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
 TEST_CASE("weights plan: bf16 depthwise from DRAM on short rows widens instead of pairing", "[jit][weights][plan]") {
     // On avx512_core_bf16, bf16 depthwise pairs W pixels for vdpbf16ps,
     // except where src and diff_dst exceed L3 on rows of up to 64 pixels
-    // with kernels up to 5 wide: those read bf16 widened, in whole rows.
+    // with kernels up to 5 wide: those read bf16 widened, in whole rows;
+    // and on pixel strides of a multiple of 2 KiB (widened, in row blocks
+    // or whole rows).
     auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) {
         Case c = resnet_dw(ch, sp, k, mb, s);
         c.dt = convgrad::data_type::bf16;
@@ -595,13 +597,18 @@ TEST_CASE("weights plan: bf16 depthwise from DRAM on short rows widens instead o
         {dw(144, 56, 3, 2), true},      // 3.6 MB: in L3
         {dw(96, 112, 3, 32, 2), true},  // 112-pixel src rows
         {dw(96, 56, 7, 32), true},      // 7x7
+        {dw(1024, 7, 3, 2), false},     // 2 KiB pixels
+        {dw(2048, 7, 7, 2), false},     // 4 KiB pixels, 7x7
+        {dw(1024, 14, 3, 2, 2), false}, // 2 KiB pixels, W stride 2
+        {dw(512, 14, 3, 2), true},      // 1 KiB pixels
+        {dw(1536, 7, 3, 2), true},      // 3 KiB pixels
     };
     for (const Expect& e : cases) {
         const WeightsPlan plan = plan_weights(problem(e.c), Isa::avx512_core_bf16, 2);
         INFO(e.c.ic << " channels " << e.c.in[1] << " px k " << e.c.k[1] << " mb " << e.c.mb << "\n"
                     << plan.to_string());
         CHECK(plan.w_pairs == e.pairs);
-        if (!e.pairs) CHECK(plan.blk.whole_rows);
+        if (!e.pairs) CHECK((plan.blk.whole_rows || plan.blk.window > 1));
     }
 }
 

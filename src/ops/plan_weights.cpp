@@ -722,12 +722,18 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 // two runs: MobileNetV2 144 channels at 56x56 1.61x, 56 -> 28 3x3 s2
 // 1.14-1.34x, EfficientNet-B0 5x5 s2 1.35-1.91x; against that, 112-pixel
 // src rows 0.88-0.96x at W stride 2, ConvNeXt 7x7 at 56x56 0.74-0.77x).
+// Nor on pixel strides of a multiple of 2 KiB (1024, 2048 channels), where
+// the widened kernels take row blocks or whole rows: against pairs (AMD
+// Zen 4, 2 threads, mb 32, min of 5) MobileNet v1 conv6 1.27x, 1024
+// channels at 14x14 1.54x, 2048 at 8x8 / 7x7 1.67x / 1.37x, 3x3 s2
+// 1.19-1.29x, 5x5 1.35x, 7x7 at 7x7 3.18x.
 bool w_pairs(const Problem& p, Isa isa) {
     const bool dram_short_rows = 2.0 * double(p.activation_elems()) > Cost::l3_bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
                                  p.in[2] <= Cost::dw_row_max_px && p.out[2] <= Cost::dw_row_max_px;
+    const bool set_conflicts = p.ic() * int64_t(dtype_size(p.dt)) % (kL1SetSpan / 2) == 0;
     return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 &&
            p.stride[2] <= Cost::dw_window_max_stride && p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit &&
-           !dram_short_rows;
+           !dram_short_rows && !set_conflicts;
 }
 
 // Depthwise pre-pads src (copies it into a zero-padded scratch and plans
