@@ -199,12 +199,23 @@ private:
         const int first = desc_.row_lo, end = s * (ow - 1) + taps - desc_.row_cut;
         const int64_t px = desc_.tap_disp;  // bytes per pixel, in src and diff_dst alike
         const int slots = (taps - 1) / s + 1;
-        auto dd = [&](int j, int slot, int v) { return temp(1 + (j * slots + slot) * n + v); };
+        // The registers, once (each is an Xbyak object built per use otherwise).
+        std::vector<Xbyak::Xmm> dd_regs, acc_regs;
+        for (int i = 0; i < rb * slots * n; ++i) dd_regs.push_back(temp(1 + i));
+        for (int i = 0; i < kh * taps * n; ++i) acc_regs.push_back(acc(i / n, i % n));
+        auto dd = [&](int j, int slot, int v) { return dd_regs[static_cast<size_t>((j * slots + slot) * n + v)]; };
+        auto acc_of = [&](int row, int v) { return acc_regs[static_cast<size_t>(row * n + v)]; };
+        const Xbyak::Xmm src_reg = temp(0);
         std::vector<int> slot_of(static_cast<size_t>(ow), -1);
         std::vector<bool> busy(static_cast<size_t>(slots), false);
+        std::vector<std::vector<std::pair<int, int>>> rows_of(static_cast<size_t>(i1));  // src row: (output row j, kernel row)
+        for (int i = i0; i < i1; ++i)
+            for (int j = 0; j < rb; ++j)
+                if (i - sh * j >= 0 && i - sh * j < kh) rows_of[static_cast<size_t>(i)].push_back({j, i - sh * j});
+        std::vector<std::pair<int, int>> uses;  // (pixel, tap) of a column
         int prefetched = 0;
         for (int c = first; c < end; ++c) {
-            std::vector<std::pair<int, int>> uses;  // (pixel, tap)
+            uses.clear();
             for (int k = c % s; k < taps; k += s)
                 if ((c - k) / s < ow && c >= k) uses.push_back({(c - k) / s, k});
             if (uses.empty()) continue;  // a column between taps (W stride above the kernel width)
@@ -224,9 +235,7 @@ private:
                                  ptr[reg_dst_ + j * int64_t(desc_.dst_row_disp) + u * px + v * in_vbytes()], v);
             }
             for (int i = i0; i < i1; ++i) {
-                std::vector<std::pair<int, int>> rows;  // (output row j, kernel row)
-                for (int j = 0; j < rb; ++j)
-                    if (i - sh * j >= 0 && i - sh * j < kh) rows.push_back({j, i - sh * j});
+                const std::vector<std::pair<int, int>>& rows = rows_of[static_cast<size_t>(i)];
                 if (rows.empty()) continue;  // between kernel rows (H stride above the kernel height)
                 Xbyak::Label skip;
                 if (rb > 1 && gate_ != Gate::none) {
@@ -237,14 +246,14 @@ private:
                     const Xbyak::Address a = ptr[reg_src_ + i * int64_t(desc_.row_disp) + c * px + v * in_vbytes()];
                     if (rows.size() == 1 && uses.size() == 1 && in_dt() == data_type::f32) {  // one product reads memory
                         const auto [u, k] = uses[0];
-                        mac_mem(acc(rows[0].second * taps + k, v), dd(rows[0].first, slot_of[static_cast<size_t>(u)], v),
-                                a, v, temp(0));
+                        mac_mem(acc_of(rows[0].second * taps + k, v), dd(rows[0].first, slot_of[static_cast<size_t>(u)], v),
+                                a, v, src_reg);
                         continue;
                     }
-                    load_vec(temp(0), a, v);
+                    load_vec(src_reg, a, v);
                     for (const auto& [j, ir] : rows)
                         for (const auto& [u, k] : uses)
-                            mac(acc(ir * taps + k, v), dd(j, slot_of[static_cast<size_t>(u)], v), temp(0));
+                            mac(acc_of(ir * taps + k, v), dd(j, slot_of[static_cast<size_t>(u)], v), src_reg);
                 }
                 L(skip);
             }

@@ -275,6 +275,15 @@ void WeightsSkeleton::partial_taps_loops(const Xbyak::Label& next) {
 }
 
 void WeightsSkeleton::prefetch_pixels(int count) {
+    if (count > 1 && desc_.row_block > 1) {  // a loop: blocks step R pixels a column (rbx is free in whole rows)
+        Xbyak::Label step;
+        mov(reg_npix_.cvt32(), count);
+        L(step);
+        prefetch_pixels(1);
+        dec(reg_npix_.cvt32());
+        jnz(step, T_NEAR);
+        return;
+    }
     for (int p = 0; p < count; ++p) {
         for (int line = 0; line < desc_.pf_lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
         add(reg_prefetch_, reg_prefetch_step_);

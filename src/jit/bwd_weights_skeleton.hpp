@@ -64,7 +64,8 @@ protected:
     // (prefetch_pixels).
     virtual void row_body() {}
     // desc.pf_lines lines for each of `count` pixels at r13, stepping r14
-    // (depthwise: rsi steps a walk, then the next walk).
+    // (depthwise: rsi steps a walk, then the next walk); row blocks run
+    // the steps as a loop on rbx.
     void prefetch_pixels(int count);
 
     // desc.edges: the bodies emit the work of kernel row ir through

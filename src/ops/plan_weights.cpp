@@ -601,7 +601,7 @@ void choose_row_block(WeightsPlan& plan) {
     if (plan.elem_bytes() == 4 && dw_tap_disp(plan) % (kL1SetSpan / 2) != 0) return;
     for (int n = plan.elem_bytes() == 2 ? 2 : 1; n <= std::min<int64_t>(vecs, 4); n += plan.elem_bytes() == 2 ? 2 : 1)
         for (int r = static_cast<int>(std::min<int64_t>(g.out[1], 16)); r >= 2; --r) {
-            if (g.out[1] % r) continue;
+            if (g.out[1] % r || r * n * g.out[2] * g.k[1] * g.k[2] > Cost::dw_block_max_fmas) continue;
             const int64_t src_rows = g.stride[1] * (r - 1) + g.k[1];
             if (src_rows > 31 || (src_rows - 1) * row_bytes + g.stride[2] * g.out[2] * dw_tap_disp(plan) > INT32_MAX ||
                 (r - 1) * dst_row_bytes + g.out[2] * dw_tap_disp(plan) > INT32_MAX)

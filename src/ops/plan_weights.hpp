@@ -224,6 +224,11 @@ struct WeightsCostModel {
     // per output row, so rows up to this long.
     static constexpr int64_t dw_row_max_px = 64;
     static constexpr int64_t dw_block_max_h_stride = 1;  // row blocks (WeightsKernelDesc::row_block) up to this H stride
+    // ... and up to this many FMAs in a block's straight-line body (R rows x
+    // row pixels x taps x vectors): about 85 ns of generation per
+    // instruction, so a cold op stays within 1 ms (MobileNet-sized 512
+    // channels at 56x64 with R = 7: 4032 FMAs, 1.0-1.3 ms).
+    static constexpr int64_t dw_block_max_fmas = 2048;
     // bf16 from DRAM on short rows: kernels up to this wide widen instead of pairing W pixels (w_pairs).
     static constexpr int64_t dw_pairs_dram_max_kw = 5;
     static constexpr double l3_bytes = 32.0 * 1024 * 1024;  // the project hosts' L3 (Zen 4 and Zen 5 guests)
