@@ -532,14 +532,13 @@ void choose_blocking(WeightsPlan& plan) {
             b.whole_rows = rows;
             for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
                 if (rows && m != rows_total) continue;  // one kw tile
+                // Depthwise windows take blocks of a row's interior pixels
+                // (pairs: 2w pixels a block); the rest run one (pair) at a time.
+                const double in_blocks = rows ? 1 : w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
                 for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
                     if (!fits(plan, m, n, b.tail, kh)) break;  // wider tiles only add registers
                     if (dw && !dw_disp_fits(plan, m, n, kh, w)) continue;
                     const double pixels = chunk_px[n];
-                    // Depthwise windows take blocks of a row's interior pixels
-                    // (pairs: 2w pixels a block); the rest run one (pair) at a time.
-                    const double in_blocks =
-                            rows ? 1 : w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
                     auto row_cost = [&](int r) {
                         return over_tiles(vecs, n, [&](int v) {
                             if (!dw) return gemm_tile(r, v, pixels, latency);
@@ -851,10 +850,13 @@ namespace {
 
 // A kernel descriptor's byte-wide field; a value past it is a planner bug
 // that would emit the wrong kernel, never a silent truncation.
-uint8_t u8(int64_t v, const char* field) {
-    if (v < 0 || v > UINT8_MAX)
-        throw std::logic_error(std::string("weights kernel descriptor: ") + field + " = " + std::to_string(v) +
-                               " does not fit its byte");
+[[noreturn]] __attribute__((noinline)) void u8_overflow(int64_t v, const char* field) {
+    throw std::logic_error(std::string("weights kernel descriptor: ") + field + " = " + std::to_string(v) +
+                           " does not fit its byte");
+}
+// (The throw out of line: the plan search builds a desc per candidate tile.)
+inline uint8_t u8(int64_t v, const char* field) {
+    if (v < 0 || v > UINT8_MAX) u8_overflow(v, field);
     return static_cast<uint8_t>(v);
 }
 
