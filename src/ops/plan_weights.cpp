@@ -367,9 +367,9 @@ double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double 
     const int r = m * kh * group;
     if (w_pairs) {  // per pixel: half a vdpbf16ps per (tap, vector), and the vpermt2w that pair the loads
         // a block of w pairs builds P_j = (s_j, s_{j+stride}) for each j = 2 * stride * u + k
-        int built = 0;
-        for (int64_t j = 0; j < 2 * stride * (w - 1) + m; ++j)
-            built += j % (2 * stride) < m ? 1 : 0;
+        // (the j in [0, 2 * stride * (w - 1) + m) with j % (2 * stride) < m)
+        const int64_t period = 2 * stride, count = period * (w - 1) + m;
+        const int64_t built = count / period * std::min<int64_t>(m, period) + std::min<int64_t>(count % period, m);
         const double src_loads = windows ? kh * v * double(built + stride) / (2 * w) : double(r * v);
         const double perms = (windows ? kh * v * double(built) / (2 * w) : src_loads / 2) + v / 2.0,
                      dots = r * v / 2.0;
