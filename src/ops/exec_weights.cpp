@@ -986,7 +986,7 @@ void JitWeightsExecutor::plan_dw_edges() {
         }
     }
     if (b.row_block > 1) {
-        const uint64_t all = (uint64_t(1) << (g.stride[1] * (b.row_block - 1) + g.k[1])) - 1;
+        const uint64_t all = (uint64_t(1) << row_block_src_rows(g, b.row_block)) - 1;
         for (int64_t oh = 0; oh < g.out[1]; oh += b.row_block) dw_edges_ = dw_edges_ || block_src_mask(oh) != all;
         return;
     }
@@ -999,7 +999,7 @@ void JitWeightsExecutor::plan_dw_edges() {
 
 uint64_t JitWeightsExecutor::block_src_mask(int64_t oh) const {
     const WeightsGeometry& g = plan_.geo;
-    const int64_t ih0 = oh * g.stride[1] - g.pad[1], rows = g.stride[1] * (plan_.blk.row_block - 1) + g.k[1];
+    const int64_t ih0 = oh * g.stride[1] - g.pad[1], rows = row_block_src_rows(g, plan_.blk.row_block);
     uint64_t mask = 0;
     for (int64_t i = 0; i < rows; ++i)
         if (ih0 + i >= 0 && ih0 + i < g.in[1]) mask |= uint64_t(1) << i;

@@ -439,6 +439,10 @@ bool dw_f32_short_windows(const WeightsPlan& plan) {
     return g.stride[2] == 1 && g.out[2] <= Cost::dw_window_3tap_max_ow && dw_f32_src_shared(plan);
 }
 
+// Pixels a multiple of 2 KiB apart: a channel vector's line of every pixel
+// falls in one or two L1 sets.
+bool pixels_share_l1_sets(int64_t pixel_bytes) { return pixel_bytes % (kL1SetSpan / 2) == 0; }
+
 // f32 depthwise src vectors shared across taps (windows from 3 taps, whole
 // rows) need src and diff_dst in L3 together and a pixel stride not a
 // multiple of 2 KiB. Whole rows against pixels one at a time on 3-vector
@@ -446,7 +450,7 @@ bool dw_f32_short_windows(const WeightsPlan& plan) {
 // (MobileNetV2 192 channels at 28x28, 38 MB), 0.68x at 512 channels
 // (14x14, 26 MB).
 bool dw_f32_src_shared(const WeightsPlan& plan) {
-    return dw_data_bytes(plan) <= Cost::l3_bytes && dw_tap_disp(plan) % (kL1SetSpan / 2) != 0;
+    return dw_data_bytes(plan) <= Cost::l3_bytes && !pixels_share_l1_sets(dw_tap_disp(plan));
 }
 
 // Depthwise whole rows: f32 or 16-bit widened per load (not W pairs), no
@@ -588,8 +592,12 @@ void choose_row_block(WeightsPlan& plan) {
     WeightsBlocking& b = plan.blk;
     const WeightsGeometry& g = plan.geo;
     if (!whole_row_geometry_ok(plan) || g.dil[1] != 1 || g.stride[1] > Cost::dw_block_max_h_stride ||
-        g.k[1] > 32 || g.k[2] > 32)
+        g.k[1] > 32 || g.k[2] > 32 || (plan.elem_bytes() == 4 && !pixels_share_l1_sets(dw_tap_disp(plan))))
         return;
+    // Loads per output pixel and vector (see above).
+    auto loads = [&](int r) {
+        return 1.0 + double(std::min(g.stride[2], g.k[2])) * double(row_block_src_rows(g, r)) / r;
+    };
     const int64_t channels = g.g * g.icg, vecs = div_up(channels, b.vlen);
     const int64_t row_bytes = g.in[2] * channels * plan.elem_bytes();
     const int64_t dst_row_bytes = g.out[2] * channels * plan.elem_bytes();
@@ -597,11 +605,11 @@ void choose_row_block(WeightsPlan& plan) {
     int best_n = 0, best_r = 0;
     const bool rows0 = b.whole_rows;
     const int window0 = b.window;
-    if (plan.elem_bytes() == 4 && dw_tap_disp(plan) % (kL1SetSpan / 2) != 0) return;
-    for (int n = plan.elem_bytes() == 2 ? 2 : 1; n <= std::min<int64_t>(vecs, 4); n += plan.elem_bytes() == 2 ? 2 : 1)
+    const int n_step = plan.elem_bytes() == 2 ? 2 : 1;  // 16-bit: whole lines
+    for (int n = n_step; n <= std::min<int64_t>(vecs, 4); n += n_step)
         for (int r = static_cast<int>(std::min<int64_t>(g.out[1], 16)); r >= 2; --r) {
             if (g.out[1] % r || r * n * g.out[2] * g.k[1] * g.k[2] > Cost::dw_block_max_fmas) continue;
-            const int64_t src_rows = g.stride[1] * (r - 1) + g.k[1];
+            const int64_t src_rows = row_block_src_rows(g, r);
             if (src_rows > 31 || (src_rows - 1) * row_bytes + g.stride[2] * g.out[2] * dw_tap_disp(plan) > INT32_MAX ||
                 (r - 1) * dst_row_bytes + g.out[2] * dw_tap_disp(plan) > INT32_MAX)
                 continue;
@@ -613,8 +621,7 @@ void choose_row_block(WeightsPlan& plan) {
             b.whole_rows = rows0;
             b.window = window0;
             if (!ok) continue;
-            const double loads = 1.0 + double(std::min(g.stride[2], g.k[2])) * double(src_rows) / r;
-            const double cost = loads / double(g.k[1] * g.k[2]) - 1e-3 * n;
+            const double cost = loads(r) / double(g.k[1] * g.k[2]) - 1e-3 * n;
             if (cost < best) {
                 best = cost;
                 best_n = n;
@@ -634,10 +641,8 @@ void choose_row_block(WeightsPlan& plan) {
     b.n_tiles = div_up(vecs, b.n);
     b.n_last = static_cast<int>(vecs - (b.n_tiles - 1) * b.n);
     b.tiles = g.k[0] * b.n_tiles;
-    const double fmas = double(g.k[1] * g.k[2]), src_rows = double(g.stride[1] * (best_r - 1) + g.k[1]);
-    const double loads = 1.0 + double(std::min(g.stride[2], g.k[2])) * src_rows / best_r;
     b.cycles_per_pixel = double(g.k[0]) * double(vecs) *
-                         std::max(fmas / Cost::fma_per_cycle, loads / Cost::loads_per_cycle);
+                         std::max(double(g.k[1] * g.k[2]) / Cost::fma_per_cycle, loads(best_r) / Cost::loads_per_cycle);
 }
 
 void choose_reduction(WeightsPlan& plan, const Problem& p) {
@@ -729,7 +734,7 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 bool w_pairs(const Problem& p, Isa isa) {
     const bool dram_short_rows = 2.0 * double(p.activation_elems()) > Cost::l3_bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
                                  p.in[2] <= Cost::dw_row_max_px && p.out[2] <= Cost::dw_row_max_px;
-    const bool set_conflicts = p.ic() * int64_t(dtype_size(p.dt)) % (kL1SetSpan / 2) == 0;
+    const bool set_conflicts = pixels_share_l1_sets(p.ic() * int64_t(dtype_size(p.dt)));
     return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 &&
            p.stride[2] <= Cost::dw_window_max_stride && p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit &&
            !dram_short_rows && !set_conflicts;

@@ -307,6 +307,9 @@ struct WholeRowEdges {
     int64_t lo, cut;
 };
 WholeRowEdges whole_row_edges(const WeightsGeometry& g);
+// Depthwise row blocks of r output rows: the src rows a block reads (H
+// dilation 1; WeightsKernelDesc::row_block).
+inline int64_t row_block_src_rows(const WeightsGeometry& g, int64_t r) { return g.stride[1] * (r - 1) + g.k[1]; }
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads);
 // The problem with its pads made part of src: in + pads, no padding (the
 // same output, taps and weights).
