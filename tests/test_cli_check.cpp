@@ -120,7 +120,9 @@ TEST_CASE("cli sweep: options are parsed or rejected clearly", "[cli][sweep]") {
         {{"--mb=0"}, "option --mb=0: expected an integer from 1"},
         {{"--threads=two"}, "expected an integer"},
         {{"--isa=sse"}, "option --isa=sse: expected ref | avx2"},
-        {{"--mode=X"}, "expected C, P or CP"},
+        {{"--mode=X"}, "expected C, P, CP, D, CD, PD or CPD"},
+        {{"--mode=CC"}, "expected C, P, CP, D"},
+        {{"--mode="}, "empty value"},
         {{"--frobnicate=1"}, "unknown option"},
         {{"--verbose"}, "unknown option"},
         {{"--csv="}, "empty value"},
@@ -186,6 +188,33 @@ TEST_CASE("cli sweep: run_case passes, fails a corrupted result, and skips the i
                                    data_type::f32, {});
     CHECK_THAT(skip.skip_reason, Catch::Contains("cannot be raised to 0"));
     CHECK(run_case(skip, o, peaks).status == "SKIP");
+}
+
+TEST_CASE("cli sweep: mode D prints each op's plan, alone or with a check", "[cli][sweep]") {
+    const char* dw = "g64mb2ic64oc64ih9kh3n\"dw\"";
+    sweep_options o = parse_sweep_args({"--mode=D", "--op=bwd_w,bwd_d", "--dt=f32,bf16", dw});
+    CHECK((o.describe && !o.check && !o.perf));
+    for (const op_case& c : collect_cases(o)) {
+        const case_result r = run_case(c, o, peak_table());
+        INFO(format_line(r));
+        CHECK(r.status == "PASS");
+        CHECK_THAT(r.plan, Catch::StartsWith("jit:") && Catch::Contains("depthwise"));
+        CHECK(r.exact.empty());  // nothing ran
+        CHECK(r.reps == 0);
+        // The line, then the plan a line at a time, indented.
+        const std::string line = format_line(r);
+        CHECK_THAT(line, Catch::StartsWith("PASS"));
+        CHECK_THAT(line, Catch::Contains("\n    " + r.plan.substr(0, r.plan.find('\n'))));
+    }
+    o = parse_sweep_args({"--mode=cd", "--op=bwd_w", dw});
+    CHECK((o.describe && o.check && !o.perf));
+    const case_result r = run_case(collect_cases(o).at(0), o, peak_table());
+    CHECK(r.status == "PASS");
+    CHECK(r.exact == "ok");
+    CHECK_THAT(r.plan, Catch::Contains("depthwise"));
+    std::ostringstream json;
+    write_json(json, {r}, "defaults");
+    CHECK_THAT(json.str(), Catch::Contains("\"plan\": \"jit:"));
 }
 
 TEST_CASE("cli sweep: checks the reference cannot finish are skipped, not hung", "[cli][sweep]") {

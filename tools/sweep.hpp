@@ -24,6 +24,7 @@ struct sweep_options {
     int threads = 0;       // 0: every core
     std::string isa;       // cap for the op under test; "": the environment's
     bool check = true, perf = false;
+    bool describe = false;  // mode D: print each op's plan (op::describe())
     std::string csv_file, json_file, peaks_file;
     double max_mem_gb = 8.0;
     // A full-minibatch run predicted to take longer is timed at a smaller
@@ -53,6 +54,7 @@ struct case_result {
     int reps = 0;
     bool single_run = false;
     std::string detail;  // reason for FAIL / SKIP, or a note
+    std::string plan;    // mode D: op::describe()
 };
 
 // Runs one case (call inside the task_arena that fixes the thread count).

@@ -44,9 +44,13 @@ std::string upper(std::string s) {
 
 void set_mode(sweep_options& o, const std::string& arg, const std::string& value) {
     const std::string m = upper(value);
-    if (m != "C" && m != "P" && m != "CP" && m != "PC") bad_option(arg, "expected C, P or CP, given \"" + value + "\"");
+    const bool letters = !m.empty() && m.find_first_not_of("CPD") == std::string::npos;
+    const bool once = std::count(m.begin(), m.end(), 'C') <= 1 && std::count(m.begin(), m.end(), 'P') <= 1 &&
+                      std::count(m.begin(), m.end(), 'D') <= 1;
+    if (!letters || !once) bad_option(arg, "expected C, P, CP, D, CD, PD or CPD, given \"" + value + "\"");
     o.check = m.find('C') != std::string::npos;
     o.perf = m.find('P') != std::string::npos;
+    o.describe = m.find('D') != std::string::npos;
 }
 
 void set_isa(sweep_options& o, const std::string& arg, const std::string& value) {
@@ -247,7 +251,8 @@ problem
   --mb=N                override the minibatch
   --shape-input         pass weights_shape / dst_shape as the s32 input 2
 run
-  --mode=C|P|CP         check, time, or both (default C)
+  --mode=C|P|CP         check, time, or both (default C); add D (CD, PD, CPD)
+                        to print each op's plan, D alone prints plans only
   --check-mb=N          minibatch of the check in CP mode (default 2)
   --check-max-gsteps=N  skip the check when one reference run needs more than
                         N*10^9 loop steps (default 5)

@@ -128,7 +128,8 @@ case_result run_case(const op_case& c, const sweep_options& o, const peak_table&
                        std::to_string(c.expected_flops);
             return r;
         }
-        if (bytes_needed(tested, c.dt) > o.max_mem_gb * 1e9) {
+        if (o.describe) r.plan = tested.describe();
+        if ((o.check || o.perf) && bytes_needed(tested, c.dt) > o.max_mem_gb * 1e9) {
             r.status = "SKIP";
             r.detail = "needs more than --max-mem-gb=" + std::to_string(o.max_mem_gb);
             return r;
@@ -157,6 +158,8 @@ std::string format_line(const case_result& r) {
         os.unsetf(std::ios::fixed);
     }
     if (!r.detail.empty()) os << " | " << r.detail;
+    std::istringstream plan(r.plan);
+    for (std::string line; std::getline(plan, line);) os << "\n    " << line;
     return os.str();
 }
 
@@ -190,6 +193,7 @@ void write_json(std::ostream& out, const std::vector<case_result>& results, cons
                         {"impl", r.impl}, {"ms", r.ms}, {"reps", r.reps}, {"single_run", r.single_run},
                         {"gflops", r.gflops}, {"peak_gflops", r.peak_gflops}, {"peak_pct", r.peak_pct},
                         {"flops", r.flops}, {"detail", r.detail}});
+        if (!r.plan.empty()) rows.back()["plan"] = r.plan;
     }
     const nlohmann::json doc = {
         {"summary", {{"passed", passed}, {"failed", failed}, {"skipped", skipped}, {"peaks", peaks_source}}},
