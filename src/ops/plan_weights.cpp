@@ -588,17 +588,21 @@ void choose_blocking(WeightsPlan& plan) {
 // channels on other strides 0.89-0.94x in L3, 0.82-0.87x from DRAM); 16-bit
 // tensors read in place on an even number of vectors (one vector is half a
 // line: 0.56-0.91x from DRAM); H stride 1 (3x3 s2: 0.957 geomean).
-void choose_row_block(WeightsPlan& plan) {
+// Runs before choose_blocking, which a layer with row blocks skips (its
+// search is the larger part of cached op creation); returns whether it
+// chose them.
+bool choose_row_block(WeightsPlan& plan) {
     WeightsBlocking& b = plan.blk;
     const WeightsGeometry& g = plan.geo;
     if (!whole_row_geometry_ok(plan) || g.dil[1] != 1 || g.stride[1] > Cost::dw_block_max_h_stride ||
         g.k[1] > 32 || g.k[2] > 32 || (plan.elem_bytes() == 4 && !pixels_share_l1_sets(dw_tap_disp(plan))))
-        return;
+        return false;
     // Loads per output pixel and vector (see above).
     auto loads = [&](int r) {
         return 1.0 + double(std::min(g.stride[2], g.k[2])) * double(row_block_src_rows(g, r)) / r;
     };
     const int64_t channels = g.g * g.icg, vecs = div_up(channels, b.vlen);
+    b.tail = static_cast<int>(channels % b.vlen);
     const int64_t row_bytes = g.in[2] * channels * plan.elem_bytes();
     const int64_t dst_row_bytes = g.out[2] * channels * plan.elem_bytes();
     double best = 1e300;
@@ -629,7 +633,7 @@ void choose_row_block(WeightsPlan& plan) {
             }
             break;  // the largest R for this n
         }
-    if (best_r == 0) return;
+    if (best_r == 0) return false;
     b.whole_rows = true;
     b.window = 1;
     b.row_block = best_r;
@@ -643,6 +647,7 @@ void choose_row_block(WeightsPlan& plan) {
     b.tiles = g.k[0] * b.n_tiles;
     b.cycles_per_pixel = double(g.k[0]) * double(vecs) *
                          std::max(double(g.k[1] * g.k[2]) / Cost::fma_per_cycle, loads(best_r) / Cost::loads_per_cycle);
+    return true;
 }
 
 void choose_reduction(WeightsPlan& plan, const Problem& p) {
@@ -1021,8 +1026,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     }
     plan.src_pitch = staged_pitch(plan, p, p.ic() * 4);
     plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4);
-    choose_blocking(plan);
-    if (dw) choose_row_block(plan);
+    if (!dw || !choose_row_block(plan)) choose_blocking(plan);
     if (plan.kw_phases > 0) {  // the taps of a W phase in the tile, the channels split evenly
         WeightsBlocking& b = plan.blk;
         const WeightsGeometry& g = plan.geo;
