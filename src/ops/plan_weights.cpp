@@ -392,12 +392,24 @@ double over_tiles(int64_t total, int size, F&& cost) {
     return full * cost(size) + (last ? cost(static_cast<int>(last)) : 0.0);
 }
 
-bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
+// The widest tile of m rows (kh kernel rows) and at most max_n vectors
+// whose kernel fits the vector registers (0: none). Tiles differ in their
+// desc only by n, and more vectors only add registers.
+int widest_fitting_n(const WeightsPlan& plan, int m, int tail, int kh, int max_n) {
     // A depthwise tile's taps x lane group are one byte of the desc (and
     // past 255 far more registers than there are).
-    if (plan.blk.kind == WeightsKernelKind::depthwise && m * plan.blk.lane_group > UINT8_MAX) return false;
-    const WeightsKernelDesc d = plan.desc(m, n, tail, 0, kh, 0, plan.stage_in_kernel ? kCopySrc | kCopyDst : 0);
-    return weights_kernel_vregs(d) <= (plan.isa >= Isa::avx512_core ? 32 : 16);
+    if (plan.blk.kind == WeightsKernelKind::depthwise && m * plan.blk.lane_group > UINT8_MAX) return 0;
+    WeightsKernelDesc d = plan.desc(m, 1, tail, 0, kh, 0, plan.stage_in_kernel ? kCopySrc | kCopyDst : 0);
+    const int regs = plan.isa >= Isa::avx512_core ? 32 : 16;
+    int n = 0;
+    for (; n < max_n; ++n) {
+        d.n = static_cast<uint8_t>(n + 1);
+        if (weights_kernel_vregs(d) > regs) break;
+    }
+    return n;
+}
+bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
+    return widest_fitting_n(plan, m, tail, kh, n) == n;
 }
 
 // Depthwise src displacements (bytes) between kw taps and kernel rows.
@@ -497,7 +509,8 @@ void choose_blocking(WeightsPlan& plan) {
     const double latency = plan.pairs || plan.w_pairs ? Cost::dot_latency
                            : plan.isa == Isa::avx2 ? Cost::fma_latency_avx2
                                                    : Cost::fma_latency;
-    const int kh_options[2] = {dw ? static_cast<int>(std::min<int64_t>(g.k[1], 32)) : 1, 1};
+    // Kernel rows a tile: depthwise all of them (up to 32), or one.
+    const int kh_all = dw ? static_cast<int>(std::min<int64_t>(g.k[1], 32)) : 1;
     // Depthwise with W dilation 1 (stride 1; 2 below) and kernels of 5 taps or more
     // (compute-heavy enough for load counts to matter): pixel windows (see
     // dw_tile). ResNet-50-sized 3x3 layers measured 17-33 % slower with them
@@ -525,10 +538,15 @@ void choose_blocking(WeightsPlan& plan) {
     for (int n = 1; n <= 8; ++n) chunk_px[n] = chunk_pixels(plan, n);
     double best = 1e300;
     int best_window = 1;
-    for (int kh : kh_options) {
+    // windowed_share per (window option, m), for both kh options.
+    std::array<double, std::size(window_options) * 33> shares;
+    shares.fill(-1.0);
+    for (int kh : {kh_all, kh_all > 1 ? 1 : 0}) {
+        if (kh == 0) continue;  // kh_all is 1 already
         const double passes = double(g.k[1]) / kh;
         if (dw && g.k[1] % kh != 0) continue;
-        for (int option : window_options) {
+        for (size_t o = 0; o < std::size(window_options); ++o) {
+            const int option = window_options[o];
             if ((option > 1 && !windows) || (option == 0 && !rows_ok)) continue;
             const bool rows = option == 0;
             const int w = rows ? static_cast<int>(g.out[2]) : option;
@@ -538,9 +556,12 @@ void choose_blocking(WeightsPlan& plan) {
                 if (rows && m != rows_total) continue;  // one kw tile
                 // Depthwise windows take blocks of a row's interior pixels
                 // (pairs: 2w pixels a block); the rest run one (pair) at a time.
-                const double in_blocks = rows ? 1 : w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
-                for (int n = 1; n <= std::min<int64_t>(vecs, 8); ++n) {
-                    if (!fits(plan, m, n, b.tail, kh)) break;  // wider tiles only add registers
+                const int n_max = widest_fitting_n(plan, m, b.tail, kh, static_cast<int>(std::min<int64_t>(vecs, 8)));
+                if (n_max == 0) continue;
+                double& share = shares[o * 33 + static_cast<size_t>(m)];
+                if (share < 0) share = rows ? 1 : w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
+                const double in_blocks = share;
+                for (int n = 1; n <= n_max; ++n) {
                     if (dw && !dw_disp_fits(plan, m, n, kh, w)) continue;
                     const double pixels = chunk_px[n];
                     auto row_cost = [&](int r) {
