@@ -148,6 +148,12 @@ TEST_CASE("weights kernel: depthwise whole rows against a scalar sum", "[jit][we
             {16, 3, 64, 3, 3, 1, 1, 1, 1, 1, 1},   // 64-pixel rows
             {5, 2, 1, 1, 3, 1, 1, 1, 0, 1, 1},     // one src column, 5 channels (a tail only)
             {16, 5, 9, 3, 1, 1, 4, 1, 1, 0, 0},    // one tap, stride 4
+            // Rows of 32 pixels or more loop over their interior columns:
+            {16, 3, 40, 3, 5, 1, 1, 1, 1, 2, 2},   // 5 taps, pads 2
+            {8, 2, 37, 1, 7, 1, 1, 1, 0, 3, 1},    // 7 taps, uneven pads: 34 pixels
+            {16, 3, 34, 3, 3, 1, 1, 1, 1, 0, 0},   // unpadded, 32 pixels
+            {16, 2, 34, 1, 1, 1, 1, 1, 0, 0, 0},   // one tap: a period of one column
+            {9, 2, 40, 2, 3, 1, 1, 1, 0, 3, 3},    // W pads of 3, a tail
     };
     std::vector<std::pair<Isa, int>> isas;  // ISA, vector length
     if (cpu_isa() >= Isa::avx512_core) isas.push_back({Isa::avx512_core, 16});
@@ -166,8 +172,8 @@ TEST_CASE("weights kernel: depthwise whole rows against a scalar sum", "[jit][we
                 ++ran;
                 CHECK(got == expected(g));
             }
-    // Every AVX-512 case; on AVX2, three geometries' tiles fit 16 registers.
-    CHECK(ran == 9 + (cpu_isa() >= Isa::avx512_core ? 30 : 0));
+    // Every AVX-512 case; on AVX2, five geometries' tiles fit 16 registers.
+    CHECK(ran == 15 + (cpu_isa() >= Isa::avx512_core ? 45 : 0));
 }
 
 TEST_CASE("weights kernel: depthwise row blocks against a scalar sum", "[jit][weights]") {
@@ -182,6 +188,8 @@ TEST_CASE("weights kernel: depthwise row blocks against a scalar sum", "[jit][we
             {{16, 10, 6, 1, 3, 1, 1, 1, 0, 1, 1}, 5},   // one kernel row
             {{16, 6, 5, 3, 3, 3, 1, 1, 1, 3, 3}, 2},    // H stride = kernel height: no src row shared
             {{16, 11, 7, 2, 3, 3, 1, 1, 0, 1, 1}, 2},   // H stride 3 over 2 kernel rows: a src row no block row reads
+            {{16, 6, 40, 3, 3, 1, 1, 1, 1, 1, 1}, 2},   // 40-pixel rows: the interior columns a loop
+            {{8, 6, 36, 3, 5, 1, 1, 1, 1, 2, 2}, 3},    // 5 taps, 36 pixels, top and bottom blocks
     };
     std::vector<std::pair<Isa, int>> isas;  // ISA, vector length
     if (cpu_isa() >= Isa::avx512_core) isas.push_back({Isa::avx512_core, 16});
@@ -207,5 +215,5 @@ TEST_CASE("weights kernel: depthwise row blocks against a scalar sum", "[jit][we
                 }
             }
     // AVX-512: every case on one vector (and some on all); AVX2 where 16 registers hold the tile.
-    CHECK(ran >= (cpu_isa() >= Isa::avx512_core ? 9 * 3 : 0));
+    CHECK(ran >= (cpu_isa() >= Isa::avx512_core ? 11 * 3 : 0));
 }
