@@ -6,8 +6,9 @@
 // a block of pixels too. With desc.edges a row runs only the (kernel row,
 // tap) pairs its mask names: the interior of a chunk and its edges in one
 // call, one flush (see WeightsSkeleton::gate_row). With desc.row_px each
-// row entry is a whole output row, one straight-line body with its W edges
-// compiled in (see row_pass() below); with desc.row_block, R output rows
+// row entry is a whole output row, one body with its W edges compiled in
+// (its interior columns a loop on long rows, see row_pass() below); with
+// desc.row_block, R output rows
 // (each src vector loaded once for all of them). bf16 on avx512_core_bf16
 // (desc.dot): vdpbf16ps over pairs of consecutive output pixels of a row
 // (see pairs() below).

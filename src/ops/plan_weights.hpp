@@ -220,14 +220,17 @@ struct WeightsCostModel {
     static constexpr int64_t dw_window_max_stride = 2;  // ... and up to this W stride
     static constexpr int64_t dw_window_min_kw_16bit = 3;  // ... when 16-bit loads are widened in the kernel
     static constexpr int64_t dw_window_3tap_max_ow = 28;  // ... and in f32 on rows this short (dw_f32_short_windows)
-    // Depthwise whole rows (WeightsKernelDesc::row_px): straight-line code
-    // per output row, so rows up to this long.
+    // Depthwise whole rows (WeightsKernelDesc::row_px): code per output row
+    // (rows of 32 pixels or more loop over their interior columns at W
+    // stride 1), so rows up to this long.
     static constexpr int64_t dw_row_max_px = 64;
     static constexpr int64_t dw_block_max_h_stride = 1;  // row blocks (WeightsKernelDesc::row_block) up to this H stride
-    // ... and up to this many FMAs in a block's straight-line body (R rows x
-    // row pixels x taps x vectors): about 85 ns of generation per
-    // instruction, so a cold op stays within 1 ms (MobileNet-sized 512
-    // channels at 56x64 with R = 7: 4032 FMAs, 1.0-1.3 ms).
+    // ... and up to this many FMAs in a block's body (R rows x row pixels x
+    // taps x vectors): about 85 ns of generation per instruction written
+    // out, so a cold op stayed within 1 ms (MobileNet-sized 512 channels at
+    // 56x64 with R = 7: 4032 FMAs, 1.0-1.3 ms). Rows of 32 pixels or more now
+    // loop over their interior columns, so the bound is loose there; raising
+    // it changes plans and is not measured.
     static constexpr int64_t dw_block_max_fmas = 2048;
     // bf16 from DRAM on short rows: kernels up to this wide widen instead of pairing W pixels (w_pairs).
     static constexpr int64_t dw_pairs_dram_max_kw = 5;
