@@ -213,7 +213,7 @@ private:
         const int kh = std::max<int>(1, desc_.kh);
         const int first = desc_.row_lo, row_end = s * (row - 1) + taps - desc_.row_cut;
         const int64_t px = desc_.tap_disp;  // bytes per pixel, in src and diff_dst alike
-        const int slots = (taps - 1) / s + 1;
+        const int slots = row_slots();
         // The periods in a loop (0: none): from column c0 on, `iters` of them,
         // provided the slots repeat (checked on the columns as written out).
         const int c0 = std::max(first, taps - 1);
@@ -228,8 +228,7 @@ private:
                 const int last = q < c0 + taps ? iters - 1 : 0;
                 for (int i = q < c0 + taps ? 1 : 0; i <= last; ++i)
                     if (written[static_cast<size_t>(q + i * taps)] != written[static_cast<size_t>(q)]) iters = 0;
-                if (q >= c0 + 1 && looped[static_cast<size_t>(q)] != written[static_cast<size_t>(q + shift)]) iters = 0;
-                if (q < c0 + 1 && looped[static_cast<size_t>(q)] != written[static_cast<size_t>(q)]) iters = 0;
+                if (looped[static_cast<size_t>(q)] != written[static_cast<size_t>(q > c0 ? q + shift : q)]) iters = 0;
             }
         }
         if (iters < 2) iters = 0;
@@ -307,6 +306,8 @@ private:
         }
         if (prefetch) prefetch_pixels(rb * (ow - prefetched));
     }
+    // The diff_dst slots of a whole row: the pixels a src column feeds.
+    int row_slots() const { return (desc_.m - 1) / w_stride() + 1; }
     // The (pixel, tap) pairs of column c in a row of `row` pixels: s * u + k = c.
     void column_uses(int c, int row, std::vector<std::pair<int, int>>& uses) const {
         const int s = w_stride();
@@ -318,7 +319,7 @@ private:
     // columns [row_lo, end) (see row_pass): the first free one at the
     // pixel's first column, free again after its last.
     std::vector<int> pixel_slots(int row, int end) const {
-        const int slots = (desc_.m - 1) / w_stride() + 1;
+        const int slots = row_slots();
         std::vector<int> slot_of(static_cast<size_t>(row), -1);
         std::vector<bool> busy(static_cast<size_t>(slots), false);
         std::vector<std::pair<int, int>> uses;

@@ -538,9 +538,9 @@ void choose_blocking(WeightsPlan& plan) {
     for (int n = 1; n <= 8; ++n) chunk_px[n] = chunk_pixels(plan, n);
     double best = 1e300;
     int best_window = 1;
-    // windowed_share per (window option, m), for both kh options.
-    std::array<double, std::size(window_options) * 33> shares;
-    shares.fill(-1.0);
+    // windowed_share per (window option, m), for both kh options (-1: not yet).
+    std::array<std::array<double, 33>, std::size(window_options)> shares;
+    for (auto& per_m : shares) per_m.fill(-1.0);
     for (int kh : {kh_all, kh_all > 1 ? 1 : 0}) {
         if (kh == 0) continue;  // kh_all is 1 already
         const double passes = double(g.k[1]) / kh;
@@ -558,7 +558,7 @@ void choose_blocking(WeightsPlan& plan) {
                 // (pairs: 2w pixels a block); the rest run one (pair) at a time.
                 const int n_max = widest_fitting_n(plan, m, b.tail, kh, static_cast<int>(std::min<int64_t>(vecs, 8)));
                 if (n_max == 0) continue;
-                double& share = shares[o * 33 + static_cast<size_t>(m)];
+                double& share = shares[o][static_cast<size_t>(m)];
                 if (share < 0) share = rows ? 1 : w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
                 const double in_blocks = share;
                 for (int n = 1; n <= n_max; ++n) {
