@@ -202,8 +202,8 @@ private:
     // those columns run as a loop of one period (r12 counts, the src and
     // diff_dst pointers step a period), so a row's code is its edges and one
     // period, not every column: MobileNetV2 b2 (144 channels, 56x56, row
-    // blocks of 2) bf16 was 90 KiB of code and 0.74-1.2 ms of cold op
-    // creation, now 9 KiB. Against every column written out (AMD Zen 4, 2
+    // blocks of 2) bf16 was 89 KiB of code (two kernels) and 0.92-1.33 ms
+    // of cold op creation, now 9 KiB and 0.11-0.14 ms. Against every column written out (AMD Zen 4, 2
     // threads, mb 32, min of 7): 56-pixel rows 1.02-1.23x (MobileNetV2 b2,
     // MobileNet v1 conv3_1, f16 / bf16), 28 pixels 0.97-1.02x, but 14-pixel
     // f32 row blocks of 7 (conv5_1) 0.79-0.89x: shorter rows stay unrolled.
