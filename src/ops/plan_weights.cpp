@@ -385,11 +385,15 @@ double dw_tile(int m, int kh, int v, int w, bool windows, double pixels, double 
     return px + (1.5 * r * v + Cost::call_cycles) / pixels;
 }
 
-// Sum over the tiles of one row: full tiles of `size` plus a last of `last`.
+// A row of `total` split in tiles of `size`: {full tiles, last tile's size
+// or 0}.
+std::array<int64_t, 2> tile_split(int64_t total, int64_t size) { return {total / size, total % size}; }
+
+// Sum over the tiles of one row split as `split` (tile_split): full tiles
+// of `size` plus the last.
 template <typename F>
-double over_tiles(int64_t total, int size, F&& cost) {
-    const int64_t full = total / size, last = total % size;
-    return full * cost(size) + (last ? cost(static_cast<int>(last)) : 0.0);
+double over_tiles(std::array<int64_t, 2> split, int size, F&& cost) {
+    return split[0] * cost(size) + (split[1] ? cost(static_cast<int>(split[1])) : 0.0);
 }
 
 // The widest tile of m rows (kh kernel rows) and at most max_n vectors
@@ -541,10 +545,22 @@ void choose_blocking(WeightsPlan& plan) {
     // windowed_share per (window option, m), for both kh options (-1: not yet).
     std::array<std::array<double, 33>, std::size(window_options)> shares;
     for (auto& per_m : shares) per_m.fill(-1.0);
+    // Depthwise tiles a pixel at a time, per (tile rows r, tile width n,
+    // full tile or the last of a row): the same for every window option
+    // of one kh (-1: not yet).
+    const int m_cap = static_cast<int>(std::min<int64_t>(rows_total, 32));
+    std::array<double, 33 * 9 * 2> single;
+    // The rows split in tiles of m rows, the vectors in tiles of n (their
+    // divisions out of the search).
+    std::array<std::array<int64_t, 2>, 33> row_split{};
+    std::array<std::array<int64_t, 2>, 9> vec_split{};
+    for (int m = 1; m <= m_cap; ++m) row_split[size_t(m)] = tile_split(rows_total, m);
+    for (int n = 1; n <= 8; ++n) vec_split[size_t(n)] = tile_split(vecs, n);
     for (int kh : {kh_all, kh_all > 1 ? 1 : 0}) {
         if (kh == 0) continue;  // kh_all is 1 already
         const double passes = double(g.k[1]) / kh;
         if (dw && g.k[1] % kh != 0) continue;
+        if (dw) std::fill_n(single.begin(), (m_cap + 1) * 9 * 2, -1.0);
         for (size_t o = 0; o < std::size(window_options); ++o) {
             const int option = window_options[o];
             if ((option > 1 && !windows) || (option == 0 && !rows_ok)) continue;
@@ -552,7 +568,7 @@ void choose_blocking(WeightsPlan& plan) {
             const int w = rows ? static_cast<int>(g.out[2]) : option;
             b.window = rows ? 1 : w;  // fits() reads both
             b.whole_rows = rows;
-            for (int m = 1; m <= std::min<int64_t>(rows_total, 32); ++m) {
+            for (int m = 1; m <= m_cap; ++m) {
                 if (rows && m != rows_total) continue;  // one kw tile
                 // Depthwise windows take blocks of a row's interior pixels
                 // (pairs: 2w pixels a block); the rest run one (pair) at a time.
@@ -565,17 +581,22 @@ void choose_blocking(WeightsPlan& plan) {
                     if (dw && !dw_disp_fits(plan, m, n, kh, w)) continue;
                     const double pixels = chunk_px[n];
                     auto row_cost = [&](int r) {
-                        return over_tiles(vecs, n, [&](int v) {
+                        return over_tiles(vec_split[size_t(n)], n, [&](int v) {
                             if (!dw) return gemm_tile(r, v, pixels, latency);
                             const double l2 = 2.0 * v * b.vlen * plan.elem_bytes() / Cost::l2_bytes_per_cycle;
                             auto tile = [&](int ww) {
                                 return dw_tile(r, kh, v, ww, windows || rows, pixels, latency, b.lane_group,
                                                plan.w_pairs, g.stride[2]);
                             };
-                            return (w > 1 ? in_blocks * tile(w) + (1 - in_blocks) * tile(1) : tile(1)) + l2;
+                            // (rows: every pixel in the block of the row)
+                            if (rows) return tile(w) + l2;
+                            double& one = single[(size_t(r) * 9 + size_t(n)) * 2 + (v == n ? 0 : 1)];
+                            if (one < 0) one = tile(1);
+                            if (w == 1 || in_blocks == 0) return one + l2;
+                            return in_blocks * tile(w) + (1 - in_blocks) * one + l2;
                         });
                     };
-                    const double cost = over_tiles(rows_total, m, row_cost) * (dw ? passes : g.g);
+                    const double cost = over_tiles(row_split[size_t(m)], m, row_cost) * (dw ? passes : g.g);
                     if (cost < best * 0.999) {
                         best = cost;
                         b.m = m;
