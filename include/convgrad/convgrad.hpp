@@ -67,10 +67,17 @@ data_type parse_data_type(std::string_view name);  // throws convgrad::error
 std::string max_isa();
 
 // Drops every JIT kernel the process has cached and returns how many there
-// were (0 when only the reference path ran). Ops already created keep their
-// kernels; the next op that needs one builds it again. For embedders that
-// want the code memory back, and for timing op creation from cold
-// (convgrad-bench --impl=create). Safe to call from any thread at any time.
+// were (0 when only the reference path ran), and every cached plan with
+// them. Ops already created keep their kernels; the next op that needs one
+// builds it again. For embedders that want the code memory back, and for
+// timing op creation from cold (convgrad-bench --impl=create). Safe to call
+// from any thread at any time.
+//
+// Creating an op whose problem (shapes, attributes, layouts, type), ISA and
+// thread count equal an earlier op's reuses that op's plan and kernels: a
+// few microseconds (frameworks creating their ops on every step pay the
+// planner's search once per layer). Plans are kept for the last
+// CONVGRAD_PLAN_CACHE_CAPACITY distinct problems (default 1024; 0: none).
 size_t clear_kernel_cache();
 
 class op {

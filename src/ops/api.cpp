@@ -10,6 +10,7 @@
 #include "jit/isa.hpp"
 #include "jit/kernel_cache.hpp"
 #include "ops/executor.hpp"
+#include "ops/plan_cache.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad {
@@ -53,7 +54,10 @@ data_type parse_data_type(std::string_view name) {
 
 std::string max_isa() { return detail::isa_name(detail::effective_isa()); }
 
-size_t clear_kernel_cache() { return detail::clear_kernel_caches(); }
+size_t clear_kernel_cache() {
+    detail::clear_plan_caches();
+    return detail::clear_kernel_caches();
+}
 
 namespace {
 

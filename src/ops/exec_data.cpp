@@ -28,6 +28,7 @@
 #include "jit/bwd_data_kernel.hpp"
 #include "ops/executor.hpp"
 #include "ops/numeric.hpp"
+#include "ops/plan_cache.hpp"
 #include "ops/plan_data.hpp"
 
 namespace convgrad::detail {
@@ -1108,8 +1109,13 @@ std::string JitDataExecutor::describe() const {
 }  // namespace
 
 std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why) {
+    const int threads = op_threads(p);
+    const std::string key = plan_key(p, isa, threads);
     DataPlan plan;
-    if (!make_data_plan(p, isa, op_threads(p), &plan, why)) return nullptr;
+    if (!data_plan_cache().find(key, &plan)) {
+        if (!make_data_plan(p, isa, threads, &plan, why)) return nullptr;
+        data_plan_cache().insert(key, plan);
+    }
     return std::make_unique<JitDataExecutor>(p, plan);
 }
 

@@ -37,6 +37,7 @@
 #include "jit/bwd_weights_kernel.hpp"
 #include "jit/bwd_weights_stage.hpp"
 #include "ops/executor.hpp"
+#include "ops/plan_cache.hpp"
 #include "ops/plan_weights.hpp"
 
 namespace convgrad::detail {
@@ -1352,7 +1353,13 @@ std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, s
         *why = "weight gradient: needs avx2";
         return nullptr;
     }
-    const WeightsPlan plan = plan_weights(p, isa, op_threads(p));
+    const int threads = op_threads(p);
+    const std::string key = plan_key(p, isa, threads);
+    WeightsPlan plan;
+    if (!weights_plan_cache().find(key, &plan)) {
+        plan = plan_weights(p, isa, threads);
+        weights_plan_cache().insert(key, plan);
+    }
     return std::make_unique<JitWeightsExecutor>(p, plan);
 }
 
