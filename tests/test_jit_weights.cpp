@@ -1019,10 +1019,15 @@ TEST_CASE("weights: describe and verbose cache lines", "[jit][weights]") {
     INFO(log);
     // The first build of a kernel is a miss; the second op finds it cached.
     const std::string tag = "convgrad,jit_cache,";
-    const size_t miss = log.find(",miss");
+    REQUIRE(log.find(tag) != std::string::npos);
+    const size_t miss = log.find(",miss", log.find(tag));  // the first kernel's
     REQUIRE(miss != std::string::npos);
     const size_t name_at = log.rfind(tag, miss) + tag.size();
     const std::string name = log.substr(name_at, miss - name_at);
     CHECK(name.rfind("wgemm_avx2_m", 0) == 0);
     CHECK(log.find(tag + name + ",hit", miss) != std::string::npos);
+    // Its plan too: planned once, found by the second op.
+    const size_t plan_miss = log.find("convgrad,plan_cache,weights,miss");
+    REQUIRE(plan_miss != std::string::npos);
+    CHECK(log.find("convgrad,plan_cache,weights,hit", plan_miss) != std::string::npos);
 }

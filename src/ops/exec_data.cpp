@@ -1110,12 +1110,10 @@ std::string JitDataExecutor::describe() const {
 
 std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why) {
     const int threads = op_threads(p);
-    const std::string key = plan_key(p, isa, threads);
     DataPlan plan;
-    if (!data_plan_cache().find(key, &plan)) {
-        if (!make_data_plan(p, isa, threads, &plan, why)) return nullptr;
-        data_plan_cache().insert(key, plan);
-    }
+    if (!find_or_make_plan(data_plan_cache(), "data", p, isa, threads, &plan,
+                           [&](DataPlan* made) { return make_data_plan(p, isa, threads, made, why); }))
+        return nullptr;
     return std::make_unique<JitDataExecutor>(p, plan);
 }
 

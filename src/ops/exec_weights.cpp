@@ -1354,12 +1354,11 @@ std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, s
         return nullptr;
     }
     const int threads = op_threads(p);
-    const std::string key = plan_key(p, isa, threads);
     WeightsPlan plan;
-    if (!weights_plan_cache().find(key, &plan)) {
-        plan = plan_weights(p, isa, threads);
-        weights_plan_cache().insert(key, plan);
-    }
+    find_or_make_plan(weights_plan_cache(), "weights", p, isa, threads, &plan, [&](WeightsPlan* made) {
+        *made = plan_weights(p, isa, threads);
+        return true;
+    });
     return std::make_unique<JitWeightsExecutor>(p, plan);
 }
 

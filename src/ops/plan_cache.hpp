@@ -91,4 +91,22 @@ PlanCache<DataPlan>& data_plan_cache();
 // Empties both; returns the plans dropped.
 size_t clear_plan_caches();
 
+// CONVGRAD_VERBOSE: a "convgrad,plan_cache,<family>,hit|miss" line.
+void log_plan_lookup(const char* family, bool hit);
+
+// *plan := the plan of (p, isa, threads): cached, or made by make(plan) and
+// cached when that returns true (false: the implementation declines the
+// problem; nothing is cached and false is returned).
+template <typename Plan, typename Make>
+bool find_or_make_plan(PlanCache<Plan>& cache, const char* family, const Problem& p, Isa isa, int threads, Plan* plan,
+                       Make&& make) {
+    const std::string key = plan_key(p, isa, threads);
+    const bool hit = cache.find(key, plan);
+    log_plan_lookup(family, hit);
+    if (hit) return true;
+    if (!make(plan)) return false;
+    cache.insert(key, *plan);
+    return true;
+}
+
 }  // namespace convgrad::detail
