@@ -26,6 +26,11 @@ private:
 
 }  // namespace
 
+bool verbose_log() {
+    const char* v = std::getenv("CONVGRAD_VERBOSE");
+    return v && *v && *v != '0';
+}
+
 int op_threads(const Problem& p) {
     const double most = p.kind == op_kind::conv_bwd_data ? kSerialMaxFlopsData : kSerialMaxFlops;
     return p.flops() <= most ? 1 : tbb::this_task_arena::max_concurrency();
@@ -38,7 +43,7 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
         auto jit = p.alg == Alg::weights ? make_jit_weights_executor(p, isa, &why)
                                          : make_jit_data_executor(p, isa, &why);
         if (jit) return jit;
-        if (const char* v = std::getenv("CONVGRAD_VERBOSE"); v && *v && *v != '0')
+        if (verbose_log())
             std::fprintf(stderr, "convgrad,dispatch,%s declined: %s\n", isa_name(isa), why.c_str());
     }
     return std::make_unique<RefExecutor>(p);

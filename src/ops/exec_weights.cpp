@@ -83,11 +83,6 @@ T* scratch(ScratchSlot slot, int64_t bytes, bool pooled, ByteBuffer& fresh) {
     return reinterpret_cast<T*>(pool.buffers[slot].get());
 }
 
-bool verbose() {
-    const char* v = std::getenv("CONVGRAD_VERBOSE");
-    return v && *v && *v != '0';
-}
-
 // Runs body(i) for i in [0, n) statically on the arena's threads, or in
 // order on this one when the op runs on one thread (op_threads).
 template <typename F>
@@ -525,7 +520,7 @@ void JitWeightsExecutor::load_kernels() {
                 bool hit = false;
                 auto& k = kernels_[r][last][stage];
                 k = get_weights_kernel(d, &hit);
-                if (verbose())
+                if (verbose_log())
                     std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", k->name().c_str(), hit ? "hit" : "miss");
             }
         }
@@ -536,7 +531,7 @@ void JitWeightsExecutor::load_kernels() {
         d.tail = 8;
         bool hit = false;
         lone_ = get_weights_kernel(d, &hit);
-        if (verbose())
+        if (verbose_log())
             std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", lone_->name().c_str(), hit ? "hit" : "miss");
     }
     if (!dw && plan_.rounded() && plan_.staged) {

@@ -41,6 +41,10 @@ inline constexpr double kSerialMaxFlops = 5e5;
 inline constexpr double kSerialMaxFlopsData = 3e5;
 int op_threads(const Problem& p);
 
+// CONVGRAD_VERBOSE is set and not "0", read on each call (the log lines
+// of dispatch, the plan and kernel caches; tests switch it at run time).
+bool verbose_log();
+
 // The dispatch list: the first implementation that accepts the Problem at
 // the effective ISA (CONVGRAD_MAX_ISA) wins; the reference accepts all.
 std::unique_ptr<Executor> make_executor(const Problem& p);

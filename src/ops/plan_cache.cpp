@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <type_traits>
 
+#include "ops/executor.hpp"
+
 namespace convgrad::detail {
 namespace {
 
@@ -87,8 +89,7 @@ PlanCache<DataPlan>& data_plan_cache() {
 size_t clear_plan_caches() { return weights_plan_cache().clear() + data_plan_cache().clear(); }
 
 void log_plan_lookup(const char* family, bool hit) {
-    const char* v = std::getenv("CONVGRAD_VERBOSE");
-    if (v && *v && *v != '0') std::fprintf(stderr, "convgrad,plan_cache,%s,%s\n", family, hit ? "hit" : "miss");
+    if (verbose_log()) std::fprintf(stderr, "convgrad,plan_cache,%s,%s\n", family, hit ? "hit" : "miss");
 }
 
 }  // namespace convgrad::detail
