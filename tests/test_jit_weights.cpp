@@ -132,6 +132,59 @@ TEST_CASE("weights: staged 1x1 layers stage their chunks tile-major", "[jit][wei
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }
 
+TEST_CASE("weights: AVX2 stages row chunks per tile and runs a tap's ic tiles in one call", "[jit][weights]") {
+    // Blocked staging: each ic tile's src and each oc tile's diff_dst in a
+    // slice of its own; a call runs the full ic tiles of a tap (an input
+    // channel tail, m_last < m, gets a call of its own; ic blocks end a
+    // run). Chunks of a few rows, so several per case; channel tails on
+    // both sides, strides, dilations, pads, groups, 1D / 3D, ConvTranspose.
+    Case tails = conv2d(100, 37, {9, 10}, {3, 3});
+    tails.mb = 3;
+    tails.pb = tails.pe = {1, 1};
+    Case strided = conv2d(99, 20, {11, 13}, {3, 3});
+    strided.s = {2, 2};
+    strided.d = {2, 1};
+    strided.pb = {2, 1};
+    strided.pe = {0, 1};
+    Case grouped = conv2d(2 * 100, 2 * 24, {8, 9}, {3, 3});
+    grouped.g = 2;
+    grouped.pb = grouped.pe = {1, 1};
+    Case d3 = conv2d(64, 16, {5, 6, 7}, {3, 3, 3});
+    d3.pb = d3.pe = {1, 1, 1};
+    Case d1 = conv2d(120, 40, {60}, {5});
+    d1.pb = {2};
+    d1.pe = {2};
+    Case transposed = conv2d(100, 96, {7, 8}, {3, 3});
+    transposed.transpose = true;
+    transposed.s = {2, 2};
+    transposed.wfmt = "IOX";
+    Case wide = conv2d(600, 50, {28, 28}, {3, 3});  // ic blocks (weights past L2)
+    wide.s = {2, 2};
+    wide.pb = wide.pe = {1, 1};
+    for (Case c : {tails, strided, grouped, d3, d1, transposed, wide}) {
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            CHECK((d.find(" blocked") != std::string::npos) == (isa == "avx2"));
+        }
+        check_exact(c);
+        for (convgrad::data_type dt : {convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            c.dt = dt;
+            check_exact_any_type(c);
+        }
+    }
+    CHECK(tails.make("avx2").describe().find(" (1 chunks,") == std::string::npos);
+    CHECK(wide.make("avx2").describe().find(" ic_block<") != std::string::npos);
+    // Few ic tiles a tap (here 3) keep row staging: little to share per chunk.
+    Case narrow = conv2d(33, 20, {11, 13}, {3, 3});
+    CHECK(narrow.make("avx2").describe().find(" blocked") == std::string::npos);
+    // Threads split the tile order inside a run of ic tiles: still bitwise identical.
+    for (const Case& c : {tails, wide}) {
+        const wtest::ThreadRuns runs = wtest::check_thread_counts(c, false);
+        CHECK(runs.outputs.size() == jit_isas(false).size());
+    }
+}
+
 TEST_CASE("weights: one vector of output channels a group runs kw windows", "[jit][weights]") {
     // The window walks a W phase's src pixels with the tap vectors of
     // diff_dst in registers, its W edges compiled in: the geometries of

@@ -117,6 +117,10 @@ struct WeightsKernelArgs {
     // same place in its partner image.
     int64_t src_pair = 0;
     int64_t dst_pair = 0;
+    // desc.ic_loop: tiles to run (>= 1) and the bytes from one to the next.
+    int64_t ic_tiles = 1;
+    int64_t src_tile_step = 0;
+    int64_t wei_tile_step = 0;
 };
 
 enum class WeightsKernelKind : uint8_t { gemm, depthwise };
@@ -236,7 +240,13 @@ struct WeightsKernelDesc {
     int32_t dst_row_disp = 0;
     uint8_t row_block = 0;
     uint8_t h_stride = 0;  // row_block: src rows between output rows (0 = 1)
-    uint8_t reserved[2] = {};
+    // gemm, 1: the call runs args.ic_tiles tiles of the same rows one after
+    // the other, the next one's src args.src_tile_step bytes on and its
+    // diff_weights args.wei_tile_step bytes on (each tile zeroed, run and
+    // flushed as a call of its own would be), so a blocked chunk's diff_dst
+    // slice is read from L1 by every ic tile of a tap in one call.
+    uint8_t ic_loop = 0;
+    uint8_t reserved = 0;
 };
 static_assert(sizeof(WeightsKernelDesc) == 40, "WeightsKernelDesc must have no padding");
 

@@ -15,6 +15,8 @@
 //   loops), k2 the mask of a copied src pixel's last vector; desc.edges:
 //   r15 the row's mask (WeightsRow::mask); bf16 pairs:
 //   rsi / rdx the bytes from an image's src / diff_dst to its partner's
+//   desc.ic_loop: the tile's src, diff_weights and the tiles left in the
+//   red zone (kIcSrc, kIcWeights, kIcLeft); r13 / r14 loaded once a call
 //   vregs [0, rows*n): accumulators, acc(row, v) = rows-major;
 //   vregs [rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
 #pragma once
@@ -163,6 +165,11 @@ private:
     void partial_taps_loops(const Xbyak::Label& next);
     void pixel_loop();
     void flush_tile();
+    void prefetch_tile();
+    // desc.ic_loop: red-zone slots (below rsp; the kernels call nothing)
+    // of the current tile's src, its diff_weights and the tiles left.
+    static constexpr int kIcSrc = -16, kIcWeights = -24, kIcLeft = -32;
+    Xbyak::Address tile_weights();
     void flush_rows(bool accumulate);
     void flush_tap_rows(bool accumulate);
     void flush_lanes(bool accumulate);

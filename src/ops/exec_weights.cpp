@@ -259,6 +259,9 @@ struct TileCall {
     int64_t wei_kh_stride = 0;   // elements (depthwise tiles of several kernel rows)
     char* src_stage = nullptr;   // the kernel's WeightsStage copies, if any
     char* dst_stage = nullptr;
+    int64_t ic_tiles = 1;        // desc.ic_loop: tiles run by the call, and the bytes between them
+    int64_t src_tile_step = 0;
+    int64_t wei_tile_step = 0;   // elements
 };
 
 // A thread's staged chunk (16-bit types): the chunk's diff_dst rows in
@@ -325,8 +328,10 @@ private:
     const WeightsKernel& kernel(int rows, bool last_n, int stage = 0) const;
     void compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src, const char* diff_dst,
                         float* target, float* partials) const;
-    void run_gemm_tile(int64_t tile, bool accumulate, float* target, const char* src, const char* diff_dst,
-                       ThreadState& ts, Prefetch& pf) const;
+    // Runs tile `tile` (blocked plans: with the ic tiles after it, up to
+    // `end`, that one call takes) and returns how many tiles it ran.
+    int64_t run_gemm_tile(int64_t tile, int64_t end, bool accumulate, float* target, const char* src,
+                          const char* diff_dst, ThreadState& ts, Prefetch& pf) const;
     void run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src, const char* diff_dst,
                      ThreadState& ts, Prefetch& pf) const;
     void call(const WeightsKernel& k, const TileCall& c, const std::vector<WeightsRow>& rows,
@@ -412,8 +417,29 @@ private:
     int64_t src_key(const RowPos& r, int64_t id, int64_t ih) const;
     int64_t src_row_first(int64_t seg) const;
     int64_t src_row_width(int64_t seg) const;
+    // Blocked plans scatter each pixel run into the tile slices (16-bit
+    // runs widened in row_buf first).
     void stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
-                     const uint16_t* diff_dst) const;
+                     const uint16_t* diff_dst, float* row_buf) const;
+    // `count` pixels from `pixel` of image (pair) n as f32: the user's, or
+    // widened / paired into row_buf.
+    const float* f32_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
+                            int64_t pixel, int64_t count, float* row_buf) const;
+    // `count` pixels of `channels` floats (from `from`) split into the
+    // tiles of width w (tiles_per_group per group of cg channels; slices
+    // of slice_bytes from `to`), from slot `slot` of each slice.
+    void scatter_tiles(const float* from, int64_t count, int64_t channels, int64_t cg, int64_t tiles_per_group,
+                       int64_t w, int64_t slice_bytes, char* to, int64_t slot) const;
+    // Blocked chunks: one ic tile's src slice (every staged src pixel,
+    // src_pitch = m*4 bytes each) and one oc tile's diff_dst slice, each
+    // with a vector of slack, 64-byte aligned.
+    int64_t blocked_src_slice_bytes() const {
+        const WeightsGeometry& g = plan_.geo;
+        return (plan_.red.chunk_rows * g.k[0] * g.k[1] * staged_row_pixels() * plan_.src_pitch + 64 + 63) / 64 * 64;
+    }
+    int64_t blocked_dst_slice_bytes() const {
+        return (plan_.red.chunk_rows * plan_.geo.segment * plan_.dst_pitch + 64 + 63) / 64 * 64;
+    }
     // ... `pitch` bytes a pixel apart at `to` (0: dense).
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to, int64_t pitch = 0) const;
@@ -724,16 +750,23 @@ void JitWeightsExecutor::stage_pixels(const uint16_t* tensor, int64_t channels, 
 }
 
 void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
-                                     const uint16_t* diff_dst) const {
+                                     const uint16_t* diff_dst, float* row_buf) const {
     const WeightsGeometry& g = plan_.geo;
+    const WeightsBlocking& b = plan_.blk;
     const int64_t ic = p_.ic(), oc = p_.oc();
     const int64_t out_pixels = g.out[0] * g.out[1] * g.out[2], in_pixels = g.in[0] * g.in[1] * g.in[2];
     st.src_keys.clear();
     for (size_t j = 0; j < chunk.size(); ++j) {
         const RowPos& r = chunk[j];
         const int64_t first = r.seg * g.segment, count = std::min(g.segment, g.out[2] - first);
-        stage_pixels(diff_dst, oc, out_pixels, r.n, ((r.od * g.out[1]) + r.oh) * g.out[2] + first, count,
-                     st.diff_dst + static_cast<int64_t>(j) * g.segment * plan_.dst_pitch, plan_.dst_pitch);
+        const int64_t pixel = ((r.od * g.out[1]) + r.oh) * g.out[2] + first;
+        if (plan_.blocked)
+            scatter_tiles(f32_pixels(diff_dst, oc, out_pixels, r.n, pixel, count, row_buf), count, oc, g.ocg,
+                          b.n_tiles, b.n * b.vlen, blocked_dst_slice_bytes(), st.diff_dst,
+                          static_cast<int64_t>(j) * g.segment);
+        else
+            stage_pixels(diff_dst, oc, out_pixels, r.n, pixel, count,
+                         st.diff_dst + static_cast<int64_t>(j) * g.segment * plan_.dst_pitch, plan_.dst_pitch);
         for_each_src_row(r, [&](int64_t id, int64_t ih) { st.src_keys.push_back(src_key(r, id, ih)); });
     }
     std::sort(st.src_keys.begin(), st.src_keys.end());
@@ -750,6 +783,12 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
             });
             continue;
         }
+        if (plan_.blocked) {
+            const int64_t first = plane_row * g.in[2] + src_row_first(seg), count = src_row_width(seg);
+            scatter_tiles(f32_pixels(src, ic, in_pixels, n, first, count, row_buf), count, ic, g.icg, b.m_tiles, b.m,
+                          blocked_src_slice_bytes(), st.src, static_cast<int64_t>(i) * row_pixels);
+            continue;
+        }
         if (!plan_.compress_w) {
             stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg), to,
                          plan_.src_pitch);
@@ -758,6 +797,47 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
         for (int64_t ow = valid[0]; ow < valid[1]; ++ow)  // iw = ow * stride - pad
             stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + ow * g.stride[2] - g.pad[2], 1,
                          to + ow * plan_.src_pitch);
+    }
+}
+
+const float* JitWeightsExecutor::f32_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels,
+                                           int64_t n, int64_t pixel, int64_t count, float* row_buf) const {
+    if (stager_) {
+        stage_pixels(tensor, channels, image_pixels, n, pixel, count, reinterpret_cast<char*>(row_buf));
+        return row_buf;
+    }
+    return reinterpret_cast<const float*>(tensor) + (n * image_pixels + pixel) * channels;
+}
+
+namespace {
+
+// d[0, len) = s[0, len): the common tile widths as fixed-size (inlined) copies.
+inline void copy_floats(float* d, const float* s, int64_t len) {
+    switch (len) {
+        case 16: std::memcpy(d, s, 64); return;
+        case 8: std::memcpy(d, s, 32); return;
+        case 6: std::memcpy(d, s, 24); return;
+        case 4: std::memcpy(d, s, 16); return;
+        default:
+            for (int64_t k = 0; k < len; ++k) d[k] = s[k];
+    }
+}
+
+}  // namespace
+
+void JitWeightsExecutor::scatter_tiles(const float* from, int64_t count, int64_t channels, int64_t cg,
+                                       int64_t tiles_per_group, int64_t w, int64_t slice_bytes, char* to,
+                                       int64_t slot) const {
+    // Pixel by pixel (the source row read once, in order), each tile's
+    // channels copied inline: a memcpy call per (pixel, tile) of 24-64
+    // bytes cost ResNet-50 res2a (64 channels at 56x56) 9 % of its time.
+    const int64_t slice = slice_bytes / 4;
+    float* base = reinterpret_cast<float*>(to) + slot * w;
+    for (int64_t q = 0; q < count; ++q, from += channels, base += w) {
+        float* d = base;
+        for (int64_t grp = 0; grp < plan_.geo.g; ++grp)
+            for (int64_t t = 0, c = 0; t < tiles_per_group; ++t, c += w, d += slice)
+                copy_floats(d, from + grp * cg + c, std::min(w, cg - c));
     }
 }
 
@@ -774,30 +854,13 @@ void JitWeightsExecutor::stage_tile_major(StagedChunk& st, const std::vector<Row
     const int64_t ic = p_.ic(), oc = p_.oc();
     const int64_t out_pixels = g.out[0] * g.out[1] * g.out[2], in_pixels = g.in[0] * g.in[1] * g.in[2];
     const int64_t dst_w = b.n * b.vlen;
-    // Splits `count` pixels of `channels` (rows from `from`, `channels` floats
-    // apart) into the tiles of width `w` (tiles_per_group per group of `cg`
-    // channels), from slot `slot` on.
     auto scatter = [&](const float* from, int64_t count, int64_t channels, int64_t cg, int64_t tiles_per_group,
                        int64_t w, float* to, int64_t slot) {
-        const int64_t slice = plan_.tile_slice_bytes(w) / 4;
-        for (int64_t grp = 0; grp < g.g; ++grp)
-            for (int64_t t = 0; t < tiles_per_group; ++t) {
-                const int64_t c0 = grp * cg + t * w, len = std::min(w, cg - t * w);
-                float* tile = to + (grp * tiles_per_group + t) * slice + slot * w;
-                for (int64_t q = 0; q < count; ++q)
-                    std::memcpy(tile + q * w, from + q * channels + c0, static_cast<size_t>(len) * 4);
-            }
+        scatter_tiles(from, count, channels, cg, tiles_per_group, w, plan_.tile_slice_bytes(w),
+                      reinterpret_cast<char*>(to), slot);
     };
-    // `count` pixels from `pixel` of image (pair) n: the user's f32, or
-    // widened / paired into row_buf.
     auto pixels = [&](const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n, int64_t pixel,
-                      int64_t count) -> const float* {
-        if (stager_) {
-            stage_pixels(tensor, channels, image_pixels, n, pixel, count, reinterpret_cast<char*>(row_buf));
-            return row_buf;
-        }
-        return reinterpret_cast<const float*>(tensor) + (n * image_pixels + pixel) * channels;
-    };
+                      int64_t count) { return f32_pixels(tensor, channels, image_pixels, n, pixel, count, row_buf); };
     float* sdst = reinterpret_cast<float*>(st.diff_dst);
     float* ssrc = reinterpret_cast<float*>(st.src);
     int64_t slot = 0;  // the chunk's pixels in row order (as build_rows numbers them)
@@ -824,7 +887,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
     int64_t pixels = 0;
     for (const WeightsRow& r : rows) pixels += r.pixels;
     const bool dw = plan_.blk.kind == WeightsKernelKind::depthwise;
-    const auto [at, step] = dw ? std::pair<const char*, int64_t>{} : pf.take(pixels);
+    const auto [at, step] = dw ? std::pair<const char*, int64_t>{} : pf.take(pixels * c.ic_tiles);
     // Every field, in declaration order (a default-initialised struct is
     // cleared first: a rep stos per call).
     const WeightsKernelArgs a{reinterpret_cast<const float*>(c.src),
@@ -845,7 +908,10 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               src_step_bytes(),  // a tile-major slice's slot
                               dst_step_bytes(),
                               src_pair_bytes(),
-                              dst_pair_bytes()};
+                              dst_pair_bytes(),
+                              c.ic_tiles,
+                              c.src_tile_step,
+                              c.wei_tile_step * 4};
     k.run(a);
 }
 
@@ -873,8 +939,9 @@ JitWeightsExecutor::GemmTile JitWeightsExecutor::gemm_tile(int64_t tile) const {
 // user's tensors (NXC); staged chunks are in ts.view. stage_in_kernel: the
 // thread's first call on an ic (oc) tile of the chunk reads the user's src
 // (diff_dst) and fills the tile's slice.
-void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* target, const char* src,
-                                       const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
+int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumulate, float* target,
+                                          const char* src, const char* diff_dst, ThreadState& ts,
+                                          Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const auto [tile_grp, it, ot, tap, kd, kh, kw] = gemm_tile(tile);
@@ -882,7 +949,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     // kw windows: the phase's channel tiles (fewer than m_tiles for phases
     // of fewer taps: the rest of its tiles are empty).
     const WeightsPlan::KwPhase* phase = plan_.kw_phases > 0 ? &plan_.kw_phase[static_cast<size_t>(kw)] : nullptr;
-    if (phase && it >= phase->m_tiles) return;
+    if (phase && it >= phase->m_tiles) return 1;
     const int64_t tile_m = phase ? phase->m : b.m;
     // kw lanes: m tile `it` is output channels, over all of the group's inputs.
     const int64_t ic0 = plan_.kw_lanes ? 0 : it * tile_m;
@@ -920,7 +987,19 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     c.wei_kh_stride = plan_.kw_phases > 0 ? g.stride[2] * wei_str_.k[2] : plan_.kw_lanes ? wei_str_.k[2] : 0;
     const char* user_src = src + (grp * g.icg + ic0) * user_elem_bytes();
     const char* user_dst = diff_dst + oc0 * user_elem_bytes();
-    if (!plan_.tile_major) {
+    int64_t run = 1;
+    if (plan_.blocked) {  // the tile slices; the full ic tiles that follow in the tap's run share the call
+        c.src = ts.view->src + src_tile * blocked_src_slice_bytes();
+        c.diff_dst = ts.view->diff_dst + dst_tile * blocked_dst_slice_bytes();
+        c.src_step = src_step_bytes();
+        c.dst_step = dst_step_bytes();
+        const int64_t block_end = std::min(b.m_tiles, (it / b.m_block + 1) * b.m_block);
+        const int64_t full_end = b.m_last == b.m ? block_end : std::min(block_end, b.m_tiles - 1);
+        run = std::max<int64_t>(1, std::min(full_end - it, end - tile));
+        c.ic_tiles = run;
+        c.src_tile_step = blocked_src_slice_bytes();
+        c.wei_tile_step = b.m * wei_str_.i;
+    } else if (!plan_.tile_major) {
         c.src = ts.view ? ts.view->src + (grp * g.icg + ic0) * 4 : user_src;
         c.diff_dst = ts.view ? ts.view->diff_dst + oc0 * 4 : user_dst;
         c.src_step = src_step_bytes();
@@ -940,6 +1019,7 @@ void JitWeightsExecutor::run_gemm_tile(int64_t tile, bool accumulate, float* tar
     const bool lone = plan_.lane_pairs && grp + 1 == g.g;
     call(lone ? *lone_ : kernel(m, ot == b.n_tiles - 1, plan_.kw_phases > 0 ? static_cast<int>(kw) : stage), c, rows,
          accumulate, pf);
+    return run;
 }
 
 std::array<int, 2> JitWeightsExecutor::kernel_rows_inside(int64_t kh0, int64_t oh) const {
@@ -1096,14 +1176,16 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         // compute_thread never nests on a thread: the stage slots are free.
         const WeightsBlocking& b = plan_.blk;
         const int64_t src_bytes = plan_.tile_major ? g.g * b.m_tiles * src_slice_bytes()
+                                  : plan_.blocked  ? g.g * b.m_tiles * blocked_src_slice_bytes()
                                                    : red.chunk_rows * g.k[0] * g.k[1] * row_pixels * plan_.src_pitch;
         const int64_t dst_bytes = plan_.tile_major ? g.g * b.n_tiles * dst_slice_bytes()
+                                  : plan_.blocked  ? g.g * b.n_tiles * blocked_dst_slice_bytes()
                                                    : red.chunk_rows * g.segment * plan_.dst_pitch;
         ts.staged.src = scratch(kStageSrc, src_bytes, true, ts.staged.src_fresh);
         ts.staged.diff_dst = scratch(kStageDst, dst_bytes, true, ts.staged.dst_fresh);
         // Tile-major 16-bit: a chunk row is widened (or paired) here first.
-        if (plan_.tile_major && stager_)
-            row_buf.resize(static_cast<size_t>(g.segment * std::max(p_.ic(), p_.oc()) + 16));
+        if ((plan_.tile_major || plan_.blocked) && stager_)
+            row_buf.resize(static_cast<size_t>(std::max(g.segment, row_pixels) * std::max(p_.ic(), p_.oc()) + 16));
         ts.view = &ts.staged;
         ts.src_filled.resize(static_cast<size_t>(g.g * b.m_tiles));
         ts.dst_filled.resize(static_cast<size_t>(g.g * b.n_tiles));
@@ -1127,7 +1209,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
                                  reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data());
             else if (copy_pass)
                 stage_chunk(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
-                            reinterpret_cast<const uint16_t*>(diff_dst));
+                            reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data());
             // The next chunk's user memory (which the stager reads next).
             const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
             pf.clear();
@@ -1139,11 +1221,11 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             ts.tap_built.assign(ts.tap_rows.size(), 0);
             ts.dw.key = -1;
             std::fill(std::begin(ts.tm_built), std::end(ts.tm_built), 0);
-            for (int64_t t = tiles[0]; t < tiles[1]; ++t) {
+            for (int64_t t = tiles[0]; t < tiles[1];) {
                 if (plan_.blk.kind == WeightsKernelKind::depthwise)
-                    run_dw_tile(t, c != chunks[0], out, src, diff_dst, ts, pf);
+                    run_dw_tile(t++, c != chunks[0], out, src, diff_dst, ts, pf);
                 else
-                    run_gemm_tile(t, c != chunks[0], out, src, diff_dst, ts, pf);
+                    t += run_gemm_tile(t, tiles[1], c != chunks[0], out, src, diff_dst, ts, pf);
             }
         }
     }

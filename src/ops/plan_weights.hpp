@@ -115,6 +115,17 @@ struct WeightsPlan {
     // overlaps the FMAs and the chunk is read from memory once; later calls
     // read the slices.
     bool stage_in_kernel = false;
+    // Blocked staging (AVX2 gemm, staged rows with a spatial kernel): each
+    // chunk is staged per tile, every ic tile's src as [staged pixel][m]
+    // (the staged rows of src_pitch = m*4 bytes a pixel) and every oc tile's
+    // diff_dst as [chunk pixel][n vectors] (dst_pitch = n*vlen*4), so each
+    // call streams two contiguous slices, the diff_dst one small enough to
+    // stay in L1 (Cost::blocked_l1_budget sizes the chunk) across the ic
+    // tiles of a tap, which one call runs back to back (desc.ic_loop). Row
+    // staging keeps the user's pixel stride (1 KiB and more): a call's
+    // lines then crowd a few L1 sets and its pages the L1 TLB, and every
+    // call streams both operands from L2, 2 lines per 12 FMAs on AVX2.
+    bool blocked = false;
     // kw taps folded into the tile rows (gemm, one group, few input
     // channels, no W dilation): 1, or KW. In NXC src a pixel's KW taps read
     // KW*IC consecutive elements, and XIO diff_weights hold rows (kw, ic)
@@ -277,6 +288,12 @@ struct WeightsCostModel {
     static constexpr double src_block_bytes = 512 << 10;
     static constexpr double flush_chunk_pixels = 384;
     static constexpr double stage_budget_max = 8 << 20;
+    // Blocked chunks: bytes of one oc tile's diff_dst slice plus one ic
+    // tile's src slice (a fraction of L1d: the flushes and the next slice
+    // come through too).
+    static constexpr double blocked_l1_budget = 16 << 10;
+    static constexpr int64_t blocked_min_ic_tiles = 8;  // per group and tap (see blocked_ok)
+    static constexpr int64_t blocked_min_tiles = 128;
     static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
     static constexpr int64_t max_slices = 16;
     static constexpr int64_t slice_multiple = 2;  // 12 slices split evenly over 2, 3, 4 and 6 threads
