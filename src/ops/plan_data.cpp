@@ -33,6 +33,15 @@ constexpr double kFmaLatency = 6.0;
 constexpr double kDotLatency = 6.0;  // vdpbf16ps: measured 5.9 cycles, 6 with the margin above
 constexpr double kVecLoadsPerCycle = 2.0;
 constexpr double kLoadsPerCycle = 2.0;
+// AVX2 broadcasts (vbroadcastss from memory, no broadcast inside the FMA)
+// count as this many loads: at 1, the broadcast-bound m14 x n1 (15 loads
+// for 14 FMAs) modelled even with its FMAs and won ResNet-50
+// res4a_branch2b, yet ran below m4 x n3 / m6 x n2 (AMD Zen 4, 2 threads,
+// min of 3: 1.20x / 1.18x). At 1.25, 20 of 329 f32 network layers change
+// plan, all of the measurable ones faster (res4a 1.21x, ResNeXt-50
+// conv4 1.40x, ConvNeXt-T down3 1.19x; geomean 1.18x), and 40 bf16 / f16
+// ones (1.09-1.40x over 0.4 ms, geomean 1.13x); 1.5 changes one more.
+constexpr double kAvx2BcastLoads = 1.25;
 // W vectors stream from L2 when a channel block's W does not fit L1.
 constexpr double kL2BytesPerCycle = 32.0;
 constexpr int64_t kL1WBytes = 32 * 1024;
@@ -97,6 +106,8 @@ double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, b
     double loads = 0;
     if (path == DataPath::depthwise)
         loads = (n + m * n * dd_rows) / kVecLoadsPerCycle;
+    else if (vbytes == 32)  // AVX2: a broadcast is a load of its own (see kAvx2BcastLoads)
+        loads = (n + m * kAvx2BcastLoads) / kLoadsPerCycle;
     else
         loads = std::max(n / kVecLoadsPerCycle, (n + (bcast_in_fma ? m * n : m)) / kLoadsPerCycle);
     const double l2 = w_in_l2 ? n * vbytes / kL2BytesPerCycle : 0.0;
