@@ -106,10 +106,9 @@ double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, b
     double loads = 0;
     if (path == DataPath::depthwise)
         loads = (n + m * n * dd_rows) / kVecLoadsPerCycle;
-    else if (vbytes == 32)  // AVX2: a broadcast is a load of its own (see kAvx2BcastLoads)
-        loads = (n + m * kAvx2BcastLoads) / kLoadsPerCycle;
-    else
-        loads = std::max(n / kVecLoadsPerCycle, (n + (bcast_in_fma ? m * n : m)) / kLoadsPerCycle);
+    else  // AVX2 (32-byte vectors) weighs its broadcasts (see kAvx2BcastLoads)
+        loads = std::max(n / kVecLoadsPerCycle,
+                         (n + (bcast_in_fma ? m * n : m) * (vbytes == 32 ? kAvx2BcastLoads : 1.0)) / kLoadsPerCycle);
     const double l2 = w_in_l2 ? n * vbytes / kL2BytesPerCycle : 0.0;
     return std::max({fma, loads, latency, l2});
 }

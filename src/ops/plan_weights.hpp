@@ -115,7 +115,7 @@ struct WeightsPlan {
     // overlaps the FMAs and the chunk is read from memory once; later calls
     // read the slices.
     bool stage_in_kernel = false;
-    // Blocked staging (AVX2 gemm, staged rows with a spatial kernel): each
+    // Blocked staging (AVX2 gemm plans that stage rows; see blocked_ok): each
     // chunk is staged per tile, every ic tile's src as [staged pixel][m]
     // (the staged rows of src_pitch = m*4 bytes a pixel) and every oc tile's
     // diff_dst as [chunk pixel][n vectors] (dst_pitch = n*vlen*4), so each
