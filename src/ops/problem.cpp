@@ -455,6 +455,31 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
     return p;
 }
 
+Problem fold_full_kernel(const Problem& p, bool* folded) {
+    *folded = false;
+    if (p.g != 1 || p.k_sp() == 1) return p;
+    for (int a = 0; a < 3; ++a)
+        if (p.out[a] != 1 || p.pad_begin[a] != 0 || p.in[a] != p.k[a] || (p.k[a] > 1 && p.dil[a] != 1)) return p;
+    const WeightStrides& w = p.wei_str;
+    const int64_t ic = p.icg;
+    // The kernel axes one run, as the input's spatial axes are.
+    const bool k_run = w.k[1] == p.k[2] * w.k[2] && w.k[0] == p.k[1] * w.k[1];
+    const bool nxc = p.nxc && w.k[2] == ic * w.i;      // XIO: (x, i) at x * IC + i
+    const bool ncx = !p.nxc && w.i == p.k_sp() * w.k[2];  // OIX: (i, x) at i * K + x
+    if (!k_run || !(nxc || ncx)) return p;
+    Problem q = p;
+    q.icg = ic * p.k_sp();
+    q.in = q.out = q.k = q.stride = q.dil = {1, 1, 1};
+    q.pad_begin = q.pad_end = {0, 0, 0};
+    q.nxc = true;  // one pixel: NCX is NXC
+    q.src_str = {q.icg, 1, {q.icg, q.icg, q.icg}};
+    q.dst_str = {p.oc(), 1, {p.oc(), p.oc(), p.oc()}};
+    q.wei_str.i = nxc ? w.i : w.k[2];
+    q.wei_str.k = {q.wei_str.i * q.icg, q.wei_str.i * q.icg, q.wei_str.i * q.icg};
+    *folded = true;
+    return q;
+}
+
 bool plain_axis(const Problem& p, int a) {
     return p.k[a] == 1 && p.stride[a] == 1 && p.pad_begin[a] == 0 && p.in[a] == p.out[a];
 }

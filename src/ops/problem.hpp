@@ -85,6 +85,16 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& attrs,
 
 size_t dtype_size(data_type dt);
 
+// A kernel that covers the whole input (every output axis of size 1, no
+// begin padding, taps one pixel apart, one group) multiplies each image's
+// src as one vector of IC·K values: the op is a 1x1 convolution of IC·K
+// input channels on one-pixel images whenever src and the weights order
+// (spatial, channel) alike: NXC with the kernel outside the input channel
+// (XIO), or NCX with it inside (OIX). Returns that Problem, or `p` itself
+// (folded false) when it is not one. (VGG's fc6 as a 7x7 convolution on a
+// 7x7 input; a DCGAN's 4x4 first and last layers.)
+Problem fold_full_kernel(const Problem& p, bool* folded);
+
 // The spatial axes as the planners walk them, plain axes folded into W: an
 // axis with no tap, stride or padding and in == out merges into W when W is
 // plain too (H first, then D once H has merged), at most `max_axes` of them.
