@@ -465,6 +465,37 @@ TEST_CASE("weights bf16/f16: bitwise identical for 1 to 4 threads", "[jit][weigh
     }
 }
 
+TEST_CASE("weights bf16/f16: tiles of one call each are stored rounded", "[jit][weights][lowp]") {
+    // One chunk and one slice: AVX-512 kernels round their tiles into the
+    // user's 16-bit diff_weights (no f32 copy, no rounding pass); the
+    // result is the one rounding of the same f32 sums, for every thread
+    // count. A kernel covering the input (run as 1x1 on 1200 channels), a
+    // small 1x1 layer with channel tails, a small 3x3 layer.
+    // (fc and small above the serial threshold, so that threads split them;
+    // flat runs on one.)
+    Case fc = conv2d(48, 80, {5, 5}, {5, 5});
+    fc.mb = 5;
+    Case flat = conv2d(90, 70, {2, 2}, {1, 1});
+    flat.mb = 4;
+    Case small = conv2d(40, 48, {5, 5}, {3, 3});
+    small.mb = 3;
+    small.pb = small.pe = {1, 1};
+    for (const Case& c : {fc, flat, small}) {
+        check_plan_tag(c, "tiles stored rounded", [](data_type, const std::string& isa) { return isa != "avx2"; });
+        check_exact(c);
+        for (data_type dt : {data_type::bf16, data_type::f16}) {
+            check_bound(c, dt);
+            Case d = c;
+            d.dt = dt;
+            if (c.ic != flat.ic) wtest::check_thread_counts(d, true);
+        }
+    }
+    // ConvTranspose into a permuted user layout keeps the f32 target.
+    Case deconv = flat;
+    deconv.transpose = true;
+    check_plan_tag(deconv, "tiles stored rounded", [](data_type, const std::string&) { return false; });
+}
+
 TEST_CASE("weights bf16/f16: special values", "[jit][weights][lowp]") {
     // A NaN or infinity in src reaches exactly the weights that read it; the
     // zero partner of an odd minibatch's last image must not make NaNs.

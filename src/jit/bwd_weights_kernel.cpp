@@ -68,6 +68,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.pf_lines != 1) os << "_pf" << int(d.pf_lines);
     if (d.edges) os << "_e";
     if (d.ic_loop) os << "_icl";
+    if (d.store_dt) os << "_to" << dtype_name(static_cast<data_type>(d.store_dt));
     return os.str();
 }
 
@@ -141,6 +142,10 @@ void WeightsSkeleton::generate() {
         throw error("JIT kernel " + name() + ": row blocks need whole rows and both row displacements");
     if (desc_.ic_loop && (dw() || desc_.stage || desc_.kw_win || desc_.edges || desc_.row_px || dot()))
         throw error("JIT kernel " + name() + ": ic tile loops need an f32 gemm kernel without copies or windows");
+    if (store16() && (!vec_.avx512() || dw() || desc_.kw_lanes || desc_.ic_loop ||
+                      (desc_.store_dt != static_cast<uint8_t>(data_type::bf16) &&
+                       desc_.store_dt != static_cast<uint8_t>(data_type::f16))))
+        throw error("JIT kernel " + name() + ": 16-bit tile stores need a bf16 / f16 gemm kernel on AVX-512");
     preamble(desc_.stage || desc_.edges ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
     if (stage_src() && desc_.m % vec_.vlen()) {
@@ -175,6 +180,7 @@ void WeightsSkeleton::generate() {
         jnz(tile, T_NEAR);
     }
     postamble();
+    if (store16()) cvt_.emit_constants();
 }
 
 // The tile's diff_weights: args.diff_weights, or its red-zone slot in ic loops.
@@ -395,7 +401,7 @@ void WeightsSkeleton::prefetch_tile() {
     mov(reg_scratch_, tile_weights());
     mov(reg_row_, qword[reg_args_ + offsetof(WeightsKernelArgs, wei_row_stride)]);
     if (rows() > desc_.m) mov(r8, reg_scratch_);
-    const int bytes = vecs() * vec_.vbytes();
+    const int bytes = vecs() * vec_.vlen() * (store16() ? 2 : 4);
     for (int r = 0; r < rows(); ++r) {
         if (r > 0 && r % desc_.m == 0) {
             add(r8, qword[reg_args_ + offsetof(WeightsKernelArgs, wei_kh_stride)]);
@@ -413,6 +419,10 @@ void WeightsSkeleton::flush_tile() {
     Xbyak::Label store_only, done;
     mov(reg_scratch_, tile_weights());
     mov(reg_row_, qword[reg_args_ + offsetof(WeightsKernelArgs, wei_row_stride)]);
+    if (store16()) {  // one call per tile: always a store
+        flush_rows(false);
+        return;
+    }
     cmp(qword[reg_args_ + offsetof(WeightsKernelArgs, accumulate)], 0);
     je(store_only);
     flush_rows(true);
@@ -440,6 +450,15 @@ void WeightsSkeleton::flush_tap_rows(bool accumulate) {
             mov(reg_scratch_, r8);
         }
         for (int v = 0; v < vecs(); ++v) {
+            if (store16()) {  // AVX-512: the rounding needs only t
+                const data_type dt = static_cast<data_type>(desc_.store_dt);
+                const Xbyak::Address a = ptr[reg_scratch_ + v * vec_.vlen() * 2];
+                if (is_tail(v))
+                    cvt_.store_tail(a, acc(r, v), dt, desc_.tail, t, t);
+                else
+                    cvt_.store(a, acc(r, v), dt, t, t);
+                continue;
+            }
             const Xbyak::Address a = ptr[reg_scratch_ + v * vec_.vbytes()];
             if (accumulate) {  // the target is f32 whatever the kernel reads
                 if (is_tail(v))

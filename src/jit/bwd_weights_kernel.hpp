@@ -246,7 +246,12 @@ struct WeightsKernelDesc {
     // flushed as a call of its own would be), so a blocked chunk's diff_dst
     // slice is read from L1 by every ic tile of a tap in one call.
     uint8_t ic_loop = 0;
-    uint8_t reserved = 0;
+    // gemm on AVX-512: 0, or bf16 / f16: every call stores its tile rounded
+    // to this type (args.accumulate is ignored), 2-byte elements at
+    // args.diff_weights with byte strides as usual. For plans whose tiles
+    // take one call each over the whole reduction (one chunk, one slice),
+    // so a 16-bit diff_weights needs no f32 copy and no rounding pass.
+    uint8_t store_dt = 0;
 };
 static_assert(sizeof(WeightsKernelDesc) == 40, "WeightsKernelDesc must have no padding");
 

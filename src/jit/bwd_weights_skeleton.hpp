@@ -120,6 +120,8 @@ protected:
     // Bytes of one activation vector as the kernel reads it.
     int in_vbytes() const { return vec_.vlen() * VecCvt::elem_bytes(in_dt()); }
     bool dot() const { return desc_.dot != 0; }
+    // The tile goes out rounded to 16 bits (WeightsKernelDesc::store_dt).
+    bool store16() const { return desc_.store_dt != 0; }
     // Multiply-add on the desc's element format: acc += a * b lane by lane
     // (f32: vfmadd231ps; bf16 pairs: vdpbf16ps, two products per lane).
     void mac(const Xbyak::Xmm& acc, const Xbyak::Xmm& a, const Xbyak::Xmm& b);

@@ -444,6 +444,12 @@ private:
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to, int64_t pitch = 0) const;
     void reduce_and_store(float* target, const float* partials, void* user, bool pooled, int threads) const;
+    // Bytes of a kernel target element: f32, or the user's 16-bit type
+    // when the kernels store it rounded (WeightsPlan::store_rounded).
+    int64_t weights_elem_bytes() const { return plan_.store_rounded ? 2 : 4; }
+    float* weights_at(float* target, int64_t elem) const {
+        return reinterpret_cast<float*>(reinterpret_cast<char*>(target) + elem * weights_elem_bytes());
+    }
     // plan.prepad: the user's NXC src into the zero-padded src of p_.
     void pad_src(const char* src, char* to, int threads) const;
     // Staged strided 1x1 rows keep only the pixels read: one per output
@@ -897,8 +903,8 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               static_cast<int64_t>(rows.size()),
                               c.src_step,
                               c.dst_step,
-                              c.wei_row_stride * 4,
-                              c.wei_kh_stride * 4,
+                              c.wei_row_stride * weights_elem_bytes(),
+                              c.wei_kh_stride * weights_elem_bytes(),
                               accumulate ? 1 : 0,
                               at ? at : c.diff_dst,
                               at ? step : 0,
@@ -911,7 +917,7 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               dst_pair_bytes(),
                               c.ic_tiles,
                               c.src_tile_step,
-                              c.wei_tile_step * 4};
+                              c.wei_tile_step * weights_elem_bytes()};
     k.run(a);
 }
 
@@ -980,8 +986,8 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         built = 1;
     }
     TileCall c{};
-    c.diff_weights = target + oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] + kh * wei_str_.k[1] +
-                     kw * wei_str_.k[2];
+    c.diff_weights = weights_at(target, oc0 * wei_str_.o + ic0 * wei_str_.i + kd * wei_str_.k[0] +
+                                                kh * wei_str_.k[1] + kw * wei_str_.k[2]);
     c.wei_row_stride = wei_str_.i;
     // kw windows: a phase's taps; kw lanes: every tap
     c.wei_kh_stride = plan_.kw_phases > 0 ? g.stride[2] * wei_str_.k[2] : plan_.kw_lanes ? wei_str_.k[2] : 0;
@@ -1414,13 +1420,14 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     // The kernels' f32 target: the user's buffer when it is f32 XIO-like,
     // else scratch.
     const int64_t wbytes = plan_.weights_elems * 4;
-    float* target = static_cast<float*>(output);
-    if (!plan_.direct_weights || plan_.rounded()) target = scratch<float>(kTarget, wbytes, pooled, fresh[2]);
+    float* target = static_cast<float*>(output);  // (store_rounded: the user's 16-bit elements)
+    if (!plan_.direct_weights || (plan_.rounded() && !plan_.store_rounded))
+        target = scratch<float>(kTarget, wbytes, pooled, fresh[2]);
     float* partials = plan_.red.slices > 1
                               ? scratch<float>(kPartials, (plan_.red.slices - 1) * wbytes, pooled, fresh[3])
                               : nullptr;
     parallel_static(grid.nthr, grid.nthr, [&](int64_t tid) { compute_thread(tid, grid, src, diff_dst, target, partials); });
-    reduce_and_store(target, partials, output, pooled, nthreads);
+    if (!plan_.store_rounded) reduce_and_store(target, partials, output, pooled, nthreads);
 }
 
 }  // namespace

@@ -975,6 +975,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.stage = u8(stage, "stage");
     d.pf_lines = u8(pf_lines, "pf_lines");
     d.ic_loop = blocked ? 1 : 0;
+    d.store_dt = static_cast<uint8_t>(store_rounded ? dt : data_type::f32);
     if (blk.kind == WeightsKernelKind::gemm && kw_phases > 0) {
         const KwPhase& f = kw_phase[static_cast<size_t>(phase)];
         d.kw_win = u8(f.taps, "kw_win");
@@ -1143,6 +1144,9 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
         plan.dst_pitch = 4 * plan.blk.n * plan.blk.vlen;
     }
     choose_reduction(plan, p);
+    plan.store_rounded = plan.rounded() && plan.direct_weights && plan.isa >= Isa::avx512_core &&
+                         plan.blk.kind == WeightsKernelKind::gemm && !plan.kw_lanes && !plan.blocked &&
+                         plan.red.slices == 1 && plan.red.chunks == 1;
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
     plan.pf_lines = plan_prefetch_lines(plan, p);
     return plan;
@@ -1217,6 +1221,7 @@ std::string WeightsPlan::to_string() const {
                << (fold ? "kw.ic]) (W edges: zero-padded copies)" : "ic])") << " * diff_dst[px][oc]\n";
     }
     os << "  " << (red.slices > 1 ? "sum slices in order" : "no reduction")
+       << (store_rounded ? ", tiles stored rounded to " + std::string(dtype_name(dt)) : "")
        << (direct_weights ? "" : ", permute XIO -> user layout");
     return os.str();
 }

@@ -94,6 +94,12 @@ struct WeightsPlan {
     WeightsThreadGrid grid;
     bool transpose_inputs = false;  // NCX: src and diff_dst to NXC scratch first
     bool direct_weights = true;     // OC-contiguous user layout: kernels write it directly
+    // 16-bit diff_weights that the kernels write rounded (WeightsKernelDesc::
+    // store_dt): gemm plans on AVX-512 whose tiles each take one call over
+    // the whole reduction (one chunk, one slice) into a direct layout. No
+    // f32 copy of diff_weights, no rounding pass (a fully connected layer's
+    // weights as a convolution: 100+ MiB of fresh f32 pages a call).
+    bool store_rounded = false;
     int64_t weights_elems = 0;      // diff_weights elements (target and each partial)
 
     bool staged = false;  // chunks go through per-thread scratch (always for 16-bit types)
