@@ -1,6 +1,7 @@
 // Kernels that cover the whole input (every output axis of size 1): the
-// JIT runs them as 1x1 convolutions of IC·K channels (fold_full_kernel)
-// when the layouts allow, and must equal the reference either way.
+// JIT runs them as 1x1 convolutions of IC·K channels (fold_full_kernel),
+// on the user's weights when the layouts agree, else through a permuted
+// copy, and must equal the reference either way.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -23,6 +24,7 @@ bool runs(const std::string& isa) {
 }
 
 constexpr const char* kFoldNote = "kernel covers the input";
+constexpr const char* kPermuteNote = ", weights permuted";
 
 // A full-kernel case: the kernel equals the input on every axis.
 wtest::Case full(int64_t ic, int64_t oc, const dims& in) {
@@ -33,8 +35,9 @@ wtest::Case full(int64_t ic, int64_t oc, const dims& in) {
 
 // Weight gradient (both weight ops) and data gradient of `c`: JIT equal
 // to the reference bit for bit on small integers on every ISA, folded
-// (describe() carries the note) exactly when `fold`.
-void check(const wtest::Case& c, bool fold) {
+// (describe() carries the note) exactly when `fold`, through a permuted
+// copy of the weights exactly when `permute`.
+void check(const wtest::Case& c, bool fold, bool permute = false) {
     for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
         wtest::Case w = c;
         w.dt = dt;
@@ -54,6 +57,7 @@ void check(const wtest::Case& c, bool fold) {
                 INFO(isa << " " << (which ? "data" : "weights") << " " << jit.describe());
                 REQUIRE(jit.describe().rfind("jit:", 0) == 0);
                 CHECK((jit.describe().find(kFoldNote) != std::string::npos) == fold);
+                CHECK((jit.describe().find(kPermuteNote) != std::string::npos) == permute);
                 const auto in0 = testutil::small_ints(dt, ref.input0_elems(), 5);
                 const auto in1 = testutil::small_ints(dt, ref.input1_elems(), 6);
                 CHECK(testutil::bitwise_equal(testutil::run(jit, in0, in1), testutil::run(ref, in0, in1)));
@@ -64,7 +68,7 @@ void check(const wtest::Case& c, bool fold) {
 
 }  // namespace
 
-TEST_CASE("full kernels: run as 1x1 when the layouts agree, else as convolutions", "[jit][fold]") {
+TEST_CASE("full kernels: run as 1x1, the weights permuted where the layouts disagree", "[jit][fold]") {
     // 1D, 2D, 3D; channel tails on every vector length; a stride and an end
     // pad that leave the output at one pixel.
     std::vector<wtest::Case> cases{full(5, 17, {4, 4}), full(3, 33, {16}), full(2, 16, {2, 3, 4}),
@@ -75,31 +79,33 @@ TEST_CASE("full kernels: run as 1x1 when the layouts agree, else as convolutions
     cases.push_back(strided);
     for (const wtest::Case& base : cases) {
         INFO("ic " << base.ic << " oc " << base.oc << " rank " << base.nsp());
-        // (data format, weights format, folded): the kernel axes must order
-        // with the input's, outside the channel in NXC, inside it in NCX.
+        // (data format, weights format, permuted): the user's weights serve
+        // when the kernel axes order with the input's, outside the channel
+        // in NXC, inside it in NCX.
         struct Layout {
             bool nxc;
             const char* wfmt;
-            bool fold;
+            bool permute;
         };
-        for (const Layout l : {Layout{true, "XIO", true}, Layout{false, "OIX", true}, Layout{true, "OIX", false},
-                               Layout{false, "XIO", false}}) {
+        for (const Layout l : {Layout{true, "XIO", false}, Layout{false, "OIX", false}, Layout{true, "OIX", true},
+                               Layout{false, "XIO", true}}) {
             wtest::Case c = base;
             c.nxc = l.nxc;
             c.wfmt = l.wfmt;
             INFO((l.nxc ? "NXC " : "NCX ") << l.wfmt);
-            check(c, l.fold);
+            check(c, true, l.permute);
         }
         // ConvTranspose from one pixel to the kernel: its XOI is the
-        // convolution view's XIO, its IOX the view's OIX.
-        for (const Layout l : {Layout{true, "XOI", true}, Layout{false, "IOX", true}, Layout{true, "XIO", false},
-                               Layout{false, "OIX", false}}) {
+        // convolution view's XIO, its IOX the view's OIX; the rest permute
+        // (XIO, the spec's default, is the view's XOI).
+        for (const Layout l : {Layout{true, "XOI", false}, Layout{false, "IOX", false}, Layout{true, "XIO", true},
+                               Layout{false, "OIX", true}, Layout{true, "IOX", true}, Layout{false, "XOI", true}}) {
             wtest::Case c = base;
             c.transpose = true;
             c.nxc = l.nxc;
             c.wfmt = l.wfmt;
             INFO("ConvTranspose " << (l.nxc ? "NXC " : "NCX ") << l.wfmt);
-            check(c, l.fold);
+            check(c, true, l.permute);
         }
     }
 }

@@ -1,9 +1,15 @@
 // The dispatch list: the best implementation that accepts the Problem wins.
 #include <cstdio>
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
 #include "jit/isa.hpp"
@@ -26,25 +32,88 @@ private:
     Problem p_;
 };
 
-// A Problem run as its fold_full_kernel form: the same buffers, the plan
-// of the 1x1 convolution.
+// A Problem run as its fold_full_kernel form: the same buffers and the
+// plan of the 1x1 convolution; with fold.permute, the weights pass through
+// a dense [c'][OC] copy (after a weight gradient, before a data gradient).
 class FoldedExecutor final : public Executor {
 public:
-    FoldedExecutor(std::unique_ptr<Executor> inner, int64_t channels)
-        : inner_(std::move(inner)), channels_(channels) {}
-    void run(const void* in0, const void* in1, void* out) const override { inner_->run(in0, in1, out); }
+    FoldedExecutor(const Problem& p, const Problem& q, bool permute, std::unique_ptr<Executor> inner)
+        : p_(p), q_(q), permute_(permute), inner_(std::move(inner)) {}
+    void run(const void* in0, const void* in1, void* out) const override {
+        if (!permute_) {
+            inner_->run(in0, in1, out);
+            return;
+        }
+        const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
+        std::unique_ptr<char[]> dense(new char[static_cast<size_t>(q_.icg * q_.oc() * es)]);
+        if (p_.alg == Alg::weights) {
+            inner_->run(in0, in1, dense.get());
+            if (es == 4)
+                scatter(reinterpret_cast<const uint32_t*>(dense.get()), static_cast<uint32_t*>(out));
+            else
+                scatter(reinterpret_cast<const uint16_t*>(dense.get()), static_cast<uint16_t*>(out));
+        } else {
+            if (es == 4)
+                gather(static_cast<const uint32_t*>(in1), reinterpret_cast<uint32_t*>(dense.get()));
+            else
+                gather(static_cast<const uint16_t*>(in1), reinterpret_cast<uint16_t*>(dense.get()));
+            inner_->run(in0, dense.get(), out);
+        }
+    }
     std::string describe() const override {
         std::string d = inner_->describe();
         const size_t eol = d.find('\n');
-        const std::string note =
-                " (kernel covers the input: run as 1x1 on " + std::to_string(channels_) + " input channels)";
+        const std::string note = " (kernel covers the input: run as 1x1 on " + std::to_string(q_.icg) +
+                                 " input channels" + (permute_ ? ", weights permuted" : "") + ")";
         return eol == std::string::npos ? d + note : d.insert(eol, note);
     }
     int threads() const override { return inner_->threads(); }
 
 private:
+    // The dense [c'][OC] copy into the user's weights (weight gradients),
+    // or the user's weights into it (data gradients). Blocks of 16 along o,
+    // i and the kernel position x, so that both sides move whole lines
+    // whichever of o, i, x the user's layout keeps innermost.
+    template <typename T>
+    void scatter(const T* dense, T* user) const {
+        blocks([&](int64_t d, int64_t u) { user[u] = dense[d]; });
+    }
+    template <typename T>
+    void gather(const T* user, T* dense) const {
+        blocks([&](int64_t d, int64_t u) { dense[d] = user[u]; });
+    }
+    template <typename F>
+    void blocks(F&& move) const {
+        constexpr int64_t b = 16;
+        const int64_t oc = q_.oc(), ic = p_.icg, ksp = p_.k_sp();
+        const WeightStrides& w = p_.wei_str;
+        std::vector<int64_t> xoff(static_cast<size_t>(ksp));
+        for (int64_t x = 0; x < ksp; ++x)
+            xoff[static_cast<size_t>(x)] = user_weights_offset(p_, 0, p_.nxc ? x * ic : x);  // (o, i) = (0, 0)
+        const int64_t ob = (oc + b - 1) / b, ib = (ic + b - 1) / b;
+        auto run = [&](int64_t t) {
+            const int64_t o0 = t / ib * b, i0 = t % ib * b;
+            const int64_t o1 = std::min(oc, o0 + b), i1 = std::min(ic, i0 + b);
+            for (int64_t x0 = 0; x0 < ksp; x0 += b)
+                for (int64_t i = i0; i < i1; ++i)
+                    for (int64_t x = x0; x < std::min(ksp, x0 + b); ++x) {
+                        const int64_t c = p_.nxc ? x * ic + i : i * ksp + x;
+                        const int64_t u = xoff[static_cast<size_t>(x)] + i * w.i;
+                        for (int64_t o = o0; o < o1; ++o) move(c * oc + o, u + o * w.o);
+                    }
+        };
+        if (oc * ic * ksp < (int64_t(1) << 16)) {
+            for (int64_t t = 0; t < ob * ib; ++t) run(t);
+            return;
+        }
+        tbb::parallel_for(tbb::blocked_range<int64_t>(0, ob * ib), [&](const tbb::blocked_range<int64_t>& r) {
+            for (int64_t t = r.begin(); t != r.end(); ++t) run(t);
+        });
+    }
+
+    Problem p_, q_;
+    bool permute_;
     std::unique_ptr<Executor> inner_;
-    int64_t channels_;
 };
 
 }  // namespace
@@ -63,11 +132,11 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
     const Isa isa = effective_isa();
     if (isa >= Isa::avx2) {
         std::string why;
-        bool folded = false;
-        const Problem q = fold_full_kernel(p, &folded);
+        FullKernelFold fold;
+        const Problem q = fold_full_kernel(p, &fold);
         auto jit = q.alg == Alg::weights ? make_jit_weights_executor(q, isa, &why)
                                          : make_jit_data_executor(q, isa, &why);
-        if (jit && folded) return std::make_unique<FoldedExecutor>(std::move(jit), q.icg);
+        if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold.permute, std::move(jit));
         if (jit) return jit;
         if (verbose_log())
             std::fprintf(stderr, "convgrad,dispatch,%s declined: %s\n", isa_name(isa), why.c_str());

@@ -455,8 +455,8 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
     return p;
 }
 
-Problem fold_full_kernel(const Problem& p, bool* folded) {
-    *folded = false;
+Problem fold_full_kernel(const Problem& p, FullKernelFold* fold) {
+    *fold = FullKernelFold{};
     if (p.g != 1 || p.k_sp() == 1) return p;
     for (int a = 0; a < 3; ++a)
         if (p.out[a] != 1 || p.pad_begin[a] != 0 || p.in[a] != p.k[a] || (p.k[a] > 1 && p.dil[a] != 1)) return p;
@@ -466,7 +466,7 @@ Problem fold_full_kernel(const Problem& p, bool* folded) {
     const bool k_run = w.k[1] == p.k[2] * w.k[2] && w.k[0] == p.k[1] * w.k[1];
     const bool nxc = p.nxc && w.k[2] == ic * w.i;      // XIO: (x, i) at x * IC + i
     const bool ncx = !p.nxc && w.i == p.k_sp() * w.k[2];  // OIX: (i, x) at i * K + x
-    if (!k_run || !(nxc || ncx)) return p;
+    const bool own = k_run && (nxc || ncx);
     Problem q = p;
     q.icg = ic * p.k_sp();
     q.in = q.out = q.k = q.stride = q.dil = {1, 1, 1};
@@ -474,10 +474,25 @@ Problem fold_full_kernel(const Problem& p, bool* folded) {
     q.nxc = true;  // one pixel: NCX is NXC
     q.src_str = {q.icg, 1, {q.icg, q.icg, q.icg}};
     q.dst_str = {p.oc(), 1, {p.oc(), p.oc(), p.oc()}};
-    q.wei_str.i = nxc ? w.i : w.k[2];
+    if (own) {
+        q.wei_str.i = nxc ? w.i : w.k[2];
+    } else {  // dense [c'][OC]
+        q.wlayout = WeightLayout::XIO;
+        q.wei_str.o = 1;
+        q.wei_str.i = p.oc();
+    }
     q.wei_str.k = {q.wei_str.i * q.icg, q.wei_str.i * q.icg, q.wei_str.i * q.icg};
-    *folded = true;
+    fold->folded = true;
+    fold->permute = !own;
     return q;
+}
+
+int64_t user_weights_offset(const Problem& p, int64_t o, int64_t c) {
+    const int64_t ksp = p.k_sp();
+    const int64_t x = p.nxc ? c / p.icg : c % ksp, i = p.nxc ? c % p.icg : c / ksp;
+    const int64_t kw = x % p.k[2], kh = x / p.k[2] % p.k[1], kd = x / (p.k[2] * p.k[1]);
+    const WeightStrides& w = p.wei_str;
+    return o * w.o + i * w.i + kd * w.k[0] + kh * w.k[1] + kw * w.k[2];
 }
 
 bool plain_axis(const Problem& p, int a) {

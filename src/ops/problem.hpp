@@ -88,12 +88,23 @@ size_t dtype_size(data_type dt);
 // A kernel that covers the whole input (every output axis of size 1, no
 // begin padding, taps one pixel apart, one group) multiplies each image's
 // src as one vector of IC·K values: the op is a 1x1 convolution of IC·K
-// input channels on one-pixel images whenever src and the weights order
-// (spatial, channel) alike: NXC with the kernel outside the input channel
-// (XIO), or NCX with it inside (OIX). Returns that Problem, or `p` itself
-// (folded false) when it is not one. (VGG's fc6 as a 7x7 convolution on a
-// 7x7 input; a DCGAN's 4x4 first and last layers.)
-Problem fold_full_kernel(const Problem& p, bool* folded);
+// input channels on one-pixel images, channel c' in src's order (NXC: x·IC
+// + i; NCX: i·K + x). Its weights are the user's own when they order
+// (spatial, channel) alike (NXC with XIO, NCX with OIX); otherwise the 1x1
+// problem takes dense [c'][OC] weights and `permute` is set: the caller
+// moves them between that layout and the user's (permute_full_kernel).
+// Returns that Problem, or `p` itself (folded false) when it is not one.
+// (VGG's fc6 as a 7x7 convolution on a 7x7 input; a DCGAN's 4x4 first and
+// last layers.)
+struct FullKernelFold {
+    bool folded = false;
+    bool permute = false;
+};
+Problem fold_full_kernel(const Problem& p, FullKernelFold* fold);
+// permute: weights element (o, c') of the folded problem's dense [c'][OC]
+// layout is the user's element at user_weights_offset(p, o, c') (element
+// offsets; p the original Problem).
+int64_t user_weights_offset(const Problem& p, int64_t o, int64_t c);
 
 // The spatial axes as the planners walk them, plain axes folded into W: an
 // axis with no tap, stride or padding and in == out merges into W when W is
