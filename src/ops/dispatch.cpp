@@ -1,7 +1,7 @@
 // The dispatch list: the best implementation that accepts the Problem wins.
-#include <cstdio>
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <string>

@@ -92,7 +92,7 @@ size_t dtype_size(data_type dt);
 // + i; NCX: i·K + x). Its weights are the user's own when they order
 // (spatial, channel) alike (NXC with XIO, NCX with OIX); otherwise the 1x1
 // problem takes dense [c'][OC] weights and `permute` is set: the caller
-// moves them between that layout and the user's (permute_full_kernel).
+// moves them between that layout and the user's (user_weights_offset).
 // Returns that Problem, or `p` itself (folded false) when it is not one.
 // (VGG's fc6 as a 7x7 convolution on a 7x7 input; a DCGAN's 4x4 first and
 // last layers.)
