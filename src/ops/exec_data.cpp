@@ -1109,6 +1109,7 @@ std::string JitDataExecutor::describe() const {
 }  // namespace
 
 std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why) {
+    if (auto dot = make_jit_data_dot_executor(p, isa)) return dot;
     const int threads = op_threads(p);
     DataPlan plan;
     if (!find_or_make_plan(data_plan_cache(), "data", p, isa, threads, &plan,

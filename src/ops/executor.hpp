@@ -53,5 +53,8 @@ std::unique_ptr<Executor> make_executor(const Problem& p);
 // printed under CONVGRAD_VERBOSE) when it declines the Problem.
 std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, std::string* why);
 std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why);
+// The data gradient's inner-product path (exec_data_dot.cpp), tried first
+// by make_jit_data_executor; nullptr when it does not serve the Problem.
+std::unique_ptr<Executor> make_jit_data_dot_executor(const Problem& p, Isa isa);
 
 }  // namespace convgrad::detail

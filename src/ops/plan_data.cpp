@@ -93,8 +93,6 @@ constexpr int kMinRowTapAccs = 4;
 // Widen: the per-entry f32 scratch (m pixels × oc chunk) stays in L1.
 constexpr int64_t kWidenMaxOcChunk = 256;
 
-int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // Cycles of one oc step (direct; bf16_dot: an oc pair) or one tap
 // (depthwise) of an m × n block of `vbytes`-byte vectors; `w_in_l2`: the W
 // vectors come from L2.

@@ -40,8 +40,6 @@ namespace {
 
 using Cost = WeightsCostModel;
 
-int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 // The depthwise kernel serves depthwise layers and groups of G = 2, 4, 8
 // channels narrower than a vector (lane groups: grouped convolutions such as
 // ResNeXt's, whose groups would fill a quarter or half of a gemm tile's

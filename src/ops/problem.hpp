@@ -129,6 +129,9 @@ constexpr int kL1LinesPerSet = 8;
 // offset, put into one L1 set.
 int lines_per_l1_set(int64_t m, int64_t stride);
 
+// a / b rounded up (a >= 0, b > 0).
+inline int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 // [begin, end) of part `i` of `n` of `total` items, the larger parts spread
 // out (sizes 12, 13, 12, 13, ... rather than 13, ..., 13, 12, ..., 12), so
 // any run of consecutive parts is within one item of its share.

@@ -1,0 +1,74 @@
+// The data-gradient microkernel of the inner-product path (planned and run
+// by ops/exec_data_dot.cpp): a 1x1 layer whose few diff_dst pixels meet
+// weights with oc innermost (XIO, and the fully connected layers that
+// fold_full_kernel runs as 1x1 in any layout) computes
+//
+//   diff_src[p][c] = sum over oc of diff_dst[p][oc] * W[c][oc]
+//
+// as inner products along oc, both operands read in place: vectors of
+// consecutive oc from a diff_dst pixel and from a W row. One call takes
+// `p` pixels × `c` channels (W rows), each pair's products summed in the
+// lanes of one accumulator over the whole oc range, and stores the
+// accumulators as they are: lane l of out[i·c + j] holds the partial sum of
+// pixel i and channel j over the oc of lane l (the caller adds the lanes).
+// Per oc step: c W loads, p diff_dst loads and p·c FMAs, the W vectors
+// held in registers across the pixels.
+//
+// Types (DataCompute): f32; widen (bf16 / f16 loads widened to f32, FMA);
+// bf16_dot (vdpbf16ps on the pairs of adjacent oc that both operands hold
+// already, 2·vlen oc a step). The last, partial step reads only its `tail`
+// elements (masked loads, nothing past them).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "convgrad/convgrad.hpp"
+#include "jit/bwd_data_kernel.hpp"
+#include "jit/isa.hpp"
+#include "jit/jit_kernel.hpp"
+
+namespace convgrad::detail {
+
+// Only what changes the emitted bytes; no padding (the cache key is its
+// raw bytes).
+struct DataDotDesc {
+    int32_t isa = 0;      // Isa: avx2 or an AVX-512 level
+    int32_t compute = 0;  // DataCompute
+    int32_t dt = 0;       // data_type of diff_dst and W
+    int32_t p = 1;        // pixels a call
+    int32_t c = 1;        // channels (W rows) a call
+    int32_t tail = 0;     // oc of the last, partial step (0: none)
+    int64_t dd_pix_bytes = 0;  // diff_dst bytes between pixels
+    int64_t w_row_bytes = 0;   // W bytes between channels
+};
+static_assert(sizeof(DataDotDesc) == 40, "DataDotDesc must have no padding");
+
+// f32 lanes of the ISA's vectors, and oc a step (bf16_dot: pairs).
+int data_dot_vlen(Isa isa);
+int data_dot_step_oc(Isa isa, DataCompute compute);
+// Vector registers a (p, c) tile needs: accumulators, W, two diff_dst
+// registers and AVX2's tail mask.
+int data_dot_vregs(Isa isa, int p, int c);
+
+class DataDotKernel final : public JitKernel {
+public:
+    explicit DataDotKernel(const DataDotDesc& d);
+    // steps: whole oc steps before the tail; dd, w: the first pixel's and
+    // channel's first oc; out: p·c vectors of f32.
+    using Fn = void (*)(const void* dd, const void* w, float* out, int64_t steps);
+    void operator()(const void* dd, const void* w, float* out, int64_t steps) const { fn_(dd, w, out, steps); }
+    const DataDotDesc& desc() const { return d_; }
+    void finalize() { fn_ = entry<Fn>(); }
+
+private:
+    void generate() override;
+    void step(bool tail);
+    DataDotDesc d_;
+    Fn fn_ = nullptr;
+};
+
+std::shared_ptr<const DataDotKernel> get_data_dot_kernel(const DataDotDesc& d, bool* hit = nullptr);
+
+}  // namespace convgrad::detail

@@ -1,0 +1,265 @@
+// The inner-product path of the data gradient (ConvolutionBackwardData).
+//
+// A 1x1 layer (unit strides, no padding, one group) with few diff_dst
+// pixels and weights that keep oc innermost (XIO, and the fully connected layers
+// that fold_full_kernel runs as 1x1 in any layout) is a product of a
+// short diff_dst matrix [P][OC] with W [IC][OC] transposed. The direct path
+// first packs all of W into [block][oc][lanes] scratch, and with a large W
+// (VGG-16's fc6: 411 MB) that transpose, a pass writing and one reading as
+// much again, costs twice the kernel; this path reads W in place instead,
+// each W row once, as inner products along oc (jit/bwd_data_dot_kernel.hpp)
+// against the P diff_dst rows, which stay in L2.
+//
+// Threads split the input channels into spans; a span's channels run in
+// tiles of c W rows, each tile against the pixels in tiles of p, and every
+// output element is one kernel call's inner product (lanes summed in a
+// fixed order), so the result does not depend on the thread count.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "jit/bwd_data_cvt.hpp"
+#include "jit/bwd_data_dot_kernel.hpp"
+#include "ops/executor.hpp"
+#include "ops/problem.hpp"
+
+namespace convgrad::detail {
+namespace {
+
+// When the path runs (AMD Zen 4, 2 threads, min of 2 alternating runs of
+// convgrad-sweep --mode=P over 1x1 layers on one-pixel images: mb 8-128,
+// IC 512 / 4096, OC 256-4096, f32 and bf16, direct path / this one): it
+// wins where packing W costs more than its less efficient inner loop
+// (about 70 % of peak against the direct kernel's 90 %, and the lane sums)
+// saves, so up to a pixel count that grows with W: every layer of 8
+// pixels (1.15-5.4x, W from 0.26 MB), 16 pixels from about 1 MB (0.97-2.0x),
+// 32 from about 4 MB (1.04-2.05x; 0.87-0.90x below), 64 from about 16 MB
+// (1.15x; 0.82-1.03x at 4-8 MB), 128 from about 64 MB (1.29x). Hence at
+// most kDotPixelsPerRootMiB · sqrt(W in MiB) pixels (and always
+// kDotMinPixels). Inner products of 256 oc lose from 32 pixels on (lane
+// sums: 0.69-0.90x) and need kDotMinOcMany beyond kDotMinPixels; below
+// kDotMinOc they never pay. Diff_dst of more than kDotMaxDdBytes is read
+// from beyond L2 for every channel tile.
+constexpr double kDotPixelsPerRootMiB = 16;
+constexpr int64_t kDotMinPixels = 8;
+constexpr int64_t kDotMinOc = 64;
+constexpr int64_t kDotMinOcMany = 512;
+constexpr int64_t kDotMaxDdBytes = 2 << 20;
+// Channels a thread's span holds at least: rounding a span's rows to
+// 16 bits runs in whole vectors.
+constexpr int64_t kDotSpanChannels = 64;
+constexpr int kDotMaxPixelTile = 8;
+
+struct DotPlan {
+    Isa isa = Isa::avx2;
+    DataCompute compute = DataCompute::f32;
+    int p = 1, c = 1;              // register tile
+    int64_t pixels = 0;            // P: mb × spatial
+    int64_t span = 0;              // channels a work item (multiple of c)
+    int64_t spans = 0;             // work items
+    int threads = 1;
+    double est_cycles = 0;
+};
+
+// Cost in FMA-issue cycles of a (p, c) tiling: per oc step a tile issues
+// p·c FMAs or (p + c) loads at two a cycle, whichever is more, and ends
+// with p·c lane sums.
+double dot_cost(int64_t pixels, int64_t ic, int64_t steps, int p, int c) {
+    auto tile = [&](int64_t pp, int64_t cc) {
+        return double(steps) * std::max<double>(double(pp * cc), double(pp + cc) / 2) + double(pp * cc) * 8 + 20;
+    };
+    const int64_t fp = pixels / p, rp = pixels % p, fc = ic / c, rc = ic % c;
+    return double(fp * fc) * tile(p, c) + (rp ? double(fc) * tile(rp, c) : 0) + (rc ? double(fp) * tile(p, rc) : 0) +
+           (rp && rc ? tile(rp, rc) : 0);
+}
+
+// Returns false when the path does not serve the problem.
+bool make_dot_plan(const Problem& p, Isa isa, int threads, DotPlan* pl) {
+    const bool unit = p.g == 1 && p.k_sp() == 1 &&
+                      std::all_of(p.stride.begin(), p.stride.end(), [](int64_t s) { return s == 1; }) &&
+                      std::all_of(p.pad_begin.begin(), p.pad_begin.end(), [](int64_t v) { return v == 0; }) &&
+                      std::all_of(p.pad_end.begin(), p.pad_end.end(), [](int64_t v) { return v == 0; });
+    if (p.alg != Alg::data || !unit || isa < Isa::avx2 || p.wei_str.o != 1) return false;
+    if (!p.nxc && p.in_sp() != 1) return false;  // one-pixel images: NCX is NXC
+    const int64_t es = static_cast<int64_t>(dtype_size(p.dt));
+    const int64_t pixels = p.mb * p.in_sp();
+    const double w_mib = double(p.ic()) * double(p.oc()) * double(es) / double(1 << 20);
+    const double most_pixels = std::max<double>(kDotMinPixels, kDotPixelsPerRootMiB * std::sqrt(w_mib));
+    if (p.oc() < kDotMinOc || pixels * p.oc() * es > kDotMaxDdBytes || double(pixels) > most_pixels ||
+        (pixels > kDotMinPixels && p.oc() < kDotMinOcMany))
+        return false;
+    pl->isa = isa;
+    pl->compute = p.dt == data_type::f32                                  ? DataCompute::f32
+                  : p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 ? DataCompute::bf16_dot
+                                                                          : DataCompute::widen;
+    pl->pixels = pixels;
+    const int regs = isa >= Isa::avx512_core ? 32 : 16;
+    const int64_t steps = p.oc() / data_dot_step_oc(isa, pl->compute);
+    // Displacements of a tile's last pixel and channel fit 32 bits.
+    const int64_t row = p.oc() * es, w_row = p.wei_str.i * es;
+    bool found = false;
+    for (int tp = 1; tp <= kDotMaxPixelTile && tp <= pixels; ++tp)
+        for (int tc = 1; tc <= p.ic() && data_dot_vregs(isa, tp, tc) <= regs; ++tc) {
+            if ((tp - 1) * row > INT32_MAX || (tc - 1) * w_row > INT32_MAX) continue;
+            const double cost = dot_cost(pixels, p.ic(), steps + 1, tp, tc);
+            // Ties: the tile with fewer loads per FMA.
+            if (!found || cost < pl->est_cycles * 0.999 ||
+                (cost <= pl->est_cycles * 1.001 && (tp + tc) * pl->p * pl->c < (pl->p + pl->c) * tp * tc)) {
+                pl->p = tp;
+                pl->c = tc;
+                pl->est_cycles = cost;
+                found = true;
+            }
+        }
+    if (!found) return false;
+    pl->span = div_up(kDotSpanChannels, pl->c) * pl->c;
+    pl->spans = div_up(p.ic(), pl->span);
+    pl->threads = std::max(1, threads);
+    return true;
+}
+
+// The sum of a vector's lanes, in a fixed order.
+__attribute__((target("avx2"))) float lane_sum8(__m256 x) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+// vlen 8 or 16.
+__attribute__((target("avx2"))) float lane_sum(const float* v, int vlen) {
+    const __m256 x = _mm256_load_ps(v);
+    return lane_sum8(vlen == 16 ? _mm256_add_ps(x, _mm256_load_ps(v + 8)) : x);
+}
+
+class JitDataDotExecutor final : public Executor {
+public:
+    JitDataDotExecutor(const Problem& p, const DotPlan& plan);
+    void run(const void* in0, const void* in1, void* out) const override;
+    std::string describe() const override;
+    int threads() const override { return op_threads(p_); }
+
+private:
+    // The kernel of a (pixels, channels) tile: the full one, or a last
+    // pixel or channel tile.
+    const DataDotKernel& kernel(int64_t pp, int64_t cc) const {
+        return *kernels_[static_cast<size_t>((pp == plan_.p ? 0 : 2) + (cc == plan_.c ? 0 : 1))];
+    }
+    void run_span(const char* dd, const char* w, char* out, int64_t s, float* acc, float* sums) const;
+
+    Problem p_;
+    DotPlan plan_;
+    int64_t es_ = 4, steps_ = 0;
+    ArrayConverter round_;
+    std::vector<std::shared_ptr<const DataDotKernel>> kernels_;
+    int built_ = 0, hits_ = 0;
+};
+
+JitDataDotExecutor::JitDataDotExecutor(const Problem& p, const DotPlan& plan)
+    : p_(p), plan_(plan), es_(static_cast<int64_t>(dtype_size(p.dt))) {
+    const int step_oc = data_dot_step_oc(plan.isa, plan.compute);
+    steps_ = p.oc() / step_oc;
+    if (p.dt != data_type::f32) round_ = ArrayConverter(plan.isa, data_type::f32, p.dt);
+    const int64_t last_p = (plan.pixels - 1) % plan.p + 1, last_c = (p.ic() - 1) % plan.c + 1;
+    kernels_.resize(4);
+    for (int slot = 0; slot < 4; ++slot) {
+        const int64_t pp = slot & 2 ? last_p : plan.p, cc = slot & 1 ? last_c : plan.c;
+        if ((slot & 2 && last_p == plan.p) || (slot & 1 && last_c == plan.c)) continue;
+        DataDotDesc d;
+        d.isa = static_cast<int32_t>(plan.isa);
+        d.compute = static_cast<int32_t>(plan.compute);
+        d.dt = static_cast<int32_t>(p.dt);
+        d.p = static_cast<int32_t>(pp);
+        d.c = static_cast<int32_t>(cc);
+        d.tail = static_cast<int32_t>(p.oc() % step_oc);
+        d.dd_pix_bytes = p.oc() * es_;
+        d.w_row_bytes = p.wei_str.i * es_;
+        bool hit = false;
+        kernels_[static_cast<size_t>(slot)] = get_data_dot_kernel(d, &hit);
+        ++built_;
+        hits_ += hit;
+    }
+}
+
+// Span s: its channels in tiles of c, each against every pixel tile (the
+// tile's sums in `sums`); the lane sums into acc [P][span] (f32), then the
+// span's columns of diff_src.
+void JitDataDotExecutor::run_span(const char* dd, const char* w, char* out, int64_t s, float* acc,
+                                  float* sums) const {
+    const int64_t ic = p_.ic(), c0 = s * plan_.span, width = std::min(plan_.span, ic - c0);
+    const int vlen = data_dot_vlen(plan_.isa);
+    for (int64_t cj = 0; cj < width; cj += plan_.c) {
+        const int64_t cc = std::min<int64_t>(plan_.c, width - cj);
+        const char* wt = w + (c0 + cj) * p_.wei_str.i * es_;
+        for (int64_t p0 = 0; p0 < plan_.pixels; p0 += plan_.p) {
+            const int64_t pp = std::min<int64_t>(plan_.p, plan_.pixels - p0);
+            kernel(pp, cc)(dd + p0 * p_.oc() * es_, wt, sums, steps_);
+            for (int64_t i = 0; i < pp; ++i)
+                for (int64_t j = 0; j < cc; ++j)
+                    acc[(p0 + i) * plan_.span + cj + j] = lane_sum(sums + (i * cc + j) * vlen, vlen);
+        }
+    }
+    for (int64_t px = 0; px < plan_.pixels; ++px) {
+        char* dst = out + (px * ic + c0) * es_;
+        if (p_.dt == data_type::f32)
+            std::memcpy(dst, acc + px * plan_.span, static_cast<size_t>(width) * 4);
+        else
+            round_(acc + px * plan_.span, dst, width);
+    }
+}
+
+void JitDataDotExecutor::run(const void* in0, const void* in1, void* out) const {
+    const int threads = this->threads();
+    const char* dd = static_cast<const char*>(in0);
+    const char* w = static_cast<const char*>(in1);
+    char* dst = static_cast<char*>(out);
+    tbb::parallel_for(
+            tbb::blocked_range<int>(0, threads, 1),
+            [&](const tbb::blocked_range<int>& r) {
+                std::vector<float> acc(static_cast<size_t>(plan_.pixels * plan_.span));
+                alignas(64) float sums[32 * 16];
+                for (int t = r.begin(); t != r.end(); ++t) {
+                    const auto range = spread(plan_.spans, threads, t);
+                    for (int64_t s = range[0]; s < range[1]; ++s) run_span(dd, w, dst, s, acc.data(), sums);
+                }
+            },
+            tbb::static_partitioner());
+}
+
+std::string JitDataDotExecutor::describe() const {
+    const int step_oc = data_dot_step_oc(plan_.isa, plan_.compute);
+    const bool pairs = plan_.compute == DataCompute::bf16_dot;
+    std::ostringstream os;
+    os << "jit:" << isa_name(plan_.isa) << " dot p" << plan_.p << " c" << plan_.c << "x" << data_dot_vlen(plan_.isa);
+    if (p_.dt != data_type::f32) os << " " << dtype_name(p_.dt) << (pairs ? " vdpbf16ps on oc pairs" : " widened to f32");
+    os << " threads " << plan_.threads << " (inner products along oc, W read in place)\n"
+       << "  for span in " << plan_.spans << " (" << plan_.span << " of " << p_.ic()
+       << " channels)  [split over threads]\n"
+       << "    for tile of " << plan_.c << " channels, tile of " << plan_.p << " of " << plan_.pixels << " pixels\n"
+       << "      for oc step of " << step_oc << " in " << p_.oc() << ": " << plan_.c << " W loads, " << plan_.p
+       << " dd loads, " << plan_.p * plan_.c << (pairs ? " vdpbf16ps" : " FMAs") << "\n"
+       << "      " << plan_.p * plan_.c << " lane sums\n"
+       << "    span's rows to diff_src" << (p_.dt == data_type::f32 ? "" : " (rounded)") << "\n"
+       << "  kernels " << built_ << " (cache hits " << hits_ << ")";
+    return os.str();
+}
+
+}  // namespace
+
+std::unique_ptr<Executor> make_jit_data_dot_executor(const Problem& p, Isa isa) {
+    DotPlan plan;
+    if (!make_dot_plan(p, isa, op_threads(p), &plan)) return nullptr;
+    return std::make_unique<JitDataDotExecutor>(p, plan);
+}
+
+}  // namespace convgrad::detail
