@@ -90,6 +90,14 @@ TEST_CASE("data dot: 1x1 layers with few pixels read W in place", "[jit][data][d
     // of 5, 5, 3); the same W in bf16 (0.57 MiB) allows 12, so direct.
     check(one_by_one(13, 301, 1000, {1, 1}), true, {data_type::f32});
     check(one_by_one(13, 301, 1000, {1, 1}), false, {data_type::bf16});
+    // 32 diff_dst rows of 16 KiB (512 KiB): copied one line apart more.
+    wtest::Case wide = one_by_one(32, 260, 4096, {1, 1});
+    check(wide, true, {data_type::f32});
+    if (runs("avx512_core")) {
+        const std::string d = data_op(wide, "avx512_core").describe();
+        INFO(d);
+        CHECK(d.find("diff_dst copied to rows 16448 bytes apart") != std::string::npos);
+    }
 }
 
 TEST_CASE("data dot: weights formats, layouts and the problems it leaves", "[jit][data][dot]") {

@@ -26,8 +26,8 @@ DataDotKernel::DataDotKernel(const DataDotDesc& d)
                 std::to_string(d.dd_pix_bytes) + "_w" + std::to_string(d.w_row_bytes)),
       d_(d) {}
 
-// Register contract: rdi diff_dst, rsi W, rdx out, rcx steps left, rax
-// scratch; vregs [0, c) W, c and c + 1 diff_dst, then the accumulators
+// Register contract: rdi diff_dst, rsi W, rdx out, rcx steps left, r8
+// the next line to prefetch, rax scratch; vregs [0, c) W, c and c + 1 diff_dst, then the accumulators
 // (AVX2: the last vreg is the tail mask).
 void DataDotKernel::generate() {
     const Isa isa = static_cast<Isa>(d_.isa);
@@ -42,6 +42,8 @@ void DataDotKernel::generate() {
     jz(l_tail);
     L(l_loop);
     step(false);
+    prefetcht2(ptr[r8]);
+    add(r8, 64);
     add(rdi, static_cast<uint32_t>(step_bytes));
     add(rsi, static_cast<uint32_t>(step_bytes));
     dec(rcx);

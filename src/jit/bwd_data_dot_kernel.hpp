@@ -12,7 +12,7 @@
 // accumulators as they are: lane l of out[i·c + j] holds the partial sum of
 // pixel i and channel j over the oc of lane l (the caller adds the lanes).
 // Per oc step: c W loads, p diff_dst loads and p·c FMAs, the W vectors
-// held in registers across the pixels.
+// held in registers across the pixels, and one prefetch.
 //
 // Types (DataCompute): f32; widen (bf16 / f16 loads widened to f32, FMA);
 // bf16_dot (vdpbf16ps on the pairs of adjacent oc that both operands hold
@@ -56,9 +56,14 @@ class DataDotKernel final : public JitKernel {
 public:
     explicit DataDotKernel(const DataDotDesc& d);
     // steps: whole oc steps before the tail; dd, w: the first pixel's and
-    // channel's first oc; out: p·c vectors of f32.
-    using Fn = void (*)(const void* dd, const void* w, float* out, int64_t steps);
-    void operator()(const void* dd, const void* w, float* out, int64_t steps) const { fn_(dd, w, out, steps); }
+    // channel's first oc; out: p·c vectors of f32. Each whole step also
+    // prefetches one line towards L2, pf and the lines after it: the
+    // caller's next W tile, so that its DRAM reads overlap this tile's
+    // FMAs instead of stalling its first pass.
+    using Fn = void (*)(const void* dd, const void* w, float* out, int64_t steps, const void* pf);
+    void operator()(const void* dd, const void* w, float* out, int64_t steps, const void* pf) const {
+        fn_(dd, w, out, steps, pf);
+    }
     const DataDotDesc& desc() const { return d_; }
     void finalize() { fn_ = entry<Fn>(); }
 
