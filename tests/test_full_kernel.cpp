@@ -24,7 +24,13 @@ bool runs(const std::string& isa) {
 }
 
 constexpr const char* kFoldNote = "kernel covers the input";
+// How a folded layer meets weights that order (spatial, channel) unlike
+// src: not at all (the same order), by transposing src / diff_src per
+// image, or by a permuted copy of the weights.
+enum class Meet { own, images, weights };
 constexpr const char* kPermuteNote = ", weights permuted";
+constexpr const char* kImagesNote = " transposed per image";
+constexpr const char* kSwapNote = "src and diff_dst in each other's roles";
 
 // A full-kernel case: the kernel equals the input on every axis.
 wtest::Case full(int64_t ic, int64_t oc, const dims& in) {
@@ -35,9 +41,9 @@ wtest::Case full(int64_t ic, int64_t oc, const dims& in) {
 
 // Weight gradient (both weight ops) and data gradient of `c`: JIT equal
 // to the reference bit for bit on small integers on every ISA, folded
-// (describe() carries the note) exactly when `fold`, through a permuted
-// copy of the weights exactly when `permute`.
-void check(const wtest::Case& c, bool fold, bool permute = false) {
+// (describe() carries the note) exactly when `fold`, meeting the weights
+// as `meet` says.
+void check(const wtest::Case& c, bool fold, Meet meet = Meet::own) {
     for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
         wtest::Case w = c;
         w.dt = dt;
@@ -57,7 +63,13 @@ void check(const wtest::Case& c, bool fold, bool permute = false) {
                 INFO(isa << " " << (which ? "data" : "weights") << " " << jit.describe());
                 REQUIRE(jit.describe().rfind("jit:", 0) == 0);
                 CHECK((jit.describe().find(kFoldNote) != std::string::npos) == fold);
-                CHECK((jit.describe().find(kPermuteNote) != std::string::npos) == permute);
+                CHECK((jit.describe().find(kPermuteNote) != std::string::npos) == (meet == Meet::weights));
+                CHECK((jit.describe().find(kImagesNote) != std::string::npos) == (meet == Meet::images));
+                // Weight gradients into weights with c' innermost (the
+                // view's OIX) swap the roles of src and diff_dst.
+                const bool c_inner = w.wfmt == (w.transpose ? "IOX" : "OIX");
+                CHECK((jit.describe().find(kSwapNote) != std::string::npos) ==
+                      (!which && c_inner && meet != Meet::weights));
                 const auto in0 = testutil::small_ints(dt, ref.input0_elems(), 5);
                 const auto in1 = testutil::small_ints(dt, ref.input1_elems(), 6);
                 CHECK(testutil::bitwise_equal(testutil::run(jit, in0, in1), testutil::run(ref, in0, in1)));
@@ -79,34 +91,49 @@ TEST_CASE("full kernels: run as 1x1, the weights permuted where the layouts disa
     cases.push_back(strided);
     for (const wtest::Case& base : cases) {
         INFO("ic " << base.ic << " oc " << base.oc << " rank " << base.nsp());
-        // (data format, weights format, permuted): the user's weights serve
-        // when the kernel axes order with the input's, outside the channel
-        // in NXC, inside it in NCX.
+        // (data format, weights format, how): the user's weights serve as
+        // they are when the kernel axes order with the input's, outside the
+        // channel in NXC, inside it in NCX; where they order the other way,
+        // the images are transposed (fewer images than output channels).
         struct Layout {
             bool nxc;
             const char* wfmt;
-            bool permute;
+            Meet meet;
         };
-        for (const Layout l : {Layout{true, "XIO", false}, Layout{false, "OIX", false}, Layout{true, "OIX", true},
-                               Layout{false, "XIO", true}}) {
+        for (const Layout l : {Layout{true, "XIO", Meet::own}, Layout{false, "OIX", Meet::own},
+                               Layout{true, "OIX", Meet::images}, Layout{false, "XIO", Meet::images}}) {
             wtest::Case c = base;
             c.nxc = l.nxc;
             c.wfmt = l.wfmt;
             INFO((l.nxc ? "NXC " : "NCX ") << l.wfmt);
-            check(c, true, l.permute);
+            check(c, true, l.meet);
         }
         // ConvTranspose from one pixel to the kernel: its XOI is the
-        // convolution view's XIO, its IOX the view's OIX; the rest permute
-        // (XIO, the spec's default, is the view's XOI).
-        for (const Layout l : {Layout{true, "XOI", false}, Layout{false, "IOX", false}, Layout{true, "XIO", true},
-                               Layout{false, "OIX", true}, Layout{true, "IOX", true}, Layout{false, "XOI", true}}) {
+        // convolution view's XIO, its IOX the view's OIX; its XIO (the
+        // spec's default) and OIX put the output channel between the kernel
+        // axes and the input channel, so the weights are permuted.
+        for (const Layout l : {Layout{true, "XOI", Meet::own}, Layout{false, "IOX", Meet::own},
+                               Layout{true, "XIO", Meet::weights}, Layout{false, "OIX", Meet::weights},
+                               Layout{true, "IOX", Meet::images}, Layout{false, "XOI", Meet::images}}) {
             wtest::Case c = base;
             c.transpose = true;
             c.nxc = l.nxc;
             c.wfmt = l.wfmt;
             INFO("ConvTranspose " << (l.nxc ? "NXC " : "NCX ") << l.wfmt);
-            check(c, true, l.permute);
+            check(c, true, l.meet);
         }
+    }
+    // As many images as output channels or more: the weights are the
+    // smaller tensor to move.
+    for (const bool nxc : {true, false}) {
+        wtest::Case c = full(6, 3, {4, 4});
+        c.nxc = nxc;
+        c.wfmt = nxc ? "OIX" : "XIO";
+        INFO((nxc ? "NXC OIX" : "NCX XIO") << ", mb 3, oc 3");
+        check(c, true, Meet::weights);
+        c.transpose = true;
+        c.wfmt = nxc ? "IOX" : "XOI";
+        check(c, true, Meet::weights);
     }
 }
 

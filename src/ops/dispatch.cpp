@@ -14,6 +14,7 @@
 
 #include "jit/isa.hpp"
 #include "ops/executor.hpp"
+#include "ops/transpose.hpp"
 #include "ref/reference.hpp"
 
 namespace convgrad::detail {
@@ -33,18 +34,38 @@ private:
 };
 
 // A Problem run as its fold_full_kernel form: the same buffers and the
-// plan of the 1x1 convolution; with fold.permute, the weights pass through
-// a dense [c'][OC] copy (after a weight gradient, before a data gradient).
+// plan of the 1x1 convolution; with fold.transpose_src, src (weight
+// gradients, before) or diff_src (data gradients, after) passes through a
+// per-image transpose into the weights' channel order; with fold.permute,
+// the weights pass through a dense [c'][OC] copy (after a weight gradient,
+// before a data gradient).
 class FoldedExecutor final : public Executor {
 public:
-    FoldedExecutor(const Problem& p, const Problem& q, bool permute, std::unique_ptr<Executor> inner)
-        : p_(p), q_(q), permute_(permute), inner_(std::move(inner)) {}
+    FoldedExecutor(const Problem& p, const Problem& q, const FullKernelFold& fold, std::unique_ptr<Executor> inner)
+        : p_(p), q_(q), fold_(fold), inner_(std::move(inner)) {}
     void run(const void* in0, const void* in1, void* out) const override {
-        if (!permute_) {
+        const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
+        if (fold_.transpose_src) {
+            // An image in the user's order is K × IC (NXC) or IC × K (NCX);
+            // the weights order it the other way.
+            const int64_t k = p_.k_sp(), ic = p_.icg;
+            std::unique_ptr<char[]> images(new char[static_cast<size_t>(p_.mb * k * ic * es)]);
+            if (p_.alg == Alg::weights) {
+                const void* src = p_.swap_inputs ? in1 : in0;
+                transpose_images(src, images.get(), static_cast<int>(es), p_.mb, p_.nxc ? k : ic, p_.nxc ? ic : k,
+                                 threads());
+                inner_->run(p_.swap_inputs ? in0 : images.get(), p_.swap_inputs ? images.get() : in1, out);
+            } else {
+                inner_->run(in0, in1, images.get());
+                transpose_images(images.get(), out, static_cast<int>(es), p_.mb, p_.nxc ? ic : k, p_.nxc ? k : ic,
+                                 threads());
+            }
+            return;
+        }
+        if (!fold_.permute) {
             inner_->run(in0, in1, out);
             return;
         }
-        const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
         std::unique_ptr<char[]> dense(new char[static_cast<size_t>(q_.icg * q_.oc() * es)]);
         if (p_.alg == Alg::weights) {
             inner_->run(in0, in1, dense.get());
@@ -63,8 +84,14 @@ public:
     std::string describe() const override {
         std::string d = inner_->describe();
         const size_t eol = d.find('\n');
-        const std::string note = " (kernel covers the input: run as 1x1 on " + std::to_string(q_.icg) +
-                                 " input channels" + (permute_ ? ", weights permuted" : "") + ")";
+        const std::string note = " (kernel covers the input: run as 1x1 on " +
+                                 std::to_string(fold_.swap_roles ? q_.ocg : q_.icg) + " input channels" +
+                                 (fold_.swap_roles ? ", src and diff_dst in each other's roles" : "") +
+                                 (fold_.permute ? ", weights permuted" : "") +
+                                 (!fold_.transpose_src       ? ""
+                                  : p_.alg == Alg::weights   ? ", src transposed per image"
+                                                             : ", diff_src transposed per image") +
+                                 ")";
         return eol == std::string::npos ? d + note : d.insert(eol, note);
     }
     int threads() const override { return inner_->threads(); }
@@ -112,7 +139,7 @@ private:
     }
 
     Problem p_, q_;
-    bool permute_;
+    FullKernelFold fold_;
     std::unique_ptr<Executor> inner_;
 };
 
@@ -136,7 +163,7 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
         const Problem q = fold_full_kernel(p, &fold);
         auto jit = q.alg == Alg::weights ? make_jit_weights_executor(q, isa, &why)
                                          : make_jit_data_executor(q, isa, &why);
-        if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold.permute, std::move(jit));
+        if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold, std::move(jit));
         if (jit) return jit;
         if (verbose_log())
             std::fprintf(stderr, "convgrad,dispatch,%s declined: %s\n", isa_name(isa), why.c_str());

@@ -30,6 +30,7 @@
 #include "ops/numeric.hpp"
 #include "ops/plan_cache.hpp"
 #include "ops/plan_data.hpp"
+#include "ops/transpose.hpp"
 
 namespace convgrad::detail {
 namespace {
@@ -127,34 +128,6 @@ struct NxcStrides {
 };
 NxcStrides nxc_strides(const std::array<int64_t, 3>& sp, int64_t c) {
     return {sp[0] * sp[1] * sp[2] * c, sp[1] * sp[2] * c, sp[2] * c, c};
-}
-
-// dst[i][j] = src[j][i] per image for a rows × cols matrix, in tiles so
-// both sides stream whole cache lines. T: the element's bits.
-template <typename T>
-void transpose_images(const T* src, T* dst, int64_t mb, int64_t rows, int64_t cols, int threads) {
-    constexpr int64_t kTile = 32;
-    const int64_t rt = (rows + kTile - 1) / kTile, ct = (cols + kTile - 1) / kTile;
-    const int64_t items = mb * rt;
-    for_each_thread(threads, [&](int t) {
-        const auto [it0, it1] = spread(items, threads, t);
-        for (int64_t it = it0; it < it1; ++it) {
-            const int64_t n = it / rt, r0 = it % rt * kTile, r1 = std::min(rows, r0 + kTile);
-            const T* s = src + n * rows * cols;
-            T* d = dst + n * rows * cols;
-            for (int64_t c0 = 0; c0 < ct * kTile; c0 += kTile)
-                for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
-                    for (int64_t r = r0; r < r1; ++r) d[c * rows + r] = s[r * cols + c];
-        }
-    });
-}
-// NCX <-> NXC of elements of `es` bytes: a per-image transpose of (c × sp)
-// or (sp × c).
-void transpose_any(const void* src, void* dst, int es, int64_t mb, int64_t rows, int64_t cols, int threads) {
-    if (es == 4)
-        transpose_images(static_cast<const uint32_t*>(src), static_cast<uint32_t*>(dst), mb, rows, cols, threads);
-    else
-        transpose_images(static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), mb, rows, cols, threads);
 }
 
 // A (kd, kh) tap valid for one diff_src row, with its diff_dst row.
@@ -442,7 +415,7 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const ScratchLease dst_nxc(ScratchUse::dst_nxc, plan_.scratch.dst_nxc_elems * es_);
     char* dst = static_cast<char*>(out);
     if (!p_.nxc) {
-        transpose_any(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads);
+        transpose_images(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads);
         dd = dd_nxc.get();
         dst = dst_nxc.get();
     }
@@ -450,7 +423,7 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
         run_col(dd, wp.get(), dst, threads);
     else
         run_direct(dd, wp.get(), dst, threads);
-    if (!p_.nxc) transpose_any(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads);
+    if (!p_.nxc) transpose_images(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads);
 }
 
 // How gather_rows turns each gathered dword into its output.

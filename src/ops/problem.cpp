@@ -7,6 +7,7 @@
 #include <cctype>
 #include <climits>
 #include <sstream>
+#include <utility>
 
 // Checks a condition; the message parts are evaluated only on failure, so a
 // valid op pays for no string building.
@@ -464,9 +465,10 @@ Problem fold_full_kernel(const Problem& p, FullKernelFold* fold) {
     const int64_t ic = p.icg;
     // The kernel axes one run, as the input's spatial axes are.
     const bool k_run = w.k[1] == p.k[2] * w.k[2] && w.k[0] == p.k[1] * w.k[1];
-    const bool nxc = p.nxc && w.k[2] == ic * w.i;      // XIO: (x, i) at x * IC + i
-    const bool ncx = !p.nxc && w.i == p.k_sp() * w.k[2];  // OIX: (i, x) at i * K + x
-    const bool own = k_run && (nxc || ncx);
+    const bool w_xi = k_run && w.k[2] == ic * w.i;          // XIO: (x, i) at x * IC + i
+    const bool w_ix = k_run && w.i == p.k_sp() * w.k[2];    // OIX: (i, x) at i * K + x
+    const bool own = p.nxc ? w_xi : w_ix;
+    fold->transpose_src = !own && (w_xi || w_ix) && p.mb < p.oc();
     Problem q = p;
     q.icg = ic * p.k_sp();
     q.in = q.out = q.k = q.stride = q.dil = {1, 1, 1};
@@ -474,16 +476,28 @@ Problem fold_full_kernel(const Problem& p, FullKernelFold* fold) {
     q.nxc = true;  // one pixel: NCX is NXC
     q.src_str = {q.icg, 1, {q.icg, q.icg, q.icg}};
     q.dst_str = {p.oc(), 1, {p.oc(), p.oc(), p.oc()}};
-    if (own) {
-        q.wei_str.i = nxc ? w.i : w.k[2];
+    if (own || fold->transpose_src) {  // c' in the weights' order
+        q.wei_str.i = w_xi ? w.i : w.k[2];
     } else {  // dense [c'][OC]
         q.wlayout = WeightLayout::XIO;
         q.wei_str.o = 1;
         q.wei_str.i = p.oc();
     }
+    // A weight gradient into weights with c' innermost (OIX, its rows
+    // dense): the 1x1 problem with the roles of src and diff_dst swapped
+    // (input channels OC, output channels c') writes them as its XIO.
+    if (p.alg == Alg::weights && q.wei_str.i == 1 && q.wei_str.o == q.icg) {
+        std::swap(q.icg, q.ocg);
+        std::swap(q.src_str, q.dst_str);
+        q.swap_inputs = !q.swap_inputs;
+        q.wlayout = WeightLayout::XIO;
+        q.wei_str.o = 1;
+        q.wei_str.i = q.ocg;
+        fold->swap_roles = true;
+    }
     q.wei_str.k = {q.wei_str.i * q.icg, q.wei_str.i * q.icg, q.wei_str.i * q.icg};
     fold->folded = true;
-    fold->permute = !own;
+    fold->permute = !own && !fold->transpose_src;
     return q;
 }
 

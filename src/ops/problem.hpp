@@ -90,15 +90,26 @@ size_t dtype_size(data_type dt);
 // src as one vector of IC·K values: the op is a 1x1 convolution of IC·K
 // input channels on one-pixel images, channel c' in src's order (NXC: x·IC
 // + i; NCX: i·K + x). Its weights are the user's own when they order
-// (spatial, channel) alike (NXC with XIO, NCX with OIX); otherwise the 1x1
+// (spatial, channel) alike (NXC with XIO, NCX with OIX). When they order
+// them the other way (NXC with OIX, NCX with XIO: x and i adjacent in the
+// weights, but swapped) and there are fewer images than output channels,
+// c' takes the weights' order instead and `transpose_src` is set: the
+// caller transposes each image of src (weight gradients, before) or
+// diff_src (data gradients, after) between the K × IC and IC × K orders,
+// which moves fewer bytes than the weights would. Otherwise the 1x1
 // problem takes dense [c'][OC] weights and `permute` is set: the caller
 // moves them between that layout and the user's (user_weights_offset).
+// A weight gradient whose weights keep c' innermost (OIX) gets the 1x1
+// problem with src and diff_dst in each other's roles (`swap_roles`):
+// input channels OC, output channels c', its XIO the user's layout.
 // Returns that Problem, or `p` itself (folded false) when it is not one.
 // (VGG's fc6 as a 7x7 convolution on a 7x7 input; a DCGAN's 4x4 first and
 // last layers.)
 struct FullKernelFold {
     bool folded = false;
     bool permute = false;
+    bool transpose_src = false;
+    bool swap_roles = false;
 };
 Problem fold_full_kernel(const Problem& p, FullKernelFold* fold);
 // permute: weights element (o, c') of the folded problem's dense [c'][OC]
