@@ -1,7 +1,7 @@
 // The data-gradient microkernel of the inner-product path (planned and run
 // by ops/exec_data_dot.cpp): a 1x1 layer whose few diff_dst pixels meet
-// weights with oc innermost (XIO, and the fully connected layers that
-// fold_full_kernel runs as 1x1 in any layout) computes
+// weights with oc innermost (XIO, fully connected layers that
+// fold_full_kernel runs as 1x1 included) computes
 //
 //   diff_src[p][c] = sum over oc of diff_dst[p][oc] * W[c][oc]
 //

@@ -1,8 +1,8 @@
 // The inner-product path of the data gradient (ConvolutionBackwardData).
 //
 // A 1x1 layer (unit strides, no padding, one group) with few diff_dst
-// pixels and weights that keep oc innermost (XIO, and the fully connected layers
-// that fold_full_kernel runs as 1x1 in any layout) is a product of a
+// pixels and weights that keep oc innermost (XIO, fully connected layers that
+// fold_full_kernel runs as 1x1 included) is a product of a
 // short diff_dst matrix [P][OC] with W [IC][OC] transposed. The direct path
 // first packs all of W into [block][oc][lanes] scratch, and with a large W
 // (VGG-16's fc6: 411 MB) that transpose, a pass writing and one reading as
