@@ -41,8 +41,9 @@ private:
 // before a data gradient).
 class FoldedExecutor final : public Executor {
 public:
-    FoldedExecutor(const Problem& p, const Problem& q, const FullKernelFold& fold, std::unique_ptr<Executor> inner)
-        : p_(p), q_(q), fold_(fold), inner_(std::move(inner)) {}
+    FoldedExecutor(const Problem& p, const Problem& q, const FullKernelFold& fold, Isa isa,
+                   std::unique_ptr<Executor> inner)
+        : p_(p), q_(q), fold_(fold), isa_(isa), inner_(std::move(inner)) {}
     void run(const void* in0, const void* in1, void* out) const override {
         const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
         if (fold_.transpose_src) {
@@ -53,12 +54,12 @@ public:
             if (p_.alg == Alg::weights) {
                 const void* src = p_.swap_inputs ? in1 : in0;
                 transpose_images(src, images.get(), static_cast<int>(es), p_.mb, p_.nxc ? k : ic, p_.nxc ? ic : k,
-                                 threads());
+                                 threads(), isa_);
                 inner_->run(p_.swap_inputs ? in0 : images.get(), p_.swap_inputs ? images.get() : in1, out);
             } else {
                 inner_->run(in0, in1, images.get());
                 transpose_images(images.get(), out, static_cast<int>(es), p_.mb, p_.nxc ? ic : k, p_.nxc ? k : ic,
-                                 threads());
+                                 threads(), isa_);
             }
             return;
         }
@@ -140,6 +141,7 @@ private:
 
     Problem p_, q_;
     FullKernelFold fold_;
+    Isa isa_;
     std::unique_ptr<Executor> inner_;
 };
 
@@ -163,7 +165,7 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
         const Problem q = fold_full_kernel(p, &fold);
         auto jit = q.alg == Alg::weights ? make_jit_weights_executor(q, isa, &why)
                                          : make_jit_data_executor(q, isa, &why);
-        if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold, std::move(jit));
+        if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold, isa, std::move(jit));
         if (jit) return jit;
         if (verbose_log())
             std::fprintf(stderr, "convgrad,dispatch,%s declined: %s\n", isa_name(isa), why.c_str());

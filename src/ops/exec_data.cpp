@@ -422,7 +422,7 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const ScratchLease dst_nxc(ScratchUse::dst_nxc, plan_.scratch.dst_nxc_elems * es_);
     char* dst = static_cast<char*>(out);
     if (!p_.nxc) {
-        transpose_images(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads);
+        transpose_images(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads, plan_.isa);
         dd = dd_nxc.get();
         dst = dst_nxc.get();
     }
@@ -430,7 +430,7 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
         run_col(dd, wp.get(), dst, threads);
     else
         run_direct(dd, wp.get(), dst, threads);
-    if (!p_.nxc) transpose_images(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads);
+    if (!p_.nxc) transpose_images(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads, plan_.isa);
 }
 
 // How gather_rows turns each gathered dword into its output.
@@ -456,33 +456,6 @@ __attribute__((target("avx512f"))) void gather_rows(const char* base, const int3
                 v = _mm512_and_si512(v, _mm512_set1_epi32(int32_t(0xffff0000u)));
             _mm512_storeu_si512(out + r * out_row + 16 * g, v);
         }
-}
-
-// Transposes 16 rows of 16 dwords in place: r[i][j] becomes r[j][i].
-__attribute__((target("avx512f"))) inline void transpose_16x16(__m512i r[16]) {
-    __m512i t[16];  // (zero-masked forms: GCC 12 flags the plain ones' undefined pass-through)
-    for (int i = 0; i < 8; ++i) {  // dword pairs of rows 2i, 2i + 1
-        t[2 * i] = _mm512_maskz_unpacklo_epi32(0xffff, r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_maskz_unpackhi_epi32(0xffff, r[2 * i], r[2 * i + 1]);
-    }
-    // r[4i + j], 128-bit lane k: rows 4i .. 4i + 3 of column 4k + j
-    for (int i = 0; i < 4; ++i) {
-        r[4 * i] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i], t[4 * i + 2]);
-        r[4 * i + 1] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i], t[4 * i + 2]);
-        r[4 * i + 2] = _mm512_maskz_unpacklo_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
-        r[4 * i + 3] = _mm512_maskz_unpackhi_epi64(0xff, t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int j = 0; j < 4; ++j) {
-        const __m512i even_lo = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0x88);  // lanes 0, 2 of rows 0-7
-        const __m512i odd_lo = _mm512_maskz_shuffle_i32x4(0xffff, r[j], r[4 + j], 0xdd);
-        const __m512i even_hi = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0x88);
-        const __m512i odd_hi = _mm512_maskz_shuffle_i32x4(0xffff, r[8 + j], r[12 + j], 0xdd);
-        t[j] = _mm512_maskz_shuffle_i32x4(0xffff, even_lo, even_hi, 0x88);
-        t[8 + j] = _mm512_maskz_shuffle_i32x4(0xffff, even_lo, even_hi, 0xdd);
-        t[4 + j] = _mm512_maskz_shuffle_i32x4(0xffff, odd_lo, odd_hi, 0x88);
-        t[12 + j] = _mm512_maskz_shuffle_i32x4(0xffff, odd_lo, odd_hi, 0xdd);
-    }
-    for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
 // gather_rows where each lane's values are contiguous (XIO: oc innermost):

@@ -39,6 +39,7 @@
 #include "ops/executor.hpp"
 #include "ops/plan_cache.hpp"
 #include "ops/plan_weights.hpp"
+#include "ops/transpose.hpp"
 
 namespace convgrad::detail {
 namespace {
@@ -101,18 +102,6 @@ void parallel_static(int threads, int64_t n, F&& body) {
 // to[i] += from[i]: the buffers never overlap.
 void add_to(float* __restrict to, const float* __restrict from, int64_t n) {
     for (int64_t i = 0; i < n; ++i) to[i] += from[i];
-}
-
-// NCX (n, c, sp) -> dense NXC (n, sp, c).
-template <typename T>
-void to_nxc(const T* in, T* out, int64_t mb, int64_t c, int64_t sp, int threads) {
-    constexpr int64_t block = 64;
-    const int64_t blocks = (sp + block - 1) / block;
-    parallel_static(threads, mb * blocks, [&](int64_t nb) {
-        const int64_t n = nb / blocks, s0 = (nb % blocks) * block, s1 = std::min(sp, s0 + block);
-        for (int64_t ch = 0; ch < c; ++ch)
-            for (int64_t s = s0; s < s1; ++s) out[(n * sp + s) * c + ch] = in[(n * c + ch) * sp + s];
-    });
 }
 
 // Pixels [iw0, iw0 + width) of a W row of `in_w` pixels into `to`,
@@ -1398,17 +1387,9 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     if (plan_.transpose_inputs) {
         char* src_nxc = scratch(kSrcNxc, p_.mb * p_.ic() * user_.in_sp() * es, pooled, fresh[0]);
         char* dst_nxc = scratch(kDstNxc, p_.mb * p_.oc() * p_.out_sp() * es, pooled, fresh[1]);
-        if (es == 4) {
-            to_nxc(reinterpret_cast<const float*>(src), reinterpret_cast<float*>(src_nxc), p_.mb, p_.ic(),
-                   user_.in_sp(), nthreads);
-            to_nxc(reinterpret_cast<const float*>(diff_dst), reinterpret_cast<float*>(dst_nxc), p_.mb, p_.oc(),
-                   p_.out_sp(), nthreads);
-        } else {
-            to_nxc(reinterpret_cast<const uint16_t*>(src), reinterpret_cast<uint16_t*>(src_nxc), p_.mb, p_.ic(),
-                   user_.in_sp(), nthreads);
-            to_nxc(reinterpret_cast<const uint16_t*>(diff_dst), reinterpret_cast<uint16_t*>(dst_nxc), p_.mb,
-                   p_.oc(), p_.out_sp(), nthreads);
-        }
+        // NCX (n, c, sp) -> dense NXC (n, sp, c)
+        transpose_images(src, src_nxc, static_cast<int>(es), p_.mb, p_.ic(), user_.in_sp(), nthreads, plan_.isa);
+        transpose_images(diff_dst, dst_nxc, static_cast<int>(es), p_.mb, p_.oc(), p_.out_sp(), nthreads, plan_.isa);
         src = src_nxc;
         diff_dst = dst_nxc;
     }
