@@ -80,7 +80,7 @@ void check(const wtest::Case& c, bool fold, Meet meet = Meet::own) {
 
 }  // namespace
 
-TEST_CASE("full kernels: run as 1x1, the weights permuted where the layouts disagree", "[jit][fold]") {
+TEST_CASE("full kernels: run as 1x1 in every layout pair, images transposed or weights permuted where they disagree", "[jit][fold]") {
     // 1D, 2D, 3D; channel tails on every vector length; a stride and an end
     // pad that leave the output at one pixel.
     std::vector<wtest::Case> cases{full(5, 17, {4, 4}), full(3, 33, {16}), full(2, 16, {2, 3, 4}),
