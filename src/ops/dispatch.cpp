@@ -68,7 +68,11 @@ public:
             return;
         }
         std::unique_ptr<char[]> dense(new char[static_cast<size_t>(q_.icg * q_.oc() * es)]);
-        if (p_.alg == Alg::weights) {
+        const Batched bt = batched_transpose();
+        if (bt.mb) {
+            inner_->run(in0, in1, dense.get());
+            transpose_images(dense.get(), out, static_cast<int>(es), bt.mb, bt.rows, bt.cols, threads(), isa_);
+        } else if (p_.alg == Alg::weights) {
             inner_->run(in0, in1, dense.get());
             if (es == 4)
                 scatter(reinterpret_cast<const uint32_t*>(dense.get()), static_cast<uint32_t*>(out));
@@ -98,6 +102,26 @@ public:
     int threads() const override { return inner_->threads(); }
 
 private:
+    // Weight gradients whose user weights hold, per block of the dense
+    // copy's outer axis, an [OC][inner] matrix: the copy back is a batch of
+    // transposes, the dense copy mb matrices rows × cols (= inner × OC).
+    // NXC with weights [x][o][i] (a ConvTranspose's XIO, the spec's
+    // default): per kernel position x, IC × OC. NCX with [i][o][x] (a
+    // ConvTranspose's OIX): per input channel, K × OC. Otherwise mb = 0.
+    // (No convolution's data gradient meets such weights.)
+    struct Batched {
+        int64_t mb = 0, rows = 0, cols = 0;
+    };
+    Batched batched_transpose() const {
+        const WeightStrides& w = p_.wei_str;
+        const int64_t oc = p_.oc(), ic = p_.icg, k = p_.k_sp();
+        const bool k_run = w.k[1] == p_.k[2] * w.k[2] && w.k[0] == p_.k[1] * w.k[1];
+        if (p_.alg != Alg::weights) return {};
+        if (k_run && p_.nxc && w.i == 1 && w.o == ic && w.k[2] == oc * ic) return {k, ic, oc};
+        if (k_run && !p_.nxc && w.k[2] == 1 && w.o == k && w.i == oc * k) return {ic, k, oc};
+        return {};
+    }
+
     // The dense [c'][OC] copy into the user's weights (weight gradients),
     // or the user's weights into it (data gradients). Blocks of 16 along o,
     // i and the kernel position x, so that both sides move whole lines
