@@ -115,7 +115,7 @@ private:
     Batched batched_transpose() const {
         const WeightStrides& w = p_.wei_str;
         const int64_t oc = p_.oc(), ic = p_.icg, k = p_.k_sp();
-        const bool k_run = w.k[1] == p_.k[2] * w.k[2] && w.k[0] == p_.k[1] * w.k[1];
+        const bool k_run = kernel_axes_one_run(p_);
         if (p_.alg != Alg::weights) return {};
         if (k_run && p_.nxc && w.i == 1 && w.o == ic && w.k[2] == oc * ic) return {k, ic, oc};
         if (k_run && !p_.nxc && w.k[2] == 1 && w.o == k && w.i == oc * k) return {ic, k, oc};

@@ -87,10 +87,7 @@ double dot_cost(int64_t pixels, int64_t ic, int64_t steps, int p, int c) {
 
 // Returns false when the path does not serve the problem.
 bool make_dot_plan(const Problem& p, Isa isa, int threads, DotPlan* pl) {
-    const bool unit = p.g == 1 && p.k_sp() == 1 &&
-                      std::all_of(p.stride.begin(), p.stride.end(), [](int64_t s) { return s == 1; }) &&
-                      std::all_of(p.pad_begin.begin(), p.pad_begin.end(), [](int64_t v) { return v == 0; }) &&
-                      std::all_of(p.pad_end.begin(), p.pad_end.end(), [](int64_t v) { return v == 0; });
+    const bool unit = p.g == 1 && plain_axis(p, 0) && plain_axis(p, 1) && plain_axis(p, 2);
     if (p.alg != Alg::data || !unit || isa < Isa::avx2 || p.wei_str.o != 1) return false;
     if (!p.nxc && p.in_sp() != 1) return false;  // one-pixel images: NCX is NXC
     const int64_t es = static_cast<int64_t>(dtype_size(p.dt));

@@ -456,6 +456,11 @@ Problem make_problem(op_kind kind, data_type dt, const attributes& at, const dim
     return p;
 }
 
+bool kernel_axes_one_run(const Problem& p) {
+    const WeightStrides& w = p.wei_str;
+    return w.k[1] == p.k[2] * w.k[2] && w.k[0] == p.k[1] * w.k[1];
+}
+
 Problem fold_full_kernel(const Problem& p, FullKernelFold* fold) {
     *fold = FullKernelFold{};
     if (p.g != 1 || p.k_sp() == 1) return p;
@@ -463,8 +468,7 @@ Problem fold_full_kernel(const Problem& p, FullKernelFold* fold) {
         if (p.out[a] != 1 || p.pad_begin[a] != 0 || p.in[a] != p.k[a] || (p.k[a] > 1 && p.dil[a] != 1)) return p;
     const WeightStrides& w = p.wei_str;
     const int64_t ic = p.icg;
-    // The kernel axes one run, as the input's spatial axes are.
-    const bool k_run = w.k[1] == p.k[2] * w.k[2] && w.k[0] == p.k[1] * w.k[1];
+    const bool k_run = kernel_axes_one_run(p);
     const bool w_xi = k_run && w.k[2] == ic * w.i;          // XIO: (x, i) at x * IC + i
     const bool w_ix = k_run && w.i == p.k_sp() * w.k[2];    // OIX: (i, x) at i * K + x
     const bool own = p.nxc ? w_xi : w_ix;

@@ -105,6 +105,9 @@ size_t dtype_size(data_type dt);
 // Returns that Problem, or `p` itself (folded false) when it is not one.
 // (VGG's fc6 as a 7x7 convolution on a 7x7 input; a DCGAN's 4x4 first and
 // last layers.)
+// The weights' kernel axes form one run of stride wei_str.k[2] (kd, kh, kw
+// in that order, nothing between them), as the input's spatial axes do.
+bool kernel_axes_one_run(const Problem& p);
 struct FullKernelFold {
     bool folded = false;
     bool permute = false;
