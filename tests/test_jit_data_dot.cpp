@@ -3,18 +3,13 @@
 // place. Which problems take it, equality with the reference on every ISA
 // and type (oc, channel and pixel tails), no read past W or diff_dst, and
 // thread-count independence.
-#include <sys/mman.h>
 #include <tbb/task_arena.h>
-#include <unistd.h>
 
-#include <algorithm>
 #include <catch2/catch.hpp>
-#include <cstring>
 #include <string>
 #include <vector>
 
-#include "jit/isa.hpp"
-#include "ops/executor.hpp"
+#include "dot_test_util.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
 
@@ -26,11 +21,7 @@ using convgrad::op_kind;
 
 constexpr const char* kDotNote = "W read in place";
 
-bool runs(const std::string& isa) {
-    const std::vector<std::string> order{"avx2", "avx512_core", "avx512_core_bf16"};
-    const auto level = [&](const std::string& s) { return std::find(order.begin(), order.end(), s) - order.begin(); };
-    return level(isa) <= level(convgrad::max_isa());
-}
+using dottest::runs;
 
 // ConvolutionBackwardData of a convolution-view case.
 convgrad::op data_op(const wtest::Case& c, const std::string& isa) {
@@ -50,25 +41,15 @@ wtest::Case one_by_one(int64_t mb, int64_t ic, int64_t oc, const dims& in) {
     return c;
 }
 
-// Small integers on every ISA cap and type: equal to the reference bit for
-// bit (exact sums, one rounding), through the path exactly when `dot`.
-void check(wtest::Case c, bool dot, const std::vector<data_type>& dts = {data_type::f32, data_type::bf16,
-                                                                        data_type::f16}) {
-    for (const data_type dt : dts) {
-        c.dt = dt;
-        const auto ref = data_op(c, "ref");
-        const auto dd = testutil::small_ints(dt, ref.input0_elems(), 21);
-        const auto w = testutil::small_ints(dt, ref.input1_elems(), 22);
-        const auto expect = testutil::run(ref, dd, w);
-        for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
-            if (!runs(isa)) continue;
-            const auto jit = data_op(c, isa);
-            INFO(isa << " " << convgrad::dtype_name(dt) << ": " << jit.describe());
-            REQUIRE(jit.describe().rfind("jit:", 0) == 0);
-            CHECK((jit.describe().find(kDotNote) != std::string::npos) == dot);
-            CHECK(testutil::bitwise_equal(testutil::run(jit, dd, w), expect));
-        }
-    }
+// dottest::check_exact of the case's data gradient.
+void check(wtest::Case c, bool dot,
+           const std::vector<data_type>& dts = {data_type::f32, data_type::bf16, data_type::f16}) {
+    dottest::check_exact(
+            [&](data_type dt, const std::string& isa) {
+                c.dt = dt;
+                return data_op(c, isa);
+            },
+            kDotNote, dot, dts, 21);
 }
 
 }  // namespace
@@ -167,58 +148,16 @@ TEST_CASE("data dot: the plan names its tile and loop", "[jit][data][dot]") {
 TEST_CASE("data dot: random reals within tolerance, identical for 1, 2 and 3 threads", "[jit][data][dot]") {
     // 8 pixels × 200 channels × 1000 oc: 3.2 Mflop, above the serial bound.
     wtest::Case c = one_by_one(8, 203, 1000, {1, 1});
-    for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-        c.dt = dt;
-        const auto ref = data_op(c, "ref");
-        const auto dd = testutil::random_reals(dt, ref.input0_elems(), 31);
-        const auto w = testutil::random_reals(dt, ref.input1_elems(), 32);
-        const auto expect = testutil::run(ref, dd, w);
-        const int precision = dt == data_type::f32 ? 24 : dt == data_type::bf16 ? 8 : 11;
-        for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
-            if (!runs(isa)) continue;
-            const auto o = data_op(c, isa);
-            INFO(isa << " " << convgrad::dtype_name(dt) << ": " << o.describe());
-            REQUIRE(o.describe().find(kDotNote) != std::string::npos);
-            std::vector<testutil::Buffer> outs;
-            for (int t : {1, 2, 3}) {
-                tbb::task_arena arena(t);
-                arena.execute([&] {
-                    outs.push_back(testutil::run(o, dd, w));
-                    CHECK(testutil::threads_used(o) == t);
-                });
-            }
-            CHECK(testutil::bitwise_equal(outs[0], outs[1]));
-            CHECK(testutil::bitwise_equal(outs[0], outs[2]));
-            // Sums of 1000 products of magnitude <= 1 in f32 (any order:
-            // 1000 · 2^-24 relative to the terms), then one rounding.
-            int64_t bad = 0;
-            for (int64_t i = 0; i < outs[0].size(); ++i) {
-                const double r = expect.get(i);
-                const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30)) - (precision - 1));
-                bad += std::fabs(outs[0].get(i) - r) > 1000 * std::ldexp(1.0, -23) + ulp;
-            }
-            CHECK(bad == 0);
-        }
-    }
+    dottest::check_reals(
+            [&](data_type dt, const std::string& isa) {
+                c.dt = dt;
+                return data_op(c, isa);
+            },
+            kDotNote, 1000, 31);
 }
 
 TEST_CASE("data dot: oc tails read nothing past W and diff_dst", "[jit][data][dot]") {
-    // W and diff_dst each end where an inaccessible page begins; a load of
-    // any element past either end faults.
-    const int64_t page = sysconf(_SC_PAGESIZE);
-    struct Guarded {
-        char* base = nullptr;
-        size_t len = 0;
-        Guarded(int64_t bytes, int64_t page) {
-            const int64_t pages = (bytes + page - 1) / page + 1;
-            len = static_cast<size_t>(pages * page);
-            base = static_cast<char*>(mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-            REQUIRE(base != MAP_FAILED);
-            REQUIRE(mprotect(base + len - page, static_cast<size_t>(page), PROT_NONE) == 0);
-        }
-        ~Guarded() { munmap(base, len); }
-        char* end() const { return base + len - static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
-    };
+    // W and diff_dst each end where an inaccessible page begins (dottest::Guarded).
     for (const int64_t oc : {int64_t(65), int64_t(100), int64_t(127)})
         for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
             wtest::Case c = one_by_one(3, 19, oc, {1, 1});
@@ -227,18 +166,14 @@ TEST_CASE("data dot: oc tails read nothing past W and diff_dst", "[jit][data][do
             const auto dd = testutil::small_ints(dt, ref.input0_elems(), 41);
             const auto w = testutil::small_ints(dt, ref.input1_elems(), 42);
             const auto expect = testutil::run(ref, dd, w);
-            Guarded gdd(static_cast<int64_t>(dd.bytes.size()), page), gw(static_cast<int64_t>(w.bytes.size()), page);
-            char* pdd = gdd.end() - dd.bytes.size();
-            char* pw = gw.end() - w.bytes.size();
-            std::memcpy(pdd, dd.data(), dd.bytes.size());
-            std::memcpy(pw, w.data(), w.bytes.size());
+            const dottest::Guarded gdd(dd), gw(w);
             for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
                 if (!runs(isa)) continue;
                 const auto o = data_op(c, isa);
                 INFO(isa << " " << convgrad::dtype_name(dt) << " oc " << oc << ": " << o.describe());
                 REQUIRE(o.describe().find(kDotNote) != std::string::npos);
                 testutil::Buffer out(dt, o.output_elems());
-                o.execute(pdd, pw, out.data());
+                o.execute(gdd.data(), gw.data(), out.data());
                 CHECK(testutil::bitwise_equal(out, expect));
             }
         }

@@ -1,5 +1,6 @@
 #include "jit/bwd_data_dot_kernel.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "jit/kernel_cache.hpp"
@@ -20,7 +21,7 @@ int data_dot_step_oc(Isa isa, DataCompute compute) {
 int data_dot_vregs(Isa isa, int p, int c) { return p * c + c + 2 + (isa >= Isa::avx512_core ? 0 : 1); }
 
 DataDotKernel::DataDotKernel(const DataDotDesc& d)
-    : JitKernel("bwd_d_dot_" + std::string(isa_name(static_cast<Isa>(d.isa))) + "_" +
+    : JitKernel(std::string(d.accumulate ? "dot_acc_" : "dot_") + std::string(isa_name(static_cast<Isa>(d.isa))) + "_" +
                 dtype_name(static_cast<data_type>(d.dt)) + (d.compute == int32_t(DataCompute::bf16_dot) ? "dot" : "") +
                 "_p" + std::to_string(d.p) + "c" + std::to_string(d.c) + "_t" + std::to_string(d.tail) + "_dd" +
                 std::to_string(d.dd_pix_bytes) + "_w" + std::to_string(d.w_row_bytes)),
@@ -50,7 +51,11 @@ void DataDotKernel::generate() {
     jnz(l_loop);
     L(l_tail);
     if (d_.tail > 0) step(true);
-    for (int a = 0; a < d_.p * d_.c; ++a) vi.store(ptr[rdx + a * vi.vbytes()], vi.vreg(d_.c + 2 + a));
+    for (int a = 0; a < d_.p * d_.c; ++a) {
+        const Xbyak::Xmm acc = vi.vreg(d_.c + 2 + a);
+        if (d_.accumulate) vaddps(acc, acc, ptr[rdx + a * vi.vbytes()]);
+        vi.store(ptr[rdx + a * vi.vbytes()], acc);
+    }
     postamble();
 }
 
@@ -101,6 +106,32 @@ std::shared_ptr<const DataDotKernel> get_data_dot_kernel(const DataDotDesc& d, b
                 return std::shared_ptr<const DataDotKernel>(std::move(k));
             },
             hit);
+}
+
+DataCompute dot_compute(data_type dt, Isa isa) {
+    return dt == data_type::f32                                   ? DataCompute::f32
+           : dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 ? DataCompute::bf16_dot
+                                                                   : DataCompute::widen;
+}
+
+Isa dot_kernel_isa(Isa isa, DataCompute compute) {
+    return std::min(isa, compute == DataCompute::bf16_dot ? Isa::avx512_core_bf16 : Isa::avx512_core);
+}
+
+DotKernelSet::DotKernelSet(const DataDotDesc& d, int last_p, int last_c, bool untailed)
+    : p_(d.p), c_(d.c), untailed_(untailed && d.tail > 0) {
+    for (int slot = 0; slot < 8; ++slot) {
+        const bool tail = slot & 4, lp = slot & 2, lc = slot & 1;
+        if ((lp && last_p == d.p) || (lc && last_c == d.c) || (tail && !untailed_)) continue;
+        DataDotDesc k = d;
+        k.p = lp ? last_p : d.p;
+        k.c = lc ? last_c : d.c;
+        k.tail = !untailed_ || tail ? d.tail : 0;
+        bool hit = false;
+        k_[slot] = get_data_dot_kernel(k, &hit);
+        ++built_;
+        hits_ += hit;
+    }
 }
 
 }  // namespace convgrad::detail

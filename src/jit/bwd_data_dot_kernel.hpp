@@ -12,7 +12,13 @@
 // accumulators as they are: lane l of out[i·c + j] holds the partial sum of
 // pixel i and channel j over the oc of lane l (the caller adds the lanes).
 // Per oc step: c W loads, p diff_dst loads and p·c FMAs, the W vectors
-// held in registers across the pixels, and one prefetch.
+// held in registers across the pixels, and one prefetch. With `accumulate`
+// the sums are added to out's vectors instead of replacing them.
+//
+// The weight gradient of a 1x1 layer in NCX (ops/exec_weights_dot.cpp)
+// runs the same kernel on other rows: diff_dst's output-channel rows as
+// the "pixels" and src's input-channel rows as the "channels", both
+// contiguous along the image's pixels, which take the place of oc.
 //
 // Types (DataCompute): f32; widen (bf16 / f16 loads widened to f32, FMA);
 // bf16_dot (vdpbf16ps on the pairs of adjacent oc that both operands hold
@@ -42,8 +48,10 @@ struct DataDotDesc {
     int32_t tail = 0;     // oc of the last, partial step (0: none)
     int64_t dd_pix_bytes = 0;  // diff_dst bytes between pixels
     int64_t w_row_bytes = 0;   // W bytes between channels
+    int32_t accumulate = 0;    // 1: out += the sums (else out = them)
+    int32_t reserved = 0;
 };
-static_assert(sizeof(DataDotDesc) == 40, "DataDotDesc must have no padding");
+static_assert(sizeof(DataDotDesc) == 48, "DataDotDesc must have no padding");
 
 // f32 lanes of the ISA's vectors, and oc a step (bf16_dot: pairs).
 int data_dot_vlen(Isa isa);
@@ -75,5 +83,32 @@ private:
 };
 
 std::shared_ptr<const DataDotKernel> get_data_dot_kernel(const DataDotDesc& d, bool* hit = nullptr);
+
+// The compute of type dt on `isa` (vdpbf16ps pairs for bf16 where the ISA
+// has it), and the ISA its kernels require (so that equal kernels share a
+// cache entry).
+DataCompute dot_compute(data_type dt, Isa isa);
+Isa dot_kernel_isa(Isa isa, DataCompute compute);
+
+// The kernels of a tiling into tiles of d.p × d.c whose last tiles hold
+// last_p and last_c rows: the full tile, the last of either, both; each
+// with the tail step d.tail, and with `untailed` also without it.
+class DotKernelSet {
+public:
+    DotKernelSet() = default;
+    DotKernelSet(const DataDotDesc& d, int last_p, int last_c, bool untailed);
+    // The kernel of a tile of pp × cc rows (the full or the last), with the
+    // tail step or (untailed sets) without it.
+    const DataDotKernel& get(int64_t pp, int64_t cc, bool tail = true) const {
+        return *k_[(tail && untailed_ ? 4 : 0) + (pp == p_ ? 0 : 2) + (cc == c_ ? 0 : 1)];
+    }
+    int built() const { return built_; }
+    int hits() const { return hits_; }
+
+private:
+    std::shared_ptr<const DataDotKernel> k_[8];
+    int p_ = 1, c_ = 1, built_ = 0, hits_ = 0;
+    bool untailed_ = false;
+};
 
 }  // namespace convgrad::detail

@@ -32,6 +32,7 @@
 #include "jit/bwd_data_cvt.hpp"
 #include "jit/bwd_data_dot_kernel.hpp"
 #include "ops/executor.hpp"
+#include "ops/lane_sum.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -97,11 +98,8 @@ bool make_dot_plan(const Problem& p, Isa isa, int threads, DotPlan* pl) {
     if (p.oc() < kDotMinOc || pixels * p.oc() * es > kDotMaxDdBytes || double(pixels) > most_pixels ||
         (pixels > kDotMinPixels && p.oc() < kDotMinOcMany))
         return false;
-    pl->compute = p.dt == data_type::f32                                  ? DataCompute::f32
-                  : p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 ? DataCompute::bf16_dot
-                                                                          : DataCompute::widen;
-    // The ISA the kernels require (so equal kernels share a cache entry).
-    pl->isa = std::min(isa, pl->compute == DataCompute::bf16_dot ? Isa::avx512_core_bf16 : Isa::avx512_core);
+    pl->compute = dot_compute(p.dt, isa);
+    pl->isa = dot_kernel_isa(isa, pl->compute);
     pl->pixels = pixels;
     const int regs = isa >= Isa::avx512_core ? 32 : 16;
     const int64_t steps = p.oc() / data_dot_step_oc(isa, pl->compute);
@@ -128,19 +126,6 @@ bool make_dot_plan(const Problem& p, Isa isa, int threads, DotPlan* pl) {
     return true;
 }
 
-// The sum of a vector's lanes, in a fixed order.
-__attribute__((target("avx2"))) float lane_sum8(__m256 x) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-// vlen 8 or 16.
-__attribute__((target("avx2"))) float lane_sum(const float* v, int vlen) {
-    const __m256 x = _mm256_load_ps(v);
-    return lane_sum8(vlen == 16 ? _mm256_add_ps(x, _mm256_load_ps(v + 8)) : x);
-}
-
 class JitDataDotExecutor final : public Executor {
 public:
     JitDataDotExecutor(const Problem& p, const DotPlan& plan);
@@ -151,17 +136,14 @@ public:
 private:
     // The kernel of a (pixels, channels) tile: the full one, or a last
     // pixel or channel tile.
-    const DataDotKernel& kernel(int64_t pp, int64_t cc) const {
-        return *kernels_[static_cast<size_t>((pp == plan_.p ? 0 : 2) + (cc == plan_.c ? 0 : 1))];
-    }
+    const DataDotKernel& kernel(int64_t pp, int64_t cc) const { return kernels_.get(pp, cc); }
     void run_span(const char* dd, const char* w, char* out, int64_t s, float* acc, float* sums) const;
 
     Problem p_;
     DotPlan plan_;
     int64_t es_ = 4, steps_ = 0, dd_pitch_ = 0;
     ArrayConverter round_;
-    std::vector<std::shared_ptr<const DataDotKernel>> kernels_;
-    int built_ = 0, hits_ = 0;
+    DotKernelSet kernels_;
 };
 
 JitDataDotExecutor::JitDataDotExecutor(const Problem& p, const DotPlan& plan)
@@ -180,24 +162,16 @@ JitDataDotExecutor::JitDataDotExecutor(const Problem& p, const DotPlan& plan)
         dd_pitch_ += kCacheLineBytes;
     if (p.dt != data_type::f32) round_ = ArrayConverter(plan.isa, data_type::f32, p.dt);
     const int64_t last_p = (plan.pixels - 1) % plan.p + 1, last_c = (p.ic() - 1) % plan.c + 1;
-    kernels_.resize(4);
-    for (int slot = 0; slot < 4; ++slot) {
-        const int64_t pp = slot & 2 ? last_p : plan.p, cc = slot & 1 ? last_c : plan.c;
-        if ((slot & 2 && last_p == plan.p) || (slot & 1 && last_c == plan.c)) continue;
-        DataDotDesc d;
-        d.isa = static_cast<int32_t>(plan.isa);
-        d.compute = static_cast<int32_t>(plan.compute);
-        d.dt = static_cast<int32_t>(p.dt);
-        d.p = static_cast<int32_t>(pp);
-        d.c = static_cast<int32_t>(cc);
-        d.tail = static_cast<int32_t>(p.oc() % step_oc);
-        d.dd_pix_bytes = dd_pitch_;
-        d.w_row_bytes = p.wei_str.i * es_;
-        bool hit = false;
-        kernels_[static_cast<size_t>(slot)] = get_data_dot_kernel(d, &hit);
-        ++built_;
-        hits_ += hit;
-    }
+    DataDotDesc d;
+    d.isa = static_cast<int32_t>(plan.isa);
+    d.compute = static_cast<int32_t>(plan.compute);
+    d.dt = static_cast<int32_t>(p.dt);
+    d.p = plan.p;
+    d.c = plan.c;
+    d.tail = static_cast<int32_t>(p.oc() % step_oc);
+    d.dd_pix_bytes = dd_pitch_;
+    d.w_row_bytes = p.wei_str.i * es_;
+    kernels_ = DotKernelSet(d, static_cast<int>(last_p), static_cast<int>(last_c), false);
 }
 
 // Span s: its channels in tiles of c, each against every pixel tile (the
@@ -277,7 +251,7 @@ std::string JitDataDotExecutor::describe() const {
        << ", a line of the next tile's W prefetched\n"
        << "      " << plan_.p * plan_.c << " lane sums\n"
        << "    span's rows to diff_src" << (p_.dt == data_type::f32 ? "" : " (rounded)") << "\n"
-       << "  kernels " << built_ << " (cache hits " << hits_ << ")";
+       << "  kernels " << kernels_.built() << " (cache hits " << kernels_.hits() << ")";
     return os.str();
 }
 

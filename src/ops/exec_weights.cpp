@@ -1421,6 +1421,7 @@ std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, s
         *why = "weight gradient: needs avx2";
         return nullptr;
     }
+    if (auto dot = make_jit_weights_dot_executor(p, isa)) return dot;
     const int threads = op_threads(p);
     WeightsPlan plan;
     find_or_make_plan(weights_plan_cache(), "weights", p, isa, threads, &plan, [&](WeightsPlan* made) {

@@ -56,5 +56,8 @@ std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std:
 // The data gradient's inner-product path (exec_data_dot.cpp), tried first
 // by make_jit_data_executor; nullptr when it does not serve the Problem.
 std::unique_ptr<Executor> make_jit_data_dot_executor(const Problem& p, Isa isa);
+// The weight gradient's inner-product path for 1x1 layers in NCX
+// (exec_weights_dot.cpp), tried first by make_jit_weights_executor.
+std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa isa);
 
 }  // namespace convgrad::detail

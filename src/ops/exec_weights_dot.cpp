@@ -1,0 +1,314 @@
+// The inner-product path of the weight gradient for 1x1 layers in NCX.
+//
+// A 1x1 layer (unit strides, no padding) in NCX holds each image's channels
+// as rows of its pixels, in src and diff_dst alike, so
+//
+//   diff_weights[o][i] = sum over images n, pixels x of diff_dst[n][o][x] * src[n][i][x]
+//
+// is a sum of inner products of rows both read in place, along the pixels.
+// The direct path needs NXC (channels innermost) and transposes both
+// tensors first, a pass over each that costs as much as the kernels on the
+// large planes of early layers; this path runs the data gradient's dot
+// microkernel (jit/bwd_data_dot_kernel.hpp) on the rows instead: p diff_dst
+// rows (output channels) against c src rows (input channels) a call, the
+// image's pixels in chunks whose src rows stay in L2 while every tile of
+// them runs. Each tile's accumulators add into its vectors of lanes, kept
+// per thread across chunks and images and summed once at the end.
+//
+// Threads split the (group, output tile, input tile) items into contiguous
+// ranges; every output element is one tile's lanes over the images in
+// order, summed in a fixed order, so the result does not depend on the
+// thread count.
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "jit/bwd_data_cvt.hpp"
+#include "jit/bwd_data_dot_kernel.hpp"
+#include "ops/executor.hpp"
+#include "ops/lane_sum.hpp"
+#include "ops/numeric.hpp"
+#include "ops/problem.hpp"
+
+namespace convgrad::detail {
+namespace {
+
+// When the path runs (AMD Zen 4, 2 threads, mb 32, tools/sweep_ab.py
+// --rounds=3 --min against the direct path's transposes, f32 / bf16): from
+// 512 pixels an image. 1x1 layers of 256 channels on 16x16 / 20x20 planes
+// ran 1.06-1.08x in f32 but 0.89-0.92x in bf16, 24x24 1.06-1.08x, 28x28
+// 1.29-1.30x, 32x32 1.5-2.0x; on 14x14 (1024 -> 256) 0.54x: with few
+// steps a call, adding each tile's lanes costs more than the transposes.
+// Groups of fewer than kWDotMinChannels channels would run narrow tiles.
+constexpr int64_t kWDotMinPixels = 512;
+constexpr int64_t kWDotMinChannels = 8;
+// Chunk bytes of the operand the inner tiles reread (the one with fewer
+// rows: see WeightsDotPlan::ic_outer), which stay in L2 while every tile
+// runs: 384 KiB, 768 KiB and whole images measured alike (1.01-1.03x over
+// ResNet-50's 1x1 layers of 28x28 and 56x56), chunks cut to keep the
+// outer tile's rows in L1 (768 pixels) 0.93x.
+constexpr int64_t kWDotChunkBytes = 384 << 10;
+
+struct WeightsDotPlan {
+    Isa isa = Isa::avx2;
+    DataCompute compute = DataCompute::f32;
+    int p = 1, c = 1;         // register tile: output channels × input channels
+    int64_t pixels = 0;       // of an image
+    int64_t step = 16;        // pixels a kernel step
+    int64_t chunk = 0;        // pixels a pass over the tiles (a multiple of step)
+    int64_t oc_tiles = 0, ic_tiles = 0, items = 0;  // items: g × oc_tiles × ic_tiles
+    // Items in (group, ic tile, oc tile) order, else (group, oc tile, ic
+    // tile): the inner tiles reread the chunk of the operand with fewer
+    // rows from L2, the outer tile's rows stay in L1.
+    bool ic_outer = false;
+    int threads = 1;
+};
+
+// Cost in FMA-issue cycles of an image on an ocg × icg grid in (p, c)
+// tiles: a step of a tile issues p·c FMAs, or (p + c) loads at two a
+// cycle, or waits for the FMA latency (about 4 cycles) on its accumulators,
+// whichever takes longest; each call (a tile over a chunk) adds its lanes
+// (a load and a store a vector) and its overhead.
+double wdot_cost(int64_t ocg, int64_t icg, int64_t steps, int64_t calls, int p, int c) {
+    auto tile = [&](int64_t pp, int64_t cc) {
+        const double step = std::max({double(pp * cc), double(pp + cc) / 2, 4.0});
+        return double(steps) * step + double(calls) * (20 + 2 * double(pp * cc));
+    };
+    const int64_t fp = ocg / p, rp = ocg % p, fc = icg / c, rc = icg % c;
+    return double(fp * fc) * tile(p, c) + (rp ? double(fc) * tile(rp, c) : 0) + (rc ? double(fp) * tile(p, rc) : 0) +
+           (rp && rc ? tile(rp, rc) : 0);
+}
+
+bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, WeightsDotPlan* pl) {
+    const bool unit = plain_axis(p, 0) && plain_axis(p, 1) && plain_axis(p, 2);
+    if (p.alg != Alg::weights || p.nxc || !unit || isa < Isa::avx2) return false;
+    if (p.in_sp() < kWDotMinPixels || p.icg < kWDotMinChannels || p.ocg < kWDotMinChannels) return false;
+    const int64_t es = static_cast<int64_t>(dtype_size(p.dt));
+    pl->compute = dot_compute(p.dt, isa);
+    pl->isa = dot_kernel_isa(isa, pl->compute);
+    pl->pixels = p.in_sp();
+    pl->step = data_dot_step_oc(pl->isa, pl->compute);
+    pl->ic_outer = p.icg > p.ocg;
+    // Chunks of equal steps (the last one short by the tail at most).
+    const int64_t fit = std::max<int64_t>(1, kWDotChunkBytes / (std::min(p.icg, p.ocg) * es) / pl->step);
+    const int64_t all_steps = div_up(pl->pixels, pl->step);
+    pl->chunk = div_up(all_steps, div_up(all_steps, fit)) * pl->step;
+    const int64_t steps = div_up(pl->pixels, pl->step), calls = div_up(pl->pixels, pl->chunk);
+    const int regs = isa >= Isa::avx512_core ? 32 : 16;
+    const int64_t row = p.in_sp() * es;  // bytes between channel rows
+    bool found = false;
+    double best = 0;
+    for (int tp = 1; tp <= 8 && tp <= p.ocg; ++tp)
+        for (int tc = 1; tc <= p.icg && data_dot_vregs(isa, tp, tc) <= regs; ++tc) {
+            if ((tp - 1) * row > INT32_MAX || (tc - 1) * row > INT32_MAX) continue;
+            const double cost = wdot_cost(p.ocg, p.icg, steps, calls, tp, tc);
+            // Ties: the tile with fewer loads per FMA.
+            if (!found || cost < best * 0.999 ||
+                (cost <= best * 1.001 && (tp + tc) * pl->p * pl->c < (pl->p + pl->c) * tp * tc)) {
+                pl->p = tp;
+                pl->c = tc;
+                best = cost;
+                found = true;
+            }
+        }
+    if (!found) return false;
+    pl->oc_tiles = div_up(p.ocg, pl->p);
+    pl->ic_tiles = div_up(p.icg, pl->c);
+    pl->items = p.g * pl->oc_tiles * pl->ic_tiles;
+    pl->threads = std::max(1, threads);
+    return true;
+}
+
+class JitWeightsDotExecutor final : public Executor {
+public:
+    JitWeightsDotExecutor(const Problem& p, const WeightsDotPlan& plan);
+    void run(const void* in0, const void* in1, void* out) const override;
+    std::string describe() const override;
+    int threads() const override { return op_threads(p_); }
+
+private:
+    // The kernel of a (rows, channels) tile, with the pixel tail or not.
+    const DataDotKernel& kernel(int64_t pp, int64_t cc, bool tail) const { return kernels_.get(pp, cc, tail); }
+    struct Item {
+        int64_t grp, ot, it;  // group, oc tile, ic tile
+        int64_t o0, c0;       // first output / input channel (of all groups)
+        int64_t pp, cc;       // rows of each
+    };
+    Item item(int64_t i) const {
+        Item r;
+        const int64_t per_group = plan_.oc_tiles * plan_.ic_tiles, k = i % per_group;
+        const int64_t inner = plan_.ic_outer ? plan_.oc_tiles : plan_.ic_tiles;
+        r.grp = i / per_group;
+        r.ot = plan_.ic_outer ? k % inner : k / inner;
+        r.it = plan_.ic_outer ? k / inner : k % inner;
+        r.o0 = r.grp * p_.ocg + r.ot * plan_.p;
+        r.c0 = r.grp * p_.icg + r.it * plan_.c;
+        r.pp = std::min<int64_t>(plan_.p, p_.ocg - r.ot * plan_.p);
+        r.cc = std::min<int64_t>(plan_.c, p_.icg - r.it * plan_.c);
+        return r;
+    }
+    // Items [i0, i1) over every image into `lanes` (zeroed), then their
+    // lane sums into sums[g][ocg][icg].
+    void run_items(const char* src, const char* dd, int64_t i0, int64_t i1, float* lanes, float* sums) const;
+    void store(const float* sums, char* out, int threads) const;
+
+    Problem p_;
+    WeightsDotPlan plan_;
+    int64_t es_ = 4, tail_ = 0;
+    ArrayConverter round_;
+    DotKernelSet kernels_;
+};
+
+JitWeightsDotExecutor::JitWeightsDotExecutor(const Problem& p, const WeightsDotPlan& plan)
+    : p_(p), plan_(plan), es_(static_cast<int64_t>(dtype_size(p.dt))), tail_(plan.pixels % plan.step) {
+    if (p.dt != data_type::f32) round_ = ArrayConverter(plan.isa, data_type::f32, p.dt);
+    const int64_t last_p = (p.ocg - 1) % plan.p + 1, last_c = (p.icg - 1) % plan.c + 1;
+    DataDotDesc d;
+    d.isa = static_cast<int32_t>(plan.isa);
+    d.compute = static_cast<int32_t>(plan.compute);
+    d.dt = static_cast<int32_t>(p.dt);
+    d.p = plan.p;
+    d.c = plan.c;
+    d.tail = static_cast<int32_t>(tail_);
+    d.dd_pix_bytes = p.dst_str.c * es_;
+    d.w_row_bytes = p.src_str.c * es_;
+    d.accumulate = 1;
+    kernels_ = DotKernelSet(d, static_cast<int>(last_p), static_cast<int>(last_c), true);
+}
+
+void JitWeightsDotExecutor::run_items(const char* src, const char* dd, int64_t i0, int64_t i1, float* lanes,
+                                      float* sums) const {
+    const int vlen = data_dot_vlen(plan_.isa);
+    const int64_t tile_floats = int64_t(plan_.p) * plan_.c * vlen;
+    const int64_t src_row = p_.src_str.c * es_, dd_row = p_.dst_str.c * es_;
+    for (int64_t n = 0; n < p_.mb; ++n)
+        for (int64_t x0 = 0; x0 < plan_.pixels; x0 += plan_.chunk) {
+            const int64_t len = std::min(plan_.chunk, plan_.pixels - x0);
+            const bool tail = x0 + len == plan_.pixels && tail_ > 0;
+            const int64_t steps = len / plan_.step;
+            const char* s_n = src + (n * p_.src_str.n + x0) * es_;
+            const char* d_n = dd + (n * p_.dst_str.n + x0) * es_;
+            for (int64_t i = i0; i < i1; ++i) {
+                const Item t = item(i);
+                // The inner tiles of an outer tile prefetch, a row each, the
+                // next outer tile's rows of this chunk.
+                const int64_t k = plan_.ic_outer ? t.ot : t.it;  // inner index
+                const int64_t outer_rows = plan_.ic_outer ? t.cc : t.pp, next_rows = plan_.ic_outer ? plan_.c : plan_.p;
+                const bool pf_row = k < next_rows && (plan_.ic_outer ? t.c0 + t.cc + k < (t.grp + 1) * p_.icg
+                                                                     : t.o0 + t.pp + k < (t.grp + 1) * p_.ocg);
+                const char* pf = !pf_row          ? s_n + t.c0 * src_row
+                                 : plan_.ic_outer ? s_n + (t.c0 + outer_rows + k) * src_row
+                                                  : d_n + (t.o0 + outer_rows + k) * dd_row;
+                kernel(t.pp, t.cc, tail)(d_n + t.o0 * dd_row, s_n + t.c0 * src_row, lanes + (i - i0) * tile_floats,
+                                         steps, pf);
+            }
+        }
+    for (int64_t i = i0; i < i1; ++i) {
+        const Item t = item(i);
+        const float* l = lanes + (i - i0) * tile_floats;
+        for (int64_t a = 0; a < t.pp; ++a)
+            for (int64_t b = 0; b < t.cc; ++b)
+                sums[(t.o0 + a) * p_.icg + t.c0 - t.grp * p_.icg + b] = lane_sum(l + (a * t.cc + b) * vlen, vlen);
+    }
+}
+
+// sums [g][ocg][icg] into the user's weights: rows of input channels
+// where the layout keeps them contiguous (OIX, XOI), else columns of output
+// channels (XIO, IOX), rounded to a 16-bit type once.
+void JitWeightsDotExecutor::store(const float* sums, char* out, int threads) const {
+    const WeightStrides& w = p_.wei_str;
+    const int64_t oc = p_.oc(), icg = p_.icg;
+    const bool rows = w.i == 1;  // else columns (or, neither contiguous, elements)
+    const int64_t lines = rows ? oc : icg, len = rows ? icg : oc;
+    tbb::parallel_for(
+            tbb::blocked_range<int64_t>(0, lines, std::max<int64_t>(1, lines / std::max(1, threads))),
+            [&](const tbb::blocked_range<int64_t>& r) {
+                std::vector<float> col(rows ? 0 : static_cast<size_t>(len));
+                for (int64_t l = r.begin(); l != r.end(); ++l) {
+                    if (!rows && w.o != 1) {
+                        for (int64_t o = 0; o < oc; ++o) store_elem(out, o * w.o + l * w.i, p_.dt, sums[o * icg + l]);
+                        continue;
+                    }
+                    const float* from = sums + l * icg;
+                    if (!rows) {
+                        for (int64_t o = 0; o < oc; ++o) col[static_cast<size_t>(o)] = sums[o * icg + l];
+                        from = col.data();
+                    }
+                    char* to = out + (rows ? l * w.o : l * w.i) * es_;
+                    if (p_.dt == data_type::f32)
+                        std::memcpy(to, from, static_cast<size_t>(len) * 4);
+                    else
+                        round_(from, to, len);
+                }
+            },
+            tbb::static_partitioner());
+}
+
+void JitWeightsDotExecutor::run(const void* in0, const void* in1, void* out) const {
+    const int threads = this->threads();
+    const char* src = static_cast<const char*>(p_.swap_inputs ? in1 : in0);
+    const char* dd = static_cast<const char*>(p_.swap_inputs ? in0 : in1);
+    const int vlen = data_dot_vlen(plan_.isa);
+    const int64_t tile_floats = int64_t(plan_.p) * plan_.c * vlen;
+    std::vector<float> sums(static_cast<size_t>(p_.oc() * p_.icg));
+    tbb::parallel_for(
+            tbb::blocked_range<int>(0, threads, 1),
+            [&](const tbb::blocked_range<int>& r) {
+                for (int t = r.begin(); t != r.end(); ++t) {
+                    const auto range = spread(plan_.items, threads, t);
+                    if (range[1] <= range[0]) continue;
+                    // The thread's lanes, kept between calls (run_items never
+                    // waits on other tasks, so nothing else runs on this
+                    // thread while it holds them), 64-byte aligned, zeroed.
+                    thread_local std::vector<float> buf;
+                    const size_t floats = static_cast<size_t>((range[1] - range[0]) * tile_floats);
+                    if (buf.size() < floats + 16) buf.resize(floats + 16);
+                    float* lanes = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 / 4;
+                    std::memset(lanes, 0, floats * 4);
+                    run_items(src, dd, range[0], range[1], lanes, sums.data());
+                }
+            },
+            tbb::static_partitioner());
+    store(sums.data(), static_cast<char*>(out), threads);
+}
+
+std::string JitWeightsDotExecutor::describe() const {
+    const bool pairs = plan_.compute == DataCompute::bf16_dot;
+    std::ostringstream os;
+    os << "jit:" << isa_name(plan_.isa) << " dot p" << plan_.p << " c" << plan_.c << "x" << data_dot_vlen(plan_.isa);
+    if (p_.dt != data_type::f32)
+        os << " " << dtype_name(p_.dt) << (pairs ? " vdpbf16ps on pixel pairs" : " widened to f32");
+    os << " threads " << plan_.threads << " (inner products along the pixels, NCX read in place)\n"
+       << "  items " << plan_.items << ": g " << p_.g
+       << (plan_.ic_outer ? " x ic tile " : " x oc tile ") << (plan_.ic_outer ? plan_.ic_tiles : plan_.oc_tiles)
+       << (plan_.ic_outer ? " x oc tile " : " x ic tile ") << (plan_.ic_outer ? plan_.oc_tiles : plan_.ic_tiles)
+       << "  [contiguous ranges over threads]\n"
+       << "    for image in " << p_.mb << ", chunk of " << plan_.chunk << " of " << plan_.pixels << " pixels\n"
+       << "      for item in the thread's range (" << plan_.p << " oc x " << plan_.c << " ic)\n"
+       << "        for pixel step of " << plan_.step << ": " << plan_.c << " src loads, " << plan_.p
+       << " diff_dst loads, " << plan_.p * plan_.c << (pairs ? " vdpbf16ps" : " FMAs")
+       << ", a line of the next outer tile prefetched\n"
+       << "        lanes += the accumulators\n"
+       << "    lane sums of the thread's items\n"
+       << "  sums to the weights" << (p_.dt == data_type::f32 ? "" : " (rounded)") << "\n"
+       << "  kernels " << kernels_.built() << " (cache hits " << kernels_.hits() << ")";
+    return os.str();
+}
+
+}  // namespace
+
+std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa isa) {
+    WeightsDotPlan plan;
+    if (!make_weights_dot_plan(p, isa, op_threads(p), &plan)) return nullptr;
+    return std::make_unique<JitWeightsDotExecutor>(p, plan);
+}
+
+}  // namespace convgrad::detail

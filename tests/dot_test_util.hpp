@@ -1,0 +1,116 @@
+// Helpers of the dot paths' tests (test_jit_data_dot.cpp,
+// test_jit_weights_dot.cpp).
+#pragma once
+
+#include <sys/mman.h>
+#include <tbb/task_arena.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "jit/isa.hpp"
+#include "test_util.hpp"
+
+namespace dottest {
+
+// Whether this machine (and CONVGRAD_MAX_ISA) runs `isa`.
+inline bool runs(const std::string& isa) {
+    const std::vector<std::string> order{"avx2", "avx512_core", "avx512_core_bf16"};
+    const auto level = [&](const std::string& s) { return std::find(order.begin(), order.end(), s) - order.begin(); };
+    return level(isa) <= level(convgrad::max_isa());
+}
+
+// Small integers of each type in `dts` on every ISA cap this machine runs:
+// make(dt, isa) ("ref" for the reference) bitwise equal to the reference
+// (exact sums, one rounding), through the path (its describe() holds
+// `note`) exactly when `dot`.
+template <typename Make>
+void check_exact(Make make, const char* note, bool dot, const std::vector<convgrad::data_type>& dts,
+                 uint32_t seed) {
+    for (const convgrad::data_type dt : dts) {
+        const convgrad::op ref = make(dt, "ref");
+        const testutil::Buffer a = testutil::small_ints(dt, ref.input0_elems(), seed);
+        const testutil::Buffer b = testutil::small_ints(dt, ref.input1_elems(), seed + 1);
+        const testutil::Buffer expect = testutil::run(ref, a, b);
+        for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
+            if (!runs(isa)) continue;
+            const convgrad::op jit = make(dt, isa);
+            INFO(isa << " " << convgrad::dtype_name(dt) << ": " << jit.describe());
+            REQUIRE(jit.describe().rfind("jit:", 0) == 0);
+            CHECK((jit.describe().find(note) != std::string::npos) == dot);
+            CHECK(testutil::bitwise_equal(testutil::run(jit, a, b), expect));
+        }
+    }
+}
+
+// A copy of a buffer's bytes that ends where an inaccessible page begins:
+// a load of any byte past its end faults.
+class Guarded {
+public:
+    explicit Guarded(const testutil::Buffer& b) : page_(sysconf(_SC_PAGESIZE)) {
+        const int64_t bytes = static_cast<int64_t>(b.bytes.size());
+        len_ = static_cast<size_t>(((bytes + page_ - 1) / page_ + 1) * page_);
+        base_ = static_cast<char*>(mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+        REQUIRE(base_ != MAP_FAILED);
+        REQUIRE(mprotect(base_ + len_ - page_, static_cast<size_t>(page_), PROT_NONE) == 0);
+        data_ = base_ + len_ - page_ - b.bytes.size();
+        std::memcpy(data_, b.data(), b.bytes.size());
+    }
+    ~Guarded() { munmap(base_, len_); }
+    Guarded(const Guarded&) = delete;
+    Guarded& operator=(const Guarded&) = delete;
+    const char* data() const { return data_; }
+
+private:
+    int64_t page_;
+    size_t len_ = 0;
+    char* base_ = nullptr;
+    char* data_ = nullptr;
+};
+
+// Random reals of every type on every ISA cap this machine runs, through
+// the path (describe() holds `note`): make(dt, isa) on 1, 2 and 3 threads
+// (each using that many) bitwise equal, and every element within the
+// error of sums of `terms` products of magnitude <= 1 in f32 (any order:
+// terms · 2^-24 relative to the terms, doubled) plus one rounding to dt.
+template <typename Make>
+void check_reals(Make make, const char* note, double terms, uint32_t seed) {
+    for (const convgrad::data_type dt :
+         {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+        const convgrad::op ref = make(dt, "ref");
+        const testutil::Buffer a = testutil::random_reals(dt, ref.input0_elems(), seed);
+        const testutil::Buffer b = testutil::random_reals(dt, ref.input1_elems(), seed + 1);
+        const testutil::Buffer expect = testutil::run(ref, a, b);
+        const int precision = dt == convgrad::data_type::f32 ? 24 : dt == convgrad::data_type::bf16 ? 8 : 11;
+        for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
+            if (!runs(isa)) continue;
+            const convgrad::op o = make(dt, isa);
+            INFO(isa << " " << convgrad::dtype_name(dt) << ": " << o.describe());
+            REQUIRE(o.describe().find(note) != std::string::npos);
+            std::vector<testutil::Buffer> outs;
+            for (int t : {1, 2, 3}) {
+                tbb::task_arena arena(t);
+                arena.execute([&] {
+                    outs.push_back(testutil::run(o, a, b));
+                    CHECK(testutil::threads_used(o) == t);
+                });
+            }
+            CHECK(testutil::bitwise_equal(outs[0], outs[1]));
+            CHECK(testutil::bitwise_equal(outs[0], outs[2]));
+            int64_t bad = 0;
+            for (int64_t i = 0; i < outs[0].size(); ++i) {
+                const double r = expect.get(i);
+                const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30)) - (precision - 1));
+                bad += std::fabs(outs[0].get(i) - r) > terms * std::ldexp(1.0, -23) + ulp;
+            }
+            CHECK(bad == 0);
+        }
+    }
+}
+
+}  // namespace dottest
