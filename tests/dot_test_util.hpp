@@ -1,5 +1,5 @@
-// Helpers of the dot paths' tests (test_jit_data_dot.cpp,
-// test_jit_weights_dot.cpp).
+// Helpers of the tests of the in-place 1x1 paths (test_jit_data_dot.cpp,
+// test_jit_weights_dot.cpp, test_jit_data_ncx.cpp).
 #pragma once
 
 #include <sys/mman.h>
@@ -15,6 +15,7 @@
 
 #include "jit/isa.hpp"
 #include "test_util.hpp"
+#include "weights_case.hpp"
 
 namespace dottest {
 
@@ -23,6 +24,26 @@ inline bool runs(const std::string& isa) {
     const std::vector<std::string> order{"avx2", "avx512_core", "avx512_core_bf16"};
     const auto level = [&](const std::string& s) { return std::find(order.begin(), order.end(), s) - order.begin(); };
     return level(isa) <= level(convgrad::max_isa());
+}
+
+// A 1x1 layer (unit strides, no padding) in NXC or NCX.
+inline wtest::Case one_by_one(int64_t mb, int64_t ic, int64_t oc, const convgrad::dims& in, bool nxc = true) {
+    wtest::Case c;
+    c.mb = mb;
+    c.ic = ic;
+    c.oc = oc;
+    c.in = in;
+    c.k = convgrad::dims(in.size(), 1);
+    c.nxc = nxc;
+    return c;
+}
+
+// ConvolutionBackwardData of a convolution-view case.
+inline convgrad::op data_op(const wtest::Case& c, const std::string& isa) {
+    convgrad::attributes a = c.attrs();
+    a.weights_shape.clear();
+    a.dst_shape = c.data(c.ic, true);
+    return testutil::make_op(isa, convgrad::op_kind::conv_bwd_data, c.dt, a, c.data(c.oc, false), c.weights());
 }
 
 // Small integers of each type in `dts` on every ISA cap this machine runs:
@@ -65,6 +86,7 @@ public:
     Guarded(const Guarded&) = delete;
     Guarded& operator=(const Guarded&) = delete;
     const char* data() const { return data_; }
+    char* data() { return data_; }
 
 private:
     int64_t page_;

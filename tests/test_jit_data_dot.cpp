@@ -23,23 +23,9 @@ constexpr const char* kDotNote = "W read in place";
 
 using dottest::runs;
 
-// ConvolutionBackwardData of a convolution-view case.
-convgrad::op data_op(const wtest::Case& c, const std::string& isa) {
-    convgrad::attributes a = c.attrs();
-    a.weights_shape.clear();
-    a.dst_shape = c.data(c.ic, true);
-    return testutil::make_op(isa, op_kind::conv_bwd_data, c.dt, a, c.data(c.oc, false), c.weights());
-}
+using dottest::data_op;
 
-wtest::Case one_by_one(int64_t mb, int64_t ic, int64_t oc, const dims& in) {
-    wtest::Case c;
-    c.mb = mb;
-    c.ic = ic;
-    c.oc = oc;
-    c.in = in;
-    c.k = dims(in.size(), 1);
-    return c;
-}
+using dottest::one_by_one;
 
 // dottest::check_exact of the case's data gradient.
 void check(wtest::Case c, bool dot,

@@ -24,14 +24,7 @@ constexpr const char* kDotNote = "NCX read in place";
 using dottest::runs;
 
 wtest::Case ncx_1x1(int64_t mb, int64_t ic, int64_t oc, const dims& in) {
-    wtest::Case c;
-    c.mb = mb;
-    c.ic = ic;
-    c.oc = oc;
-    c.in = in;
-    c.k = dims(in.size(), 1);
-    c.nxc = false;
-    return c;
+    return dottest::one_by_one(mb, ic, oc, in, false);
 }
 
 // dottest::check_exact of the case's op.

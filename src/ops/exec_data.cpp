@@ -1134,6 +1134,7 @@ std::string JitDataExecutor::describe() const {
 
 std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why) {
     if (auto dot = make_jit_data_dot_executor(p, isa)) return dot;
+    if (auto ncx = make_jit_data_ncx_executor(p, isa)) return ncx;
     const int threads = op_threads(p);
     DataPlan plan;
     if (!find_or_make_plan(data_plan_cache(), "data", p, isa, threads, &plan,
