@@ -81,12 +81,17 @@ TEST_CASE("data ncx: the problems it leaves", "[jit][data][ncx]") {
     k3.k = {1, 3};
     check(k3, false);
     check(ncx_1x1(2, 24, 40, {11, 11}), false);  // 121 pixels
-    if (runs("avx512_core_bf16")) {              // bf16 below 1536 pixels where the direct path has vdpbf16ps
-        wtest::Case b = ncx_1x1(2, 24, 40, {30, 30});
-        b.dt = data_type::bf16;
-        const convgrad::op o = data_op(b, "avx512_core_bf16");
-        INFO(o.describe());
-        CHECK(o.describe().find(kNote) == std::string::npos);
+    if (runs("avx512_core_bf16")) {
+        // bf16 where the direct path has vdpbf16ps: below 1536 pixels, and
+        // wide layers (icg·ocg / (icg + ocg) above 48) on any plane.
+        for (const wtest::Case& w : {ncx_1x1(2, 24, 40, {30, 30}), ncx_1x1(2, 256, 64, {40, 40})}) {
+            wtest::Case b = w;
+            b.dt = data_type::bf16;
+            const convgrad::op o = data_op(b, "avx512_core_bf16");
+            INFO(o.describe());
+            CHECK(o.describe().find(kNote) == std::string::npos);
+            CHECK(data_op(b, "avx512_core").describe().find(kNote) != std::string::npos);
+        }
     }
 }
 

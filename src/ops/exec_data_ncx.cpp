@@ -40,10 +40,15 @@ namespace {
 // image (14x14: 1.05-1.12x, 28x28 1.3x, 56x56 1.4-2.7x; 7x7: 0.81-0.94x).
 // bf16 widens here, where the direct path multiplies pairs with vdpbf16ps
 // at twice the rate: with vdpbf16ps from kNcxMinPixelsBf16 (32x32 0.93-0.97x,
-// 40x40 1.06-1.62x, 56x56 1.06-1.51x, 28x28 0.85-0.90x), without it (AVX2,
-// both widen) from kNcxMinPixelsBf16Widen (14x14 0.76-1.08x, 28x28 1.2-1.3x).
+// 40x40 1.06-1.62x, 56x56 1.06-1.51x, 28x28 0.85-0.90x) and only for
+// narrow layers, whose transposes weigh most against the products: at
+// most kNcxBf16MaxChannels of icg·ocg / (icg + ocg) (56x56: 16 -> 96 and
+// 96 -> 24 1.44-2.14x, 64 -> 64 1.27x, 64 <-> 256 0.94-1.05x, 96 <-> 384
+// 0.89-0.95x, 128 <-> 256 0.83-0.87x); without vdpbf16ps (AVX2, both
+// widen) from kNcxMinPixelsBf16Widen (14x14 0.76-1.08x, 28x28 1.2-1.3x).
 constexpr int64_t kNcxMinPixels = 128;
 constexpr int64_t kNcxMinPixelsBf16 = 1536;
+constexpr int64_t kNcxBf16MaxChannels = 48;
 constexpr int64_t kNcxMinPixelsBf16Widen = 512;
 
 struct NcxDataPlan {
@@ -78,6 +83,9 @@ bool make_ncx_data_plan(const Problem& p, Isa isa, int threads, NcxDataPlan* pl)
                           : isa >= Isa::avx512_core_bf16 ? kNcxMinPixelsBf16
                                                          : kNcxMinPixelsBf16Widen;
     if (p.in_sp() < least) return false;
+    if (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 &&
+        p.icg * p.ocg > kNcxBf16MaxChannels * (p.icg + p.ocg))
+        return false;
     const int64_t es = static_cast<int64_t>(dtype_size(p.dt));
     // The kernels' ISA: only bf16 stores use avx512_core_bf16.
     pl->isa = std::min(isa, p.dt == data_type::bf16 ? Isa::avx512_core_bf16 : Isa::avx512_core);
