@@ -56,6 +56,11 @@ constexpr int64_t kWDotMinChannels = 8;
 // ResNet-50's 1x1 layers of 28x28 and 56x56), chunks cut to keep the
 // outer tile's rows in L1 (768 pixels) 0.93x.
 constexpr int64_t kWDotChunkBytes = 384 << 10;
+// Wide layers get short chunks, and each call's lane additions weigh more:
+// 512 -> 512 at 28x28 (10 / 12 steps a call, f32 / bf16) ran 0.74x / 0.52x,
+// 384 -> 384 at 56x56 (16) 0.98x / 1.06x, 256 -> 256 (22 / 24) 1.02x / 1.19x
+// (tools/sweep_ab.py --rounds=2 --min against the transposes).
+constexpr int64_t kWDotMinChunkSteps = 16;
 
 struct WeightsDotPlan {
     Isa isa = Isa::avx2;
@@ -101,6 +106,7 @@ bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, WeightsDotPla
     const int64_t fit = std::max<int64_t>(1, kWDotChunkBytes / (std::min(p.icg, p.ocg) * es) / pl->step);
     const int64_t all_steps = div_up(pl->pixels, pl->step);
     pl->chunk = div_up(all_steps, div_up(all_steps, fit)) * pl->step;
+    if (pl->chunk < kWDotMinChunkSteps * pl->step) return false;
     const int64_t steps = div_up(pl->pixels, pl->step), calls = div_up(pl->pixels, pl->chunk);
     const int regs = isa >= Isa::avx512_core ? 32 : 16;
     const int64_t row = p.in_sp() * es;  // bytes between channel rows
