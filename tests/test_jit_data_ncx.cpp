@@ -104,7 +104,7 @@ TEST_CASE("data ncx: the plan names its tile and loop", "[jit][data][ncx]") {
         // 3136 pixels: 39 strips of 80 and a last one of 16 (one vector).
         CHECK(d.substr(0, d.find("  kernels")) ==
               "jit:avx512_core ncx m5n5x16 threads 2 (pixel vectors, NCX read and written in place)\n"
-              "  for image in 32, group in 1, strip in 40 of 80 of 3136 pixels (the last 1 vectors, tail 0)"
+              "  for image in 32, group in 1, strip in 40 of 80 of 3136 pixels (the last: 1 vector)"
               "  [contiguous ranges over threads]\n"
               "    for tile of 5 of 64 input channels\n"
               "      for oc in 256: 5 diff_dst loads, 5 W broadcasts, 25 FMAs, a line of the next strip prefetched\n"

@@ -18,8 +18,6 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

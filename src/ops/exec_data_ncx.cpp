@@ -211,7 +211,9 @@ std::string JitDataNcxExecutor::describe() const {
     os << " threads " << plan_.threads << " (pixel vectors, NCX read and written in place)\n"
        << "  for image in " << p_.mb << ", group in " << p_.g << ", strip in " << plan_.strips << " of "
        << plan_.n * plan_.vlen << " of " << plan_.pixels << " pixels";
-    if (plan_.last_n > 0) os << " (the last " << plan_.last_n << " vectors, tail " << plan_.tail << ")";
+    if (plan_.last_n > 0)
+        os << " (the last: " << plan_.last_n << (plan_.last_n == 1 ? " vector" : " vectors")
+           << (plan_.tail ? ", " + std::to_string(plan_.tail) + " pixels in the last" : std::string()) << ")";
     os << "  [contiguous ranges over threads]\n"
        << "    for tile of " << plan_.m << " of " << p_.icg << " input channels\n"
        << "      for oc in " << p_.ocg << ": " << plan_.n << " diff_dst loads, " << plan_.m << " W broadcasts, "
