@@ -186,10 +186,16 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
     if (isa >= Isa::avx2) {
         std::string why;
         FullKernelFold fold;
-        const Problem q = fold_full_kernel(p, &fold);
+        Problem q = fold_full_kernel(p, &fold);
+        const bool unstrided = !fold.folded && unstride_1x1(p, &q);
         auto jit = q.alg == Alg::weights ? make_jit_weights_executor(q, isa, &why)
                                          : make_jit_data_executor(q, isa, &why);
         if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold, isa, std::move(jit));
+        if (jit && unstrided && jit->ncx_in_place()) return make_unstrided_executor(p, isa, std::move(jit), q);
+        if (unstrided && !(jit && jit->ncx_in_place())) {  // the strided problem itself
+            q = p;
+            jit = q.alg == Alg::weights ? make_jit_weights_executor(q, isa, &why) : make_jit_data_executor(q, isa, &why);
+        }
         if (jit) return jit;
         if (verbose_log())
             std::fprintf(stderr, "convgrad,dispatch,%s declined: %s\n", isa_name(isa), why.c_str());

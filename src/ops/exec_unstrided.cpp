@@ -1,0 +1,202 @@
+// Strided 1x1 layers in NCX as unit-stride ones.
+//
+// A 1x1 kernel with strides s and no begin padding reads src only at the
+// pixels (od·s, oh·s, ow·s): its weight gradient is the unit-stride one of
+// the subsampled src, and its data gradient is the unit-stride one's
+// diff_src spread back to those pixels, zeros elsewhere. In NCX the
+// unit-stride problems run in place (exec_weights_dot.cpp,
+// exec_data_ncx.cpp) or transpose a quarter as much (s = 2), where the
+// strided problem transposed all of src or diff_src around the NXC
+// kernels. The subsampling and the spreading are one pass each over the
+// rows of the pixels read (16 of them a vector step for s = 2 on AVX-512).
+#include <immintrin.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
+#include <tbb/partitioner.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ops/executor.hpp"
+#include "ops/problem.hpp"
+
+namespace convgrad::detail {
+namespace {
+
+// dst[x] = src[2x], x < n (AVX-512).
+__attribute__((target("avx512f,avx512bw"))) int64_t take_even(const char* src, char* dst, int64_t n, int es) {
+    int64_t x = 0;
+    if (es == 4) {
+        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        for (; x + 16 <= n; x += 16) {
+            const __m512 a = _mm512_loadu_ps(src + 2 * x * 4), b = _mm512_loadu_ps(src + (2 * x + 16) * 4);
+            _mm512_storeu_ps(dst + x * 4, _mm512_permutex2var_ps(a, even, b));
+        }
+    } else {
+        for (; x + 16 <= n; x += 16)  // the low word of each dword (zero-masked forms: GCC 12 flags the plain ones)
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x * 2),
+                                _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_loadu_si512(src + 2 * x * 2)));
+    }
+    return x;
+}
+
+// dst[2x] = src[x], dst[2x + 1] = 0, x < n (AVX-512).
+__attribute__((target("avx512f,avx512bw"))) int64_t spread_even(const char* src, char* dst, int64_t n, int es) {
+    int64_t x = 0;
+    if (es == 4) {
+        const __m512i lo = _mm512_set_epi32(16, 7, 16, 6, 16, 5, 16, 4, 16, 3, 16, 2, 16, 1, 16, 0);
+        const __m512i hi = _mm512_set_epi32(16, 15, 16, 14, 16, 13, 16, 12, 16, 11, 16, 10, 16, 9, 16, 8);
+        const __m512 zero = _mm512_setzero_ps();
+        for (; x + 16 <= n; x += 16) {
+            const __m512 a = _mm512_loadu_ps(src + x * 4);
+            _mm512_storeu_ps(dst + 2 * x * 4, _mm512_permutex2var_ps(a, lo, zero));
+            _mm512_storeu_ps(dst + (2 * x + 16) * 4, _mm512_permutex2var_ps(a, hi, zero));
+        }
+    } else {
+        for (; x + 16 <= n; x += 16)  // words zero-extended to dwords
+            _mm512_storeu_si512(dst + 2 * x * 2,
+                                _mm512_maskz_cvtepu16_epi32(
+                                        0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + x * 2))));
+    }
+    return x;
+}
+
+class UnstridedExecutor final : public Executor {
+public:
+    UnstridedExecutor(const Problem& p, const Problem& q, Isa isa, std::unique_ptr<Executor> inner)
+        : p_(p), q_(q), avx512_(isa >= Isa::avx512_core), inner_(std::move(inner)) {}
+
+    void run(const void* in0, const void* in1, void* out) const override {
+        const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
+        const size_t bytes = static_cast<size_t>(p_.mb * p_.ic() * q_.in_sp() * es);
+        // The calling thread's buffer from its last call (fresh pages cost
+        // a few percent of a layer), unless a call on this thread is using
+        // it (an execute nested in the inner one's parallel loops).
+        thread_local std::vector<char> kept;
+        thread_local bool busy = false;
+        std::vector<char> fresh;
+        std::vector<char>& buf = busy ? fresh : kept;
+        struct Hold {
+            bool& b;
+            bool was;
+            ~Hold() { b = was; }
+        } hold{busy, busy};
+        busy = true;
+        if (buf.size() < bytes) buf.resize(bytes);
+        char* sub = buf.data();
+        if (p_.alg == Alg::weights) {
+            subsample(static_cast<const char*>(p_.swap_inputs ? in1 : in0), sub);
+            inner_->run(p_.swap_inputs ? in0 : sub, p_.swap_inputs ? sub : in1, out);
+        } else {
+            inner_->run(in0, in1, sub);
+            spread(sub, static_cast<char*>(out));
+        }
+    }
+    std::string describe() const override {
+        return inner_->describe() + "\n  strided 1x1 in NCX: run at unit stride on " +
+               (p_.alg == Alg::weights ? "src subsampled" : "diff_src spread back with zeros");
+    }
+    int threads() const override { return inner_->threads(); }
+
+private:
+    // Over the (image, channel) planes of src, on the op's threads.
+    template <typename F>
+    void planes(F&& body) const {
+        const int64_t n = p_.mb * p_.ic();
+        const int threads = std::max(1, this->threads());
+        tbb::parallel_for(
+                tbb::blocked_range<int64_t>(0, n, std::max<int64_t>(1, n / threads / 4)),
+                [&](const tbb::blocked_range<int64_t>& r) {
+                    for (int64_t i = r.begin(); i != r.end(); ++i) body(i);
+                },
+                tbb::static_partitioner());
+    }
+    // The src row (id, ih) of plane `plane` of a tensor with src's dims.
+    int64_t row_offset(int64_t plane, int64_t id, int64_t ih) const {
+        return ((plane * p_.in[0] + id) * p_.in[1] + ih) * p_.in[2];
+    }
+    void subsample(const char* src, char* sub) const {
+        const int es = static_cast<int>(dtype_size(p_.dt));
+        const std::array<int64_t, 3>& s = p_.stride;
+        planes([&](int64_t plane) {
+            char* to = sub + plane * q_.in_sp() * es;
+            for (int64_t od = 0; od < p_.out[0]; ++od)
+                for (int64_t oh = 0; oh < p_.out[1]; ++oh, to += p_.out[2] * es) {
+                    const char* from = src + row_offset(plane, od * s[0], oh * s[1]) * es;
+                    int64_t x = s[2] == 2 && avx512_ ? take_even(from, to, p_.out[2] - 1, es) : 0;
+                    for (; x < p_.out[2]; ++x) std::memcpy(to + x * es, from + x * s[2] * es, static_cast<size_t>(es));
+                }
+        });
+    }
+    void spread(const char* sub, char* diff_src) const {
+        const int es = static_cast<int>(dtype_size(p_.dt));
+        const std::array<int64_t, 3>& s = p_.stride;
+        const size_t row_bytes = static_cast<size_t>(p_.in[2] * es);
+        planes([&](int64_t plane) {
+            const char* from = sub + plane * q_.in_sp() * es;
+            for (int64_t id = 0; id < p_.in[0]; ++id)
+                for (int64_t ih = 0; ih < p_.in[1]; ++ih) {
+                    char* to = diff_src + row_offset(plane, id, ih) * es;
+                    const int64_t od = id / s[0], oh = ih / s[1];
+                    if (id % s[0] || ih % s[1] || od >= p_.out[0] || oh >= p_.out[1]) {
+                        std::memset(to, 0, row_bytes);
+                        continue;
+                    }
+                    const char* row = from + (od * p_.out[1] + oh) * p_.out[2] * es;
+                    // Vectors write pairs (value, 0) while a pair ends inside the row.
+                    int64_t x = s[2] == 2 && avx512_ ? spread_even(row, to, std::min(p_.out[2], p_.in[2] / 2), es) : 0;
+                    std::memset(to + x * s[2] * es, 0, row_bytes - static_cast<size_t>(x * s[2] * es));
+                    for (; x < p_.out[2]; ++x) std::memcpy(to + x * s[2] * es, row + x * es, static_cast<size_t>(es));
+                }
+        });
+    }
+
+    Problem p_, q_;
+    bool avx512_;
+    std::unique_ptr<Executor> inner_;
+};
+
+}  // namespace
+
+// Output planes of at least this many pixels (AMD Zen 4, 2 threads, mb 32,
+// tools/sweep_ab.py --rounds=2 --min against the strided problem's
+// transposes): ResNet-50's res3a 1x1 layers (28x28 outputs) 1.03-1.43x in
+// f32 / f16 (bf16 data gradients stay on the direct path below 1536
+// pixels); its 14x14 data gradients 0.80-0.95x (the spread pass writes
+// four times the unit-stride diff_src).
+constexpr int64_t kUnstrideMinPixels = 512;
+
+bool unstride_1x1(const Problem& p, Problem* q) {
+    if (p.nxc || p.out_sp() < kUnstrideMinPixels) return false;
+    bool strided = false;
+    for (int a = 0; a < 3; ++a) {
+        if (p.k[a] != 1 || p.pad_begin[a] != 0 || (p.out[a] - 1) * p.stride[a] >= p.in[a]) return false;
+        strided |= p.stride[a] > 1;
+    }
+    if (!strided) return false;
+    *q = p;
+    q->in = p.out;
+    q->stride = q->dil = {1, 1, 1};
+    q->pad_begin = q->pad_end = {0, 0, 0};
+    q->src_str.sp = {p.out[1] * p.out[2], p.out[2], 1};
+    q->src_str.c = p.out_sp();
+    q->src_str.n = p.ic() * p.out_sp();
+    const int64_t src_elems = p.mb * p.ic() * p.out_sp();
+    if (p.alg == Alg::data)
+        q->output_elems = src_elems;
+    else if (p.swap_inputs)
+        q->input1_elems = src_elems;
+    else
+        q->input0_elems = src_elems;
+    return true;
+}
+
+std::unique_ptr<Executor> make_unstrided_executor(const Problem& p, Isa isa, std::unique_ptr<Executor> inner,
+                                                  const Problem& q) {
+    return std::make_unique<UnstridedExecutor>(p, q, isa, std::move(inner));
+}
+
+}  // namespace convgrad::detail

@@ -1,0 +1,96 @@
+// Strided 1x1 layers in NCX run at unit stride (ops/exec_unstrided.cpp):
+// src subsampled for weight gradients, diff_src spread back with zeros for
+// data gradients, around the in-place NCX paths. Which problems take it,
+// and bitwise equality with the reference (every output element, the
+// zeros included) on every ISA and type; thread-count independence.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "dot_test_util.hpp"
+#include "test_util.hpp"
+#include "weights_case.hpp"
+
+namespace {
+
+using convgrad::data_type;
+using convgrad::dims;
+using dottest::data_op;
+
+constexpr const char* kNote = "strided 1x1 in NCX";
+
+wtest::Case strided(int64_t ic, int64_t oc, const dims& in, const dims& s) {
+    wtest::Case c = dottest::one_by_one(2, ic, oc, in, false);
+    c.s = s;
+    return c;
+}
+
+// Weight gradient (and ConvTranspose's) and data gradient, small integers,
+// every ISA cap: through the path exactly when `taken` (bf16 data
+// gradients only where the unit-stride problem runs in place).
+void check(wtest::Case c, bool taken) {
+    INFO(wtest::label(c, ""));
+    for (bool transpose : {false, true}) {
+        c.transpose = transpose;
+        dottest::check_exact(
+                [&](data_type dt, const std::string& isa) {
+                    c.dt = dt;
+                    return c.make(isa);
+                },
+                kNote, taken, {data_type::f32, data_type::bf16, data_type::f16}, 101);
+    }
+    c.transpose = false;
+    dottest::check_exact(
+            [&](data_type dt, const std::string& isa) {
+                c.dt = dt;
+                return data_op(c, isa);
+            },
+            kNote, taken, {data_type::f32, data_type::f16}, 103);
+}
+
+}  // namespace
+
+TEST_CASE("unstrided: strided 1x1 layers in NCX run at unit stride", "[jit][unstrided]") {
+    // Strides 2 and 3, inputs with rows and columns past the last pixel
+    // read (odd sizes: the spread writes zeros there), 1D and 3D, groups,
+    // both weights formats.
+    check(strided(24, 40, {50, 46}, {2, 2}), true);
+    check(strided(13, 9, {51, 47}, {2, 2}), true);
+    check(strided(13, 9, {70, 75}, {3, 3}), true);
+    check(strided(16, 24, {26, 47}, {1, 2}), true);
+    check(strided(8, 12, {1201}, {2}), true);
+    check(strided(8, 12, {5, 22, 23}, {1, 2, 2}), true);
+    wtest::Case g = strided(18, 34, {50, 46}, {2, 2});
+    g.g = 2;
+    check(g, true);
+    wtest::Case oix = strided(24, 40, {50, 46}, {2, 2});
+    oix.wfmt = "OIX";
+    check(oix, true);
+}
+
+TEST_CASE("unstrided: the problems it leaves", "[jit][unstrided]") {
+    check(strided(24, 40, {40, 40}, {2, 2}), false);  // 400 output pixels
+    wtest::Case nxc = strided(24, 40, {50, 46}, {2, 2});
+    nxc.nxc = true;
+    check(nxc, false);
+    wtest::Case padded = strided(24, 40, {50, 46}, {2, 2});
+    padded.pb = {1, 0};
+    check(padded, false);
+    wtest::Case edge = strided(24, 40, {50, 46}, {2, 2});  // the last output reads the end padding
+    edge.pe = {0, 1};
+    check(edge, false);
+    wtest::Case k3 = strided(24, 40, {50, 46}, {2, 2});
+    k3.k = {1, 3};
+    check(k3, false);
+}
+
+TEST_CASE("unstrided: random reals within tolerance, identical for 1, 2 and 3 threads", "[jit][unstrided]") {
+    // 2 images of 25 x 23 output pixels: 1150 products an output.
+    wtest::Case c = strided(43, 29, {50, 46}, {2, 2});
+    dottest::check_reals(
+            [&](data_type dt, const std::string& isa) {
+                c.dt = dt;
+                return c.make(isa);
+            },
+            kNote, 1150, 105);
+}
