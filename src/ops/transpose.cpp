@@ -13,19 +13,26 @@ namespace {
 
 // Tile (r0, c0) of an image: up to 16 rows × 16 columns, the partial
 // edges masked (nothing read or written past them).
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void tile16(const char* s, char* d, int es, int64_t rows,
-                                                             int64_t cols, int64_t r0, int64_t c0) {
+// es: 4 or 2, a template argument so the 16 rows stay in registers.
+template <int es>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile16(const char* s, char* d, int64_t rows,
+                                                                    int64_t cols, int64_t r0, int64_t c0) {
     const int64_t nr = std::min<int64_t>(16, rows - r0), nc = std::min<int64_t>(16, cols - c0);
     const __mmask16 cm = static_cast<__mmask16>((1u << nc) - 1), rm = static_cast<__mmask16>((1u << nr) - 1);
     __m512i r[16];
     for (int i = 0; i < 16; ++i) {
         if (i >= nr) {
             r[i] = _mm512_setzero_si512();
-        } else if (es == 4) {
-            r[i] = _mm512_maskz_loadu_epi32(cm, s + ((r0 + i) * cols + c0) * 4);
-        } else {
-            r[i] = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(cm, s + ((r0 + i) * cols + c0) * 2));
+            continue;
         }
+        const char* row = s + ((r0 + i) * cols + c0) * es;
+        // The row's line two tiles on (f32): 1.0-1.7x on one thread over
+        // 3-3136 rows x 49-50176 columns (a throwaway harness, min of 9).
+        _mm_prefetch(row + 128, _MM_HINT_T0);
+        if (es == 4)
+            r[i] = _mm512_maskz_loadu_epi32(cm, row);
+        else
+            r[i] = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(cm, row));
     }
     transpose_16x16(r);
     for (int j = 0; j < nc; ++j) {
@@ -34,6 +41,15 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void tile16(const char* s, 
         else
             _mm256_mask_storeu_epi16(d + ((c0 + j) * rows + r0) * 2, rm, _mm512_maskz_cvtepi32_epi16(0xffff, r[j]));
     }
+}
+
+// Every tile of the 16 rows from r0.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void row_block16(const char* s, char* d, int es, int64_t rows,
+                                                                  int64_t cols, int64_t r0) {
+    if (es == 4)
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<4>(s, d, rows, cols, r0, c0);
+    else
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<2>(s, d, rows, cols, r0, c0);
 }
 
 template <typename T>
@@ -61,7 +77,7 @@ void transpose_images(const void* src, void* dst, int es, int64_t mb, int64_t ro
             const char* s = s8 + n * rows * cols * es;
             char* d = d8 + n * rows * cols * es;
             if (avx512)
-                for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16(s, d, es, rows, cols, r0, c0);
+                row_block16(s, d, es, rows, cols, r0);
             else if (es == 4)
                 tiles32(reinterpret_cast<const uint32_t*>(s), reinterpret_cast<uint32_t*>(d), rows, cols, r0);
             else
