@@ -2,9 +2,11 @@
 // src subsampled for weight gradients, diff_src spread back with zeros for
 // data gradients, around the in-place NCX paths. Which problems take it,
 // and bitwise equality with the reference (every output element, the
-// zeros included) on every ISA and type; thread-count independence.
+// zeros included) on every ISA and type; thread-count independence; the
+// in-place NCX paths under concurrent calls.
 #include <catch2/catch.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dot_test_util.hpp"
@@ -93,4 +95,41 @@ TEST_CASE("unstrided: random reals within tolerance, identical for 1, 2 and 3 th
                 return c.make(isa);
             },
             kNote, 1150, 105);
+}
+
+TEST_CASE("unstrided: the NCX paths under concurrent execute from 8 threads", "[jit][unstrided]") {
+    // Each keeps per-thread buffers between calls (the dot path's lanes,
+    // this path's subsampled or unit-stride tensor): 8 threads run three ops
+    // of each kind at once, every result equal to the reference.
+    std::vector<convgrad::op> ops;
+    std::vector<testutil::Buffer> as, bs, wants;
+    wtest::Case w = strided(24, 40, {50, 46}, {2, 2});
+    wtest::Case unit = dottest::one_by_one(2, 24, 40, {25, 23}, false);
+    for (const wtest::Case& c : {w, unit}) {
+        ops.push_back(c.make(convgrad::max_isa()));
+        ops.push_back(data_op(c, convgrad::max_isa()));
+    }
+    for (size_t i = 0; i < ops.size(); ++i) {
+        INFO(ops[i].describe());
+        CHECK(ops[i].describe().find("NCX read") != std::string::npos);
+        as.push_back(testutil::small_ints(data_type::f32, ops[i].input0_elems(), 111 + static_cast<uint32_t>(i)));
+        bs.push_back(testutil::small_ints(data_type::f32, ops[i].input1_elems(), 121 + static_cast<uint32_t>(i)));
+    }
+    wants.push_back(testutil::run(w.make("ref"), as[0], bs[0]));
+    wants.push_back(testutil::run(data_op(w, "ref"), as[1], bs[1]));
+    wants.push_back(testutil::run(unit.make("ref"), as[2], bs[2]));
+    wants.push_back(testutil::run(data_op(unit, "ref"), as[3], bs[3]));
+    std::vector<std::vector<testutil::Buffer>> outs(8, std::vector<testutil::Buffer>(ops.size()));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 8; ++t)
+        threads.emplace_back([&, t] {
+            for (int rep = 0; rep < 3; ++rep)
+                for (size_t i = 0; i < ops.size(); ++i) {
+                    const size_t k = (i + static_cast<size_t>(t)) % ops.size();
+                    outs[static_cast<size_t>(t)][k] = testutil::run(ops[k], as[k], bs[k]);
+                }
+        });
+    for (auto& t : threads) t.join();
+    for (const auto& per_thread : outs)
+        for (size_t i = 0; i < ops.size(); ++i) CHECK(testutil::bitwise_equal(per_thread[i], wants[i]));
 }

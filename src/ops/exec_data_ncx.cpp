@@ -16,7 +16,8 @@
 // Work items are (image, group, strip); threads take contiguous ranges,
 // each item running every input-channel tile of its group against the
 // strip (which stays in L1 / L2 between the tiles). The result does not
-// depend on the thread count.
+// depend on the thread count. Strided 1x1 layers come here and spread
+// the result back with zeros (exec_unstrided.cpp).
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>

@@ -11,11 +11,13 @@
 // large planes of early layers; this path runs the data gradient's dot
 // microkernel (jit/bwd_data_dot_kernel.hpp) on the rows instead: p diff_dst
 // rows (output channels) against c src rows (input channels) a call, the
-// image's pixels in chunks whose src rows stay in L2 while every tile of
-// them runs. Each tile's accumulators add into its vectors of lanes, kept
-// per thread across chunks and images and summed once at the end.
+// image's pixels in chunks: the operand with fewer rows is the one each
+// outer tile rereads, and its chunk stays in L2 while every tile runs.
+// Each tile's accumulators add into its vectors of lanes, kept per thread
+// across chunks and images and summed once at the end. Strided 1x1 layers
+// come here on a subsampled src (exec_unstrided.cpp).
 //
-// Threads split the (group, output tile, input tile) items into contiguous
+// Threads split the (group, outer tile, inner tile) items into contiguous
 // ranges; every output element is one tile's lanes over the images in
 // order, summed in a fixed order, so the result does not depend on the
 // thread count.
