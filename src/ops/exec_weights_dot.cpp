@@ -300,7 +300,8 @@ std::string JitWeightsDotExecutor::describe() const {
        << (plan_.ic_outer ? " x ic tile " : " x oc tile ") << (plan_.ic_outer ? plan_.ic_tiles : plan_.oc_tiles)
        << (plan_.ic_outer ? " x oc tile " : " x ic tile ") << (plan_.ic_outer ? plan_.oc_tiles : plan_.ic_tiles)
        << "  [contiguous ranges over threads]\n"
-       << "    for image in " << p_.mb << ", chunk of " << plan_.chunk << " of " << plan_.pixels << " pixels\n"
+       << "    for image in " << p_.mb << ", chunk of " << std::min(plan_.chunk, plan_.pixels) << " of " << plan_.pixels
+       << " pixels\n"
        << "      for item in the thread's range (" << plan_.p << " oc x " << plan_.c << " ic)\n"
        << "        for pixel step of " << plan_.step << ": " << plan_.c << " src loads, " << plan_.p
        << " diff_dst loads, " << plan_.p * plan_.c << (pairs ? " vdpbf16ps" : " FMAs")
