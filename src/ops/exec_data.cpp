@@ -8,9 +8,6 @@
 // pointers into them are bytes. Sums are f32 until the kernel's final store
 // rounds them; between oc chunks a 16-bit output keeps them in a per-thread
 // f32 row, and the col path adds into f32 image rows converted at the end.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
 
 #include <immintrin.h>
@@ -28,6 +25,7 @@
 #include "jit/bwd_data_kernel.hpp"
 #include "ops/executor.hpp"
 #include "ops/numeric.hpp"
+#include "ops/parallel.hpp"
 #include "ops/plan_cache.hpp"
 #include "ops/plan_data.hpp"
 #include "ops/transpose.hpp"
@@ -92,16 +90,6 @@ private:
     Slot* slot_;
     ByteBuf own_;
 };
-
-// Runs fn(t) for t in [0, threads) on the current arena, one task each.
-template <typename Fn>
-void for_each_thread(int threads, const Fn& fn) {
-    tbb::parallel_for(tbb::blocked_range<int>(0, threads, 1),
-                      [&](const tbb::blocked_range<int>& r) {
-                          for (int t = r.begin(); t != r.end(); ++t) fn(t);
-                      },
-                      tbb::static_partitioner());
-}
 
 // n zero bytes at p; with `nt` as streaming stores where p and n allow
 // (whole aligned lines), as the plan's streaming kernels store.

@@ -14,10 +14,6 @@
 // tiles of c W rows, each tile against the pixels in tiles of p, and every
 // output element is one kernel call's inner product (lanes summed in a
 // fixed order), so the result does not depend on the thread count.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,6 +27,7 @@
 #include "jit/bwd_data_dot_kernel.hpp"
 #include "ops/executor.hpp"
 #include "ops/lane_sum.hpp"
+#include "ops/parallel.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -220,17 +217,12 @@ void JitDataDotExecutor::run(const void* in0, const void* in1, void* out) const 
             std::memcpy(base + px * dd_pitch_, dd + px * p_.oc() * es_, static_cast<size_t>(p_.oc() * es_));
         dd = base;
     }
-    tbb::parallel_for(
-            tbb::blocked_range<int>(0, threads, 1),
-            [&](const tbb::blocked_range<int>& r) {
-                std::vector<float> acc(static_cast<size_t>(plan_.pixels * plan_.span));
-                alignas(64) float sums[32 * 16];
-                for (int t = r.begin(); t != r.end(); ++t) {
-                    const auto range = spread(plan_.spans, threads, t);
-                    for (int64_t s = range[0]; s < range[1]; ++s) run_span(dd, w, dst, s, acc.data(), sums);
-                }
-            },
-            tbb::static_partitioner());
+    for_each_thread(threads, [&](int t) {
+        std::vector<float> acc(static_cast<size_t>(plan_.pixels * plan_.span));
+        alignas(64) float sums[32 * 16];
+        const auto range = spread(plan_.spans, threads, t);
+        for (int64_t s = range[0]; s < range[1]; ++s) run_span(dd, w, dst, s, acc.data(), sums);
+    });
 }
 
 std::string JitDataDotExecutor::describe() const {

@@ -18,10 +18,6 @@
 // strip (which stays in L1 / L2 between the tiles). The result does not
 // depend on the thread count. Strided 1x1 layers come here and spread
 // the result back with zeros (exec_unstrided.cpp).
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -30,6 +26,7 @@
 
 #include "jit/bwd_data_ncx_kernel.hpp"
 #include "ops/executor.hpp"
+#include "ops/parallel.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -195,15 +192,10 @@ void JitDataNcxExecutor::run(const void* in0, const void* in1, void* out) const 
     const char* dd = static_cast<const char*>(in0);
     const char* w = static_cast<const char*>(in1);
     char* dst = static_cast<char*>(out);
-    tbb::parallel_for(
-            tbb::blocked_range<int>(0, threads, 1),
-            [&](const tbb::blocked_range<int>& r) {
-                for (int t = r.begin(); t != r.end(); ++t) {
-                    const auto range = spread(plan_.items, threads, t);
-                    for (int64_t it = range[0]; it < range[1]; ++it) run_item(dd, w, dst, it);
-                }
-            },
-            tbb::static_partitioner());
+    for_each_thread(threads, [&](int t) {
+        const auto range = spread(plan_.items, threads, t);
+        for (int64_t it = range[0]; it < range[1]; ++it) run_item(dd, w, dst, it);
+    });
 }
 
 std::string JitDataNcxExecutor::describe() const {

@@ -10,9 +10,6 @@
 // kernels. The subsampling and the spreading are one pass each over the
 // rows of the pixels read (16 of them a vector step for s = 2 on AVX-512).
 #include <immintrin.h>
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
 
 #include <algorithm>
 #include <cstring>
@@ -21,6 +18,7 @@
 #include <vector>
 
 #include "ops/executor.hpp"
+#include "ops/parallel.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -105,14 +103,7 @@ private:
     // Over the (image, channel) planes of src, on the op's threads.
     template <typename F>
     void planes(F&& body) const {
-        const int64_t n = p_.mb * p_.ic();
-        const int threads = std::max(1, this->threads());
-        tbb::parallel_for(
-                tbb::blocked_range<int64_t>(0, n, std::max<int64_t>(1, n / threads / 4)),
-                [&](const tbb::blocked_range<int64_t>& r) {
-                    for (int64_t i = r.begin(); i != r.end(); ++i) body(i);
-                },
-                tbb::static_partitioner());
+        parallel_static(threads(), p_.mb * p_.ic(), body);
     }
     // The src row (id, ih) of plane `plane` of a tensor with src's dims.
     int64_t row_offset(int64_t plane, int64_t id, int64_t ih) const {

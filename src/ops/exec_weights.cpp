@@ -19,9 +19,6 @@
 //
 // Pointers into activations are bytes (plan.elem_bytes() per channel and
 // pixel: 4 for f32 and every staged chunk, 2 for 16-bit depthwise).
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
 #include <tbb/task_arena.h>
 
 #include <algorithm>
@@ -37,6 +34,7 @@
 #include "jit/bwd_weights_kernel.hpp"
 #include "jit/bwd_weights_stage.hpp"
 #include "ops/executor.hpp"
+#include "ops/parallel.hpp"
 #include "ops/plan_cache.hpp"
 #include "ops/plan_weights.hpp"
 #include "ops/transpose.hpp"
@@ -85,21 +83,6 @@ T* scratch(ScratchSlot slot, int64_t bytes, bool pooled, ByteBuffer& fresh) {
         pool.capacity[slot] = bytes;
     }
     return reinterpret_cast<T*>(pool.buffers[slot].get());
-}
-
-// Runs body(i) for i in [0, n) statically on the arena's threads, or in
-// order on this one when the op runs on one thread (op_threads).
-template <typename F>
-void parallel_static(int threads, int64_t n, F&& body) {
-    if (threads <= 1 || n <= 1) {
-        for (int64_t i = 0; i < n; ++i) body(i);
-        return;
-    }
-    tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, 1),
-                      [&](const tbb::blocked_range<int64_t>& r) {
-                          for (int64_t i = r.begin(); i != r.end(); ++i) body(i);
-                      },
-                      tbb::static_partitioner());
 }
 
 // to[i] += from[i]: the buffers never overlap.

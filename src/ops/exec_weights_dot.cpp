@@ -21,10 +21,6 @@
 // ranges; every output element is one tile's lanes over the images in
 // order, summed in a fixed order, so the result does not depend on the
 // thread count.
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -38,6 +34,7 @@
 #include "ops/executor.hpp"
 #include "ops/lane_sum.hpp"
 #include "ops/numeric.hpp"
+#include "ops/parallel.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -237,28 +234,26 @@ void JitWeightsDotExecutor::store(const float* sums, char* out, int threads) con
     const int64_t oc = p_.oc(), icg = p_.icg;
     const bool rows = w.i == 1;  // else columns (or, neither contiguous, elements)
     const int64_t lines = rows ? oc : icg, len = rows ? icg : oc;
-    tbb::parallel_for(
-            tbb::blocked_range<int64_t>(0, lines, std::max<int64_t>(1, lines / std::max(1, threads))),
-            [&](const tbb::blocked_range<int64_t>& r) {
-                std::vector<float> col(rows ? 0 : static_cast<size_t>(len));
-                for (int64_t l = r.begin(); l != r.end(); ++l) {
-                    if (!rows && w.o != 1) {
-                        for (int64_t o = 0; o < oc; ++o) store_elem(out, o * w.o + l * w.i, p_.dt, sums[o * icg + l]);
-                        continue;
-                    }
-                    const float* from = sums + l * icg;
-                    if (!rows) {
-                        for (int64_t o = 0; o < oc; ++o) col[static_cast<size_t>(o)] = sums[o * icg + l];
-                        from = col.data();
-                    }
-                    char* to = out + (rows ? l * w.o : l * w.i) * es_;
-                    if (p_.dt == data_type::f32)
-                        std::memcpy(to, from, static_cast<size_t>(len) * 4);
-                    else
-                        round_(from, to, len);
-                }
-            },
-            tbb::static_partitioner());
+    for_each_thread(threads, [&](int t) {
+        const auto range = spread(lines, threads, t);
+        std::vector<float> col(rows ? 0 : static_cast<size_t>(len));
+        for (int64_t l = range[0]; l < range[1]; ++l) {
+            if (!rows && w.o != 1) {
+                for (int64_t o = 0; o < oc; ++o) store_elem(out, o * w.o + l * w.i, p_.dt, sums[o * icg + l]);
+                continue;
+            }
+            const float* from = sums + l * icg;
+            if (!rows) {
+                for (int64_t o = 0; o < oc; ++o) col[static_cast<size_t>(o)] = sums[o * icg + l];
+                from = col.data();
+            }
+            char* to = out + (rows ? l * w.o : l * w.i) * es_;
+            if (p_.dt == data_type::f32)
+                std::memcpy(to, from, static_cast<size_t>(len) * 4);
+            else
+                round_(from, to, len);
+        }
+    });
 }
 
 void JitWeightsDotExecutor::run(const void* in0, const void* in1, void* out) const {
@@ -268,24 +263,19 @@ void JitWeightsDotExecutor::run(const void* in0, const void* in1, void* out) con
     const int vlen = data_dot_vlen(plan_.isa);
     const int64_t tile_floats = int64_t(plan_.p) * plan_.c * vlen;
     std::vector<float> sums(static_cast<size_t>(p_.oc() * p_.icg));
-    tbb::parallel_for(
-            tbb::blocked_range<int>(0, threads, 1),
-            [&](const tbb::blocked_range<int>& r) {
-                for (int t = r.begin(); t != r.end(); ++t) {
-                    const auto range = spread(plan_.items, threads, t);
-                    if (range[1] <= range[0]) continue;
-                    // The thread's lanes, kept between calls (run_items never
-                    // waits on other tasks, so nothing else runs on this
-                    // thread while it holds them), 64-byte aligned, zeroed.
-                    thread_local std::vector<float> buf;
-                    const size_t floats = static_cast<size_t>((range[1] - range[0]) * tile_floats);
-                    if (buf.size() < floats + 16) buf.resize(floats + 16);
-                    float* lanes = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 / 4;
-                    std::memset(lanes, 0, floats * 4);
-                    run_items(src, dd, range[0], range[1], lanes, sums.data());
-                }
-            },
-            tbb::static_partitioner());
+    for_each_thread(threads, [&](int t) {
+        const auto range = spread(plan_.items, threads, t);
+        if (range[1] <= range[0]) return;
+        // The thread's lanes, kept between calls (run_items never waits on
+        // other tasks, so nothing else runs on this thread while it holds
+        // them), 64-byte aligned, zeroed.
+        thread_local std::vector<float> buf;
+        const size_t floats = static_cast<size_t>((range[1] - range[0]) * tile_floats);
+        if (buf.size() < floats + 16) buf.resize(floats + 16);
+        float* lanes = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 / 4;
+        std::memset(lanes, 0, floats * 4);
+        run_items(src, dd, range[0], range[1], lanes, sums.data());
+    });
     store(sums.data(), static_cast<char*>(out), threads);
 }
 

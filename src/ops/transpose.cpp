@@ -1,11 +1,8 @@
 #include "ops/transpose.hpp"
 
-#include <tbb/blocked_range.h>
-#include <tbb/parallel_for.h>
-#include <tbb/partitioner.h>
-
 #include <algorithm>
 
+#include "ops/parallel.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -84,15 +81,7 @@ void transpose_images(const void* src, void* dst, int es, int64_t mb, int64_t ro
                 tiles32(reinterpret_cast<const uint16_t*>(s), reinterpret_cast<uint16_t*>(d), rows, cols, r0);
         }
     };
-    if (threads <= 1) {
-        part(0);
-        return;
-    }
-    tbb::parallel_for(tbb::blocked_range<int>(0, threads, 1),
-                      [&](const tbb::blocked_range<int>& r) {
-                          for (int t = r.begin(); t != r.end(); ++t) part(t);
-                      },
-                      tbb::static_partitioner());
+    for_each_thread(threads, part);
 }
 
 
