@@ -188,13 +188,15 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
         FullKernelFold fold;
         Problem q = fold_full_kernel(p, &fold);
         const bool unstrided = !fold.folded && unstride_1x1(p, &q);
-        auto jit = q.alg == Alg::weights ? make_jit_weights_executor(q, isa, &why)
-                                         : make_jit_data_executor(q, isa, &why);
+        auto make_jit = [&](const Problem& x) {
+            return x.alg == Alg::weights ? make_jit_weights_executor(x, isa, &why)
+                                         : make_jit_data_executor(x, isa, &why);
+        };
+        auto jit = make_jit(q);
         if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold, isa, std::move(jit));
-        if (jit && unstrided && jit->ncx_in_place()) return make_unstrided_executor(p, isa, std::move(jit), q);
-        if (unstrided && !(jit && jit->ncx_in_place())) {  // the strided problem itself
-            q = p;
-            jit = q.alg == Alg::weights ? make_jit_weights_executor(q, isa, &why) : make_jit_data_executor(q, isa, &why);
+        if (unstrided) {
+            if (jit && jit->ncx_in_place()) return make_unstrided_executor(p, isa, std::move(jit), q);
+            jit = make_jit(p);  // the strided problem itself
         }
         if (jit) return jit;
         if (verbose_log())
