@@ -80,6 +80,16 @@ std::string max_isa();
 // CONVGRAD_PLAN_CACHE_CAPACITY distinct problems (default 1024; 0: none).
 size_t clear_kernel_cache();
 
+// Scratch memory: execute() needs scratch on some plans (NCX transposes,
+// packed weights, f32 partial sums of weight gradients, ...). Each thread
+// that runs part of an execute keeps its scratch buffers, up to 512 MiB
+// each, for its next execute, since fresh pages cost as much as a
+// memory-bound layer's work; a larger buffer is freed when the execute
+// ends. This frees every kept buffer that no running execute is using, on
+// every thread, and returns their total bytes. Safe to call from any
+// thread at any time; the next execute allocates again.
+size_t release_scratch();
+
 class op {
 public:
     // input0_dims / input1_dims: logical dims of inputs 0 and 1 in the spec's

@@ -12,6 +12,7 @@
 #include "ops/executor.hpp"
 #include "ops/plan_cache.hpp"
 #include "ops/problem.hpp"
+#include "ops/scratch.hpp"
 
 namespace convgrad {
 
@@ -58,6 +59,8 @@ size_t clear_kernel_cache() {
     detail::clear_plan_caches();
     return detail::clear_kernel_caches();
 }
+
+size_t release_scratch() { return detail::release_scratch(); }
 
 namespace {
 

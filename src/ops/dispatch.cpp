@@ -14,6 +14,7 @@
 
 #include "jit/isa.hpp"
 #include "ops/executor.hpp"
+#include "ops/scratch.hpp"
 #include "ops/transpose.hpp"
 #include "ref/reference.hpp"
 
@@ -50,7 +51,7 @@ public:
             // An image in the user's order is K × IC (NXC) or IC × K (NCX);
             // the weights order it the other way.
             const int64_t k = p_.k_sp(), ic = p_.icg;
-            std::unique_ptr<char[]> images(new char[static_cast<size_t>(p_.mb * k * ic * es)]);
+            const ScratchLease images(Scratch::folded_images, p_.mb * k * ic * es);
             if (p_.alg == Alg::weights) {
                 const void* src = p_.swap_inputs ? in1 : in0;
                 transpose_images(src, images.get(), static_cast<int>(es), p_.mb, p_.nxc ? k : ic, p_.nxc ? ic : k,
@@ -67,7 +68,7 @@ public:
             inner_->run(in0, in1, out);
             return;
         }
-        std::unique_ptr<char[]> dense(new char[static_cast<size_t>(q_.icg * q_.oc() * es)]);
+        const ScratchLease dense(Scratch::folded_weights, q_.icg * q_.oc() * es);
         const Batched bt = batched_transpose();
         if (bt.mb) {
             inner_->run(in0, in1, dense.get());

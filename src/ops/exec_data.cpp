@@ -28,68 +28,11 @@
 #include "ops/parallel.hpp"
 #include "ops/plan_cache.hpp"
 #include "ops/plan_data.hpp"
+#include "ops/scratch.hpp"
 #include "ops/transpose.hpp"
 
 namespace convgrad::detail {
 namespace {
-
-struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-};
-using ByteBuf = std::unique_ptr<char, FreeDeleter>;
-
-ByteBuf alloc_bytes(int64_t n) {
-    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) + 63) / 64 * 64;
-    return ByteBuf(static_cast<char*>(std::aligned_alloc(64, bytes)));
-}
-
-// Scratch that outlives one execute: one buffer per use and OS thread, grown
-// on demand. Large allocations come from fresh mmap'ed pages whose first
-// touch (the kernel zeroing them) cost as much as a memory-bound layer's
-// whole work when every execute allocated anew. A use already leased on
-// this thread (a nested execute run by a thread that waits in ours) gets a
-// buffer of its own instead.
-enum class ScratchUse { wpack, dd_nxc, dst_nxc, rows, acc, cvt, col, col_rows, count };
-
-class ScratchLease {
-public:
-    ScratchLease(ScratchUse use, int64_t bytes) : slot_(&slots()[static_cast<size_t>(use)]) {
-        if (bytes <= 0) {
-            slot_ = nullptr;
-            return;
-        }
-        if (slot_->leased) {
-            own_ = alloc_bytes(bytes);
-            slot_ = nullptr;
-            return;
-        }
-        if (slot_->bytes < bytes) {
-            slot_->buf = alloc_bytes(bytes);
-            slot_->bytes = bytes;
-        }
-        slot_->leased = true;
-    }
-    ~ScratchLease() {
-        if (slot_) slot_->leased = false;
-    }
-    ScratchLease(const ScratchLease&) = delete;
-    ScratchLease& operator=(const ScratchLease&) = delete;
-    char* get() const { return slot_ ? slot_->buf.get() : own_.get(); }
-    float* floats() const { return reinterpret_cast<float*>(get()); }
-
-private:
-    struct Slot {
-        ByteBuf buf;
-        int64_t bytes = 0;
-        bool leased = false;
-    };
-    static std::array<Slot, static_cast<size_t>(ScratchUse::count)>& slots() {
-        thread_local std::array<Slot, static_cast<size_t>(ScratchUse::count)> s;
-        return s;
-    }
-    Slot* slot_;
-    ByteBuf own_;
-};
 
 // n zero bytes at p; with `nt` as streaming stores where p and n allow
 // (whole aligned lines), as the plan's streaming kernels store.
@@ -158,8 +101,8 @@ public:
         pixel_elems_ = p.oc();
         keys_.assign(static_cast<size_t>(plan.scratch.row_slots), -1);
         used_.assign(keys_.size(), 0);
-        buf_ = std::make_unique<ScratchLease>(ScratchUse::rows, row_bytes_ * plan.scratch.row_slots);
-        std::memset(buf_->get(), 0, static_cast<size_t>(row_bytes_ * plan.scratch.row_slots));
+        buf_ = ScratchLease(Scratch::data_rows, row_bytes_ * plan.scratch.row_slots);
+        std::memset(buf_.get(), 0, static_cast<size_t>(row_bytes_ * plan.scratch.row_slots));
     }
     // Pixel ow = 0 of diff_dst row `key` (elements of dtype_size bytes at src).
     const char* get(int64_t key, const char* src, int es) {
@@ -167,11 +110,11 @@ public:
         for (size_t i = 0; i < keys_.size(); ++i) {
             if (keys_[i] == key) {
                 used_[i] = ++clock_;
-                return buf_->get() + int64_t(i) * row_bytes_ + left_bytes_;
+                return buf_.get() + int64_t(i) * row_bytes_ + left_bytes_;
             }
             if (used_[i] < used_[slot]) slot = i;
         }
-        char* row = buf_->get() + int64_t(slot) * row_bytes_ + left_bytes_;
+        char* row = buf_.get() + int64_t(slot) * row_bytes_ + left_bytes_;
         copy_pixels(src, es, pixels_, pixel_elems_, row, pixel_bytes_, dt_ == data_type::f32 ? nullptr : &widen_);
         // Rows are fetched in order, and a row is short next to DRAM
         // latency: start the next one's lines on their way to L2 now.
@@ -189,20 +132,20 @@ private:
     int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, pixels_ = 0, pixel_elems_ = 0;
     std::vector<int64_t> keys_, used_;
     int64_t clock_ = 0;
-    std::unique_ptr<ScratchLease> buf_;
+    ScratchLease buf_;
 };
 
 // Per-thread state: row taps and entries of the current call, padded rows,
 // the f32 partial sums of a row between oc chunks, the widen scratch.
 struct ThreadCtx {
     bool nt = false;  // the non-temporal kernels (diff_src is aligned for them)
-    std::unique_ptr<ScratchLease> slab;  // row blocks: the current plane's padded rows
+    ScratchLease slab;  // row blocks: the current plane's padded rows
     int64_t slab_plane = -1;
     std::vector<RowTap> row_taps;
     int64_t row_taps_row = -1;  // the diff_src row row_taps belong to
     std::vector<DataEntry> entries;
     PaddedRows rows;
-    std::unique_ptr<ScratchLease> acc, cvt;
+    ScratchLease acc, cvt;
 };
 
 // Appends a kernel entry field by field. A braced temporary is built on the
@@ -404,10 +347,10 @@ void JitDataExecutor::build_kernels() {
 void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const int threads = this->threads();
     const char* dd = static_cast<const char*>(in0);
-    const ScratchLease wp(ScratchUse::wpack, plan_.scratch.wpack_elems * plan_.w_elem_bytes);
+    const ScratchLease wp(Scratch::data_wpack, plan_.scratch.wpack_elems * plan_.w_elem_bytes);
     pack_weights(in1, wp.get(), threads);
-    const ScratchLease dd_nxc(ScratchUse::dd_nxc, plan_.scratch.dd_nxc_elems * es_);
-    const ScratchLease dst_nxc(ScratchUse::dst_nxc, plan_.scratch.dst_nxc_elems * es_);
+    const ScratchLease dd_nxc(Scratch::data_dd_nxc, plan_.scratch.dd_nxc_elems * es_);
+    const ScratchLease dst_nxc(Scratch::data_dst_nxc, plan_.scratch.dst_nxc_elems * es_);
     char* dst = static_cast<char*>(out);
     if (!p_.nxc) {
         transpose_images(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads, plan_.isa);
@@ -730,12 +673,12 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
         ctx.nt = nt;
         ctx.entries.reserve(static_cast<size_t>(2 * p_.k_sp()));  // row pairs: two a row
         if (plan_.scratch.acc_floats)
-            ctx.acc = std::make_unique<ScratchLease>(ScratchUse::acc, plan_.scratch.acc_floats * 4);
+            ctx.acc = ScratchLease(Scratch::data_acc, plan_.scratch.acc_floats * 4);
         if (plan_.scratch.cvt_floats)
-            ctx.cvt = std::make_unique<ScratchLease>(ScratchUse::cvt, plan_.scratch.cvt_floats * 4);
+            ctx.cvt = ScratchLease(Scratch::data_cvt, plan_.scratch.cvt_floats * 4);
         if (plan_.row_blocks) {
-            ctx.slab = std::make_unique<ScratchLease>(ScratchUse::rows, plan_.scratch.slab_bytes);
-            std::memset(ctx.slab->get(), 0, static_cast<size_t>(plan_.scratch.slab_bytes));  // the pads
+            ctx.slab = ScratchLease(Scratch::data_rows, plan_.scratch.slab_bytes);
+            std::memset(ctx.slab.get(), 0, static_cast<size_t>(plan_.scratch.slab_bytes));  // the pads
         } else if (plan_.padded_rows) {
             ctx.rows.init(plan_, p_);
         }
@@ -749,7 +692,7 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
             const auto [cb0, cb1] = plan_.cb_run(i % nruns);
             for (int64_t ch = 0; ch < nchunks; ++ch)
                 for (int64_t row = r0; row < r1; ++row) {
-                    float* acc_row = ctx.acc ? ctx.acc->floats() + (row - r0) * row_elems : nullptr;
+                    float* acc_row = ctx.acc.get() ? ctx.acc.floats() + (row - r0) * row_elems : nullptr;
                     direct_item(dd, wp, dst, row, cb0, cb1 - cb0, ch, acc_row, ctx);
                 }
         }
@@ -764,7 +707,7 @@ void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) 
     const int64_t row_bytes = plan_.scratch.row_bytes;
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
         const char* src = dd + (plane * g.out[1] + oh) * dd_str_.h * es_;
-        char* row = ctx.slab->get() + oh * row_bytes + plan_.pad_left * plan_.dd_pitch;
+        char* row = ctx.slab.get() + oh * row_bytes + plan_.pad_left * plan_.dd_pitch;
         copy_pixels(src, es_, g.out[2], p_.oc(), row, plan_.dd_pitch, plan_.widen_rows ? &widen_ : nullptr);
     }
     ctx.slab_plane = plane;
@@ -791,7 +734,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
         const int64_t oc0 = chunk * plan_.oc_chunk, noc = std::min(plan_.oc_chunk, p_.ocg - oc0);
         const char* wblock = wp + ((grp * cbs.padded() + blk * cbs.block) * ksp * plan_.ocg_w + oc0 * width) *
                                           plan_.w_elem_bytes;
-        const char* dd_chunk = ctx.slab->get() + plan_.pad_left * pix_bytes + (grp * p_.ocg + oc0) * row_es;
+        const char* dd_chunk = ctx.slab.get() + plan_.pad_left * pix_bytes + (grp * p_.ocg + oc0) * row_es;
         for (int64_t ih = 0; ih < g.in[1];) {
             const auto kh = row_kh_range(g, ih);
             const int64_t end = row_kh_run_end(g, ih);
@@ -808,7 +751,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
             auto call = [&](int64_t r0, int64_t rows_a_block, int64_t nblocks) {
                 DataKernelArgs a = call_args(rep, noc, chunk, ctx);
                 a.dst = dst + (plane_off + r0 * row_elems) * es_;
-                a.acc = ctx.acc ? ctx.acc->floats() + chan_off + r0 * row_elems : static_cast<float*>(a.dst);
+                a.acc = ctx.acc.get() ? ctx.acc.floats() + chan_off + r0 * row_elems : static_cast<float*>(a.dst);
                 a.nblocks = nblocks;
                 kernel(rows_a_block * g.in[2], last)(a);
             };
@@ -851,7 +794,7 @@ DataKernelArgs JitDataExecutor::call_args(const DataKernelArgs& rep, int64_t noc
     a.noc = noc;
     a.accumulate = chunk > 0;
     a.store_final = chunk + 1 == chunks();
-    a.cvt = ctx.cvt ? ctx.cvt->floats() : nullptr;
+    a.cvt = ctx.cvt.floats();
     return a;
 }
 
@@ -988,9 +931,9 @@ void JitDataExecutor::run_col(const char* dd, const char* wp, char* dst, int thr
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
     for_each_thread(threads, [&](int t) {
-        const ScratchLease colbuf(ScratchUse::col, plan_.col_pixels * plan_.cb.padded() * 4);
-        const ScratchLease rows(ScratchUse::col_rows, plan_.scratch.col_rows_floats * 4);
-        const ScratchLease cvt(ScratchUse::cvt, plan_.scratch.cvt_floats * 4);
+        const ScratchLease colbuf(Scratch::data_col, plan_.col_pixels * plan_.cb.padded() * 4);
+        const ScratchLease rows(Scratch::data_col_rows, plan_.scratch.col_rows_floats * 4);
+        const ScratchLease cvt(Scratch::data_cvt, plan_.scratch.cvt_floats * 4);
         const auto [lo, hi] = grid.range(t);
         for (int64_t n = lo / per_image; n * per_image < hi; ++n) {
             const int64_t ra = std::max(lo, n * per_image) - n * per_image;

@@ -19,6 +19,7 @@
 
 #include "ops/executor.hpp"
 #include "ops/parallel.hpp"
+#include "ops/scratch.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -70,21 +71,8 @@ public:
     void run(const void* in0, const void* in1, void* out) const override {
         const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
         const size_t bytes = static_cast<size_t>(p_.mb * p_.ic() * q_.in_sp() * es);
-        // The calling thread's buffer from its last call (fresh pages cost
-        // a few percent of a layer), unless a call on this thread is using
-        // it (an execute nested in the inner one's parallel loops).
-        thread_local std::vector<char> kept;
-        thread_local bool busy = false;
-        std::vector<char> fresh;
-        std::vector<char>& buf = busy ? fresh : kept;
-        struct Hold {
-            bool& b;
-            bool was;
-            ~Hold() { b = was; }
-        } hold{busy, busy};
-        busy = true;
-        if (buf.size() < bytes) buf.resize(bytes);
-        char* sub = buf.data();
+        const ScratchLease buf(Scratch::unstrided, static_cast<int64_t>(bytes));
+        char* sub = buf.get();
         if (p_.alg == Alg::weights) {
             subsample(static_cast<const char*>(p_.swap_inputs ? in1 : in0), sub);
             inner_->run(p_.swap_inputs ? in0 : sub, p_.swap_inputs ? sub : in1, out);

@@ -37,53 +37,11 @@
 #include "ops/parallel.hpp"
 #include "ops/plan_cache.hpp"
 #include "ops/plan_weights.hpp"
+#include "ops/scratch.hpp"
 #include "ops/transpose.hpp"
 
 namespace convgrad::detail {
 namespace {
-
-struct FreeDeleter {
-    void operator()(void* p) const { std::free(p); }
-};
-using ByteBuffer = std::unique_ptr<char[], FreeDeleter>;
-// 64-byte aligned, plus one vector of slack: a kernel's tail vector may
-// read (never use) lanes past the staged data.
-ByteBuffer alloc_bytes(int64_t n) {
-    const size_t bytes = (static_cast<size_t>(std::max<int64_t>(n, 1)) + 2 * 64 - 1) / 64 * 64;
-    return ByteBuffer(static_cast<char*>(std::aligned_alloc(64, bytes)));
-}
-
-// Scratch of one execute, from a per-thread pool that outlives the call:
-// TBB's workers and the callers' threads are long-lived, so repeated
-// executes stop paying for fresh pages (their faults were ~3 % of a 20 ms
-// layer). Buffers above kMaxPooledBytes are not kept. At 64 MiB the NCX
-// copies of ResNet-50's early 1x1 layers at mb 32 (diff_dst 103 MB) took
-// fresh pages every call: 256 MiB ran them 1.8-2.2x faster in f32 (AMD Zen
-// 4, 2 threads, min of 2; the data executor's pool has no bound).
-enum ScratchSlot { kStageSrc, kStageDst, kTarget, kPartials, kPermuted, kSrcNxc, kDstNxc, kSrcPad, kSlots };
-constexpr int64_t kMaxPooledBytes = int64_t(256) << 20;
-
-struct ScratchPool {
-    ByteBuffer buffers[kSlots];
-    int64_t capacity[kSlots] = {};
-    int depth = 0;  // run() frames of this thread: > 1 when a stolen task re-enters
-};
-thread_local ScratchPool pool;
-
-// `bytes` (64-byte aligned, plus a vector of slack) in `slot`: pooled when
-// `pooled`, else owned by `fresh`.
-template <typename T = char>
-T* scratch(ScratchSlot slot, int64_t bytes, bool pooled, ByteBuffer& fresh) {
-    if (!pooled || bytes > kMaxPooledBytes) {
-        fresh = alloc_bytes(bytes);
-        return reinterpret_cast<T*>(fresh.get());
-    }
-    if (pool.capacity[slot] < bytes) {
-        pool.buffers[slot] = alloc_bytes(bytes);
-        pool.capacity[slot] = bytes;
-    }
-    return reinterpret_cast<T*>(pool.buffers[slot].get());
-}
 
 // to[i] += from[i]: the buffers never overlap.
 void add_to(float* __restrict to, const float* __restrict from, int64_t n) {
@@ -245,7 +203,7 @@ struct StagedChunk {
     std::vector<int64_t> src_keys;  // input row keys (see src_key), sorted
     char* src = nullptr;
     char* diff_dst = nullptr;
-    ByteBuffer src_fresh, dst_fresh;  // only when too large for the pool
+    ScratchLease src_lease, dst_lease;
 };
 
 // Per-thread state, reused from chunk to chunk.
@@ -418,7 +376,7 @@ private:
     // ... `pitch` bytes a pixel apart at `to` (0: dense).
     void stage_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
                       int64_t pixel, int64_t count, char* to, int64_t pitch = 0) const;
-    void reduce_and_store(float* target, const float* partials, void* user, bool pooled, int threads) const;
+    void reduce_and_store(float* target, const float* partials, void* user, int threads) const;
     // Bytes of a kernel target element: f32, or the user's 16-bit type
     // when the kernels store it rounded (WeightsPlan::store_rounded).
     int64_t weights_elem_bytes() const { return plan_.store_rounded ? 2 : 4; }
@@ -1162,8 +1120,10 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         const int64_t dst_bytes = plan_.tile_major ? g.g * b.n_tiles * dst_slice_bytes()
                                   : plan_.blocked  ? g.g * b.n_tiles * blocked_dst_slice_bytes()
                                                    : red.chunk_rows * g.segment * plan_.dst_pitch;
-        ts.staged.src = scratch(kStageSrc, src_bytes, true, ts.staged.src_fresh);
-        ts.staged.diff_dst = scratch(kStageDst, dst_bytes, true, ts.staged.dst_fresh);
+        ts.staged.src_lease = ScratchLease(Scratch::weights_stage_src, src_bytes);
+        ts.staged.dst_lease = ScratchLease(Scratch::weights_stage_dst, dst_bytes);
+        ts.staged.src = ts.staged.src_lease.get();
+        ts.staged.diff_dst = ts.staged.dst_lease.get();
         // Tile-major 16-bit: a chunk row is widened (or paired) here first.
         if ((plan_.tile_major || plan_.blocked) && stager_)
             row_buf.resize(static_cast<size_t>(std::max(g.segment, row_pixels) * std::max(p_.ic(), p_.oc()) + 16));
@@ -1306,7 +1266,7 @@ void JitWeightsExecutor::prefetch_first_call(Prefetch& pf, ThreadState& ts, int6
 
 // Phases 3 to 5: fixed-order sum of the partials, the permutation, the
 // rounding to a 16-bit user type.
-void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user, bool pooled,
+void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, void* user,
                                           int threads) const {
     const int64_t elems = plan_.weights_elems, slices = plan_.red.slices;
     constexpr int64_t block = 4096;  // a multiple of every vector length
@@ -1324,8 +1284,8 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     }
     if (plan_.direct_weights) return;
     // Permute from the XIO target, into f32 scratch first for 16-bit types.
-    ByteBuffer fresh;
-    float* permuted = plan_.rounded() ? scratch<float>(kPermuted, elems * 4, pooled, fresh) : nullptr;
+    const ScratchLease lease(Scratch::weights_permuted, plan_.rounded() ? elems * 4 : 0);
+    float* permuted = lease.floats();
     float* to_base = plan_.rounded() ? permuted : static_cast<float*>(user);
     const WeightStrides& u = p_.wei_str;
     parallel_static(threads, p_.k_sp() * p_.icg, [&](int64_t ti) {
@@ -1364,37 +1324,35 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     const char* src = static_cast<const char*>(p_.swap_inputs ? input1 : input0);
     const char* diff_dst = static_cast<const char*>(p_.swap_inputs ? input0 : input1);
     const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
-    struct Depth {
-        Depth() { ++pool.depth; }
-        ~Depth() { --pool.depth; }
-    } depth;
-    const bool pooled = pool.depth == 1;
-    ByteBuffer fresh[5];  // the buffers not taken from the pool
+    ScratchLease src_nxc, dst_nxc, padded, target_lease, partials_lease;
     if (plan_.transpose_inputs) {
-        char* src_nxc = scratch(kSrcNxc, p_.mb * p_.ic() * user_.in_sp() * es, pooled, fresh[0]);
-        char* dst_nxc = scratch(kDstNxc, p_.mb * p_.oc() * p_.out_sp() * es, pooled, fresh[1]);
+        src_nxc = ScratchLease(Scratch::weights_src_nxc, p_.mb * p_.ic() * user_.in_sp() * es);
+        dst_nxc = ScratchLease(Scratch::weights_dst_nxc, p_.mb * p_.oc() * p_.out_sp() * es);
         // NCX (n, c, sp) -> dense NXC (n, sp, c)
-        transpose_images(src, src_nxc, static_cast<int>(es), p_.mb, p_.ic(), user_.in_sp(), nthreads, plan_.isa);
-        transpose_images(diff_dst, dst_nxc, static_cast<int>(es), p_.mb, p_.oc(), p_.out_sp(), nthreads, plan_.isa);
-        src = src_nxc;
-        diff_dst = dst_nxc;
+        transpose_images(src, src_nxc.get(), static_cast<int>(es), p_.mb, p_.ic(), user_.in_sp(), nthreads,
+                         plan_.isa);
+        transpose_images(diff_dst, dst_nxc.get(), static_cast<int>(es), p_.mb, p_.oc(), p_.out_sp(), nthreads,
+                         plan_.isa);
+        src = src_nxc.get();
+        diff_dst = dst_nxc.get();
     }
     if (plan_.prepad) {
-        char* padded = scratch(kSrcPad, p_.mb * p_.ic() * p_.in_sp() * es, pooled, fresh[4]);
-        pad_src(src, padded, nthreads);
-        src = padded;
+        padded = ScratchLease(Scratch::weights_src_pad, p_.mb * p_.ic() * p_.in_sp() * es);
+        pad_src(src, padded.get(), nthreads);
+        src = padded.get();
     }
     // The kernels' f32 target: the user's buffer when it is f32 XIO-like,
     // else scratch.
     const int64_t wbytes = plan_.weights_elems * 4;
     float* target = static_cast<float*>(output);  // (store_rounded: the user's 16-bit elements)
-    if (!plan_.direct_weights || (plan_.rounded() && !plan_.store_rounded))
-        target = scratch<float>(kTarget, wbytes, pooled, fresh[2]);
-    float* partials = plan_.red.slices > 1
-                              ? scratch<float>(kPartials, (plan_.red.slices - 1) * wbytes, pooled, fresh[3])
-                              : nullptr;
+    if (!plan_.direct_weights || (plan_.rounded() && !plan_.store_rounded)) {
+        target_lease = ScratchLease(Scratch::weights_target, wbytes);
+        target = target_lease.floats();
+    }
+    if (plan_.red.slices > 1) partials_lease = ScratchLease(Scratch::weights_partials, (plan_.red.slices - 1) * wbytes);
+    float* partials = partials_lease.floats();
     parallel_static(grid.nthr, grid.nthr, [&](int64_t tid) { compute_thread(tid, grid, src, diff_dst, target, partials); });
-    if (!plan_.store_rounded) reduce_and_store(target, partials, output, pooled, nthreads);
+    if (!plan_.store_rounded) reduce_and_store(target, partials, output, nthreads);
 }
 
 }  // namespace

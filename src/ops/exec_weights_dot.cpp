@@ -35,6 +35,7 @@
 #include "ops/lane_sum.hpp"
 #include "ops/numeric.hpp"
 #include "ops/parallel.hpp"
+#include "ops/scratch.hpp"
 #include "ops/problem.hpp"
 
 namespace convgrad::detail {
@@ -266,15 +267,11 @@ void JitWeightsDotExecutor::run(const void* in0, const void* in1, void* out) con
     for_each_thread(threads, [&](int t) {
         const auto range = spread(plan_.items, threads, t);
         if (range[1] <= range[0]) return;
-        // The thread's lanes, kept between calls (run_items never waits on
-        // other tasks, so nothing else runs on this thread while it holds
-        // them), 64-byte aligned, zeroed.
-        thread_local std::vector<float> buf;
-        const size_t floats = static_cast<size_t>((range[1] - range[0]) * tile_floats);
-        if (buf.size() < floats + 16) buf.resize(floats + 16);
-        float* lanes = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64 / 4;
-        std::memset(lanes, 0, floats * 4);
-        run_items(src, dd, range[0], range[1], lanes, sums.data());
+        // The thread's lanes, zeroed.
+        const int64_t bytes = (range[1] - range[0]) * tile_floats * 4;
+        const ScratchLease lanes(Scratch::dot_lanes, bytes);
+        std::memset(lanes.get(), 0, static_cast<size_t>(bytes));
+        run_items(src, dd, range[0], range[1], lanes.floats(), sums.data());
     });
     store(sums.data(), static_cast<char*>(out), threads);
 }
