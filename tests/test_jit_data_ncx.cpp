@@ -27,8 +27,8 @@ wtest::Case ncx_1x1(int64_t mb, int64_t ic, int64_t oc, const dims& in) {
 }
 
 // dottest::check_exact of the case's data gradient. bf16 takes the path
-// from 1536 pixels where the ISA has vdpbf16ps, from 512 elsewhere: the
-// types default to f32 and f16 (from 128 pixels).
+// from 512 pixels (oc pairs by vdpbf16ps where the ISA has it, widened
+// elsewhere): the types default to f32 and f16 (from 128 pixels).
 void check(wtest::Case c, bool taken, const std::vector<data_type>& dts = {data_type::f32, data_type::f16}) {
     INFO(wtest::label(c, ""));
     dottest::check_exact(
@@ -59,6 +59,7 @@ TEST_CASE("data ncx: 1x1 layers in NCX read diff_dst and write diff_src in place
     check(g, true);
     // bf16 on planes every ISA takes (40 x 40).
     check(ncx_1x1(2, 13, 11, {40, 40}), true, {data_type::bf16});
+    check(ncx_1x1(2, 256, 64, {24, 24}), true, {data_type::bf16});
     for (const char* wfmt : {"XIO", "OIX"}) {
         wtest::Case f = ncx_1x1(2, 24, 40, {13, 13});
         f.wfmt = wfmt;
@@ -81,18 +82,8 @@ TEST_CASE("data ncx: the problems it leaves", "[jit][data][ncx]") {
     k3.k = {1, 3};
     check(k3, false);
     check(ncx_1x1(2, 24, 40, {11, 11}), false);  // 121 pixels
-    if (runs("avx512_core_bf16")) {
-        // bf16 where the direct path has vdpbf16ps: below 1536 pixels, and
-        // wide layers (icg·ocg / (icg + ocg) above 48) on any plane.
-        for (const wtest::Case& w : {ncx_1x1(2, 24, 40, {30, 30}), ncx_1x1(2, 256, 64, {40, 40})}) {
-            wtest::Case b = w;
-            b.dt = data_type::bf16;
-            const convgrad::op o = data_op(b, "avx512_core_bf16");
-            INFO(o.describe());
-            CHECK(o.describe().find(kNote) == std::string::npos);
-            CHECK(data_op(b, "avx512_core").describe().find(kNote) != std::string::npos);
-        }
-    }
+    // bf16 below 512 pixels.
+    check(ncx_1x1(2, 24, 40, {22, 23}), false, {data_type::bf16});
 }
 
 TEST_CASE("data ncx: the plan names its tile and loop", "[jit][data][ncx]") {
@@ -112,6 +103,48 @@ TEST_CASE("data ncx: the plan names its tile and loop", "[jit][data][ncx]") {
     });
 }
 
+TEST_CASE("data ncx: bf16 output channels in pairs by vdpbf16ps", "[jit][data][ncx]") {
+    // Pixels of the last 32: 17 (529), 8 (520), 16 (528), none (544), 24
+    // (1D 600); ocg odd (the last row paired with zeros), 1 (no pair at
+    // all), 2; input-channel tiles with a tail; groups; both weights
+    // formats; 3D. Small integers: the pairs' sums are exact.
+    const std::vector<data_type> bf16{data_type::bf16};
+    check(ncx_1x1(2, 37, 19, {23, 23}), true, bf16);
+    check(ncx_1x1(2, 19, 37, {20, 26}), true, bf16);
+    check(ncx_1x1(2, 13, 1, {24, 22}), true, bf16);
+    check(ncx_1x1(2, 13, 2, {17, 32}), true, bf16);
+    check(ncx_1x1(3, 5, 64, {600}), true, bf16);
+    check(ncx_1x1(2, 21, 12, {5, 7, 15}), true, bf16);
+    for (const char* wfmt : {"XIO", "OIX"})
+        for (const int64_t g : {1, 2, 3}) {
+            wtest::Case c = ncx_1x1(2, 9 * g, 7 * g, {23, 23});
+            c.g = g;
+            c.wfmt = wfmt;
+            check(c, true, bf16);
+        }
+}
+
+TEST_CASE("data ncx: the bf16 pairs plan names its loop", "[jit][data][ncx]") {
+    if (!runs("avx512_core_bf16")) return;
+    tbb::task_arena arena(2);
+    arena.execute([&] {
+        wtest::Case c = ncx_1x1(32, 64, 255, {23, 23});
+        c.dt = data_type::bf16;
+        const std::string d = data_op(c, "avx512_core_bf16").describe();
+        INFO(d);
+        // 529 pixels: 5 strips of 96, the last 49 in 4 vectors, 17 pixels in its last 32.
+        CHECK(d.substr(0, d.find("  kernels")) ==
+              "jit:avx512_core_bf16 ncx m4n6x16 bf16 vdpbf16ps on oc pairs threads 2 (pixel vectors, NCX read and "
+              "written in place)\n"
+              "  for image in 32, group in 1, strip in 6 of 96 of 529 pixels (the last: 4 vectors, 17 pixels in "
+              "the last 32)  [contiguous ranges over threads]\n"
+              "    for tile of 4 of 64 input channels\n"
+              "      for oc pair in 128 (the last with zeros): 9 diff_dst loads, 6 interleaves, 4 W pair broadcasts, "
+              "24 vdpbf16ps, two lines of the next strip prefetched\n"
+              "      4 rows of diff_src stored in pixel order (rounded)\n");
+    });
+}
+
 TEST_CASE("data ncx: random reals within tolerance, identical for 1, 2 and 3 threads", "[jit][data][ncx]") {
     // 40 x 40 pixels (every type takes the path), 300 output channels.
     wtest::Case c = ncx_1x1(2, 23, 300, {40, 40});
@@ -125,25 +158,27 @@ TEST_CASE("data ncx: random reals within tolerance, identical for 1, 2 and 3 thr
 
 TEST_CASE("data ncx: pixel tails touch nothing past diff_dst, W and diff_src", "[jit][data][ncx]") {
     // Each tensor ends where an inaccessible page begins (dottest::Guarded).
+    // 13 output channels end on bf16's unpaired row, 12 on a pair.
     for (const dims& in : {dims{40, 41}, dims{1601}, dims{40, 40}})  // tails 8, 1, none
-        for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-            wtest::Case c = ncx_1x1(2, 11, 13, in);
-            c.dt = dt;
-            const auto ref = data_op(c, "ref");
-            const auto dd = testutil::small_ints(dt, ref.input0_elems(), 93);
-            const auto w = testutil::small_ints(dt, ref.input1_elems(), 94);
-            const auto expect = testutil::run(ref, dd, w);
-            const dottest::Guarded gdd(dd), gw(w);
-            for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
-                if (!runs(isa)) continue;
-                const auto o = data_op(c, isa);
-                INFO(isa << " " << convgrad::dtype_name(dt) << ": " << o.describe());
-                REQUIRE(o.describe().find(kNote) != std::string::npos);
-                dottest::Guarded out(testutil::Buffer(dt, o.output_elems()));
-                o.execute(gdd.data(), gw.data(), out.data());
-                testutil::Buffer got(dt, o.output_elems());
-                std::memcpy(got.data(), out.data(), got.bytes.size());
-                CHECK(testutil::bitwise_equal(got, expect));
+        for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16})
+            for (const int64_t oc : {13, 12}) {
+                wtest::Case c = ncx_1x1(2, 11, oc, in);
+                c.dt = dt;
+                const auto ref = data_op(c, "ref");
+                const auto dd = testutil::small_ints(dt, ref.input0_elems(), 93);
+                const auto w = testutil::small_ints(dt, ref.input1_elems(), 94);
+                const auto expect = testutil::run(ref, dd, w);
+                const dottest::Guarded gdd(dd), gw(w);
+                for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
+                    if (!runs(isa)) continue;
+                    const auto o = data_op(c, isa);
+                    INFO(isa << " " << convgrad::dtype_name(dt) << ": " << o.describe());
+                    REQUIRE(o.describe().find(kNote) != std::string::npos);
+                    dottest::Guarded out(testutil::Buffer(dt, o.output_elems()));
+                    o.execute(gdd.data(), gw.data(), out.data());
+                    testutil::Buffer got(dt, o.output_elems());
+                    std::memcpy(got.data(), out.data(), got.bytes.size());
+                    CHECK(testutil::bitwise_equal(got, expect));
+                }
             }
-        }
 }

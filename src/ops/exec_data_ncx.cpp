@@ -11,7 +11,9 @@
 // jit/bwd_data_ncx_kernel.hpp on tiles of m input channels × a strip of n
 // pixel vectors, each call summing every output channel of its group (W's
 // m broadcasts and the strip's n vectors a step), so each output element is
-// one call's sum, stored once: no partial sums, no scratch.
+// one call's sum, stored once: no partial sums. bf16 with vdpbf16ps takes
+// output channels in pairs, interleaved in registers. The only scratch is
+// W, copied each call in the order the kernels read it (pack_w).
 //
 // Work items are (image, group, strip); threads take contiguous ranges,
 // each item running every input-channel tile of its group against the
@@ -28,6 +30,7 @@
 #include "ops/executor.hpp"
 #include "ops/parallel.hpp"
 #include "ops/problem.hpp"
+#include "ops/scratch.hpp"
 
 namespace convgrad::detail {
 namespace {
@@ -36,40 +39,45 @@ namespace {
 // --rounds=2 --min against the direct path's transposes, ResNet-50's
 // stride-1 1x1 layers in NCX): f32 and f16 from kNcxMinPixels pixels an
 // image (14x14: 1.05-1.12x, 28x28 1.3x, 56x56 1.4-2.7x; 7x7: 0.81-0.94x).
-// bf16 widens here, where the direct path multiplies pairs with vdpbf16ps
-// at twice the rate: with vdpbf16ps from kNcxMinPixelsBf16 (32x32 0.93-0.97x,
-// 40x40 1.06-1.62x, 56x56 1.06-1.51x, 28x28 0.85-0.90x) and only for
-// narrow layers, whose transposes weigh most against the products: at
-// most kNcxBf16MaxChannels of icg·ocg / (icg + ocg) (56x56: 16 -> 96 and
-// 96 -> 24 1.44-2.14x, 64 -> 64 1.27x, 64 <-> 256 0.94-1.05x, 96 <-> 384
-// 0.89-0.95x, 128 <-> 256 0.83-0.87x); without vdpbf16ps (AVX2, both
-// widen) from kNcxMinPixelsBf16Widen (14x14 0.76-1.08x, 28x28 1.2-1.3x).
+// bf16 with vdpbf16ps on oc pairs from kNcxMinPixelsPairs (56x56
+// 1.48-1.79x, 28x28 1.17-1.34x; below: 14x14 0.87-1.09x, 17x17 0.81-1.06x,
+// 20x20 1.08x, against the transposes with the direct path's vdpbf16ps);
+// bf16 without vdpbf16ps (AVX2, AVX-512 without BF16: both paths widen)
+// from kNcxMinPixelsBf16Widen (14x14 0.76-1.08x, 28x28 1.2-1.3x).
 constexpr int64_t kNcxMinPixels = 128;
-constexpr int64_t kNcxMinPixelsBf16 = 1536;
-constexpr int64_t kNcxBf16MaxChannels = 48;
+constexpr int64_t kNcxMinPixelsPairs = 512;
 constexpr int64_t kNcxMinPixelsBf16Widen = 512;
 
 struct NcxDataPlan {
     Isa isa = Isa::avx2;
+    bool pairs = false;       // bf16 oc pairs by vdpbf16ps
     int m = 1, n = 1;         // register tile: input channels × pixel vectors
     int vlen = 8;
     int64_t pixels = 0;       // of an image
     int64_t strips = 0;       // of an image: full strips of n vectors, then the rest
-    int last_n = 0, tail = 0; // the last strip's vectors and its last vector's pixels (0: none / whole)
+    int last_n = 0, tail = 0; // the last strip's vectors and its last vector's pixels (0: none / whole;
+                              // pairs: of its last 32)
     int64_t items = 0;        // mb × g × strips
     int threads = 1;
 };
 
-// Cost in FMA-issue cycles of one output channel's step over an image:
-// each (m, n) call issues m·n FMAs, or its n loads and m broadcasts at two
-// a cycle, whichever is more, and (amortised over the oc it sums) its
-// stores.
-double ncx_cost(int64_t icg, int64_t pixels, int64_t ocg, int vlen, int m, int n) {
+// Cost in FMA-issue cycles of the layer's image: each (m, n) call issues
+// m·n FMAs a step, or its n loads and m broadcasts at two a cycle,
+// whichever is more, and (amortised over the oc it sums) its stores. Pairs
+// take half the steps, each with 1.5·n loads and n shuffles. (A term for
+// a strip's diff_dst rows streaming from L2 once they outgrow L1, at 32
+// bytes a cycle, picked 12 x 2 tiles on 14x14 and 28x28 planes: 0.995x
+// geomean over ResNet-50's stride-1 1x1 layers, f32 256 -> 1024 on 14x14
+// 0.90x.)
+double ncx_cost(int64_t icg, int64_t pixels, int64_t ocg, int vlen, int m, int n, bool pairs) {
+    const int64_t steps = pairs ? div_up(ocg, 2) : ocg;
     auto call = [&](int64_t mm, int64_t nn) {
-        return double(ocg) * std::max(double(mm * nn), double(mm + nn) / 2) + double(mm * nn) + 20;
+        const double loads = pairs ? 1.5 * double(nn) : double(nn);
+        const double issue = std::max({double(mm * nn), (double(mm) + loads) / 2, pairs ? double(nn) : 0.0});
+        return double(steps) * issue + double(mm * nn) + 20;
     };
     const int64_t strip = int64_t(n) * vlen, full = pixels / strip, rem = pixels % strip;
-    const int64_t rest_n = (rem + vlen - 1) / vlen;
+    const int64_t rest_n = pairs ? 2 * div_up(rem, 2 * vlen) : div_up(rem, vlen);
     auto row = [&](int64_t mm) { return double(full) * call(mm, n) + (rem ? call(mm, rest_n) : 0); };
     return double(icg / m) * row(m) + (icg % m ? row(icg % m) : 0);
 }
@@ -77,27 +85,27 @@ double ncx_cost(int64_t icg, int64_t pixels, int64_t ocg, int vlen, int m, int n
 bool make_ncx_data_plan(const Problem& p, Isa isa, int threads, NcxDataPlan* pl) {
     const bool unit = plain_axis(p, 0) && plain_axis(p, 1) && plain_axis(p, 2);
     if (p.alg != Alg::data || p.nxc || !unit || isa < Isa::avx2) return false;
-    const int64_t least = p.dt != data_type::bf16            ? kNcxMinPixels
-                          : isa >= Isa::avx512_core_bf16 ? kNcxMinPixelsBf16
-                                                         : kNcxMinPixelsBf16Widen;
+    pl->pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
+    const int64_t least = p.dt != data_type::bf16 ? kNcxMinPixels
+                          : pl->pairs               ? kNcxMinPixelsPairs
+                                                    : kNcxMinPixelsBf16Widen;
     if (p.in_sp() < least) return false;
-    if (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 &&
-        p.icg * p.ocg > kNcxBf16MaxChannels * (p.icg + p.ocg))
-        return false;
     const int64_t es = static_cast<int64_t>(dtype_size(p.dt));
     // The kernels' ISA: only bf16 stores use avx512_core_bf16.
     pl->isa = std::min(isa, p.dt == data_type::bf16 ? Isa::avx512_core_bf16 : Isa::avx512_core);
     pl->vlen = data_ncx_vlen(pl->isa);
     pl->pixels = p.in_sp();
     const int regs = isa >= Isa::avx512_core ? 32 : 16;
-    // Displacements of a tile's last weight and row fit 32 bits.
-    const int64_t w_i = p.wei_str.i * es, row = p.in_sp() * es;
+    // Displacements of a tile's last weight and row (pairs: the partner
+    // row) fit 32 bits.
+    const int64_t w_i = pl->pairs ? 4 : es;  // packed W
+    const int64_t row = p.in_sp() * es * (pl->pairs ? 2 : 1);
     bool found = false;
     double best = 0;
     for (int m = 1; m <= 12 && m <= p.icg; ++m)
-        for (int n = 1; data_ncx_vregs(isa, m, n) <= regs; ++n) {
+        for (int n = pl->pairs ? 2 : 1; data_ncx_vregs(isa, m, n, pl->pairs) <= regs; n += pl->pairs ? 2 : 1) {
             if ((m - 1) * std::max(w_i, row) + n * 64 > INT32_MAX) continue;
-            const double cost = ncx_cost(p.icg, pl->pixels, p.ocg, pl->vlen, m, n);
+            const double cost = ncx_cost(p.icg, pl->pixels, p.ocg, pl->vlen, m, n, pl->pairs);
             // Ties: fewer loads per FMA.
             if (!found || cost < best * 0.999 ||
                 (cost <= best * 1.001 && (m + n) * pl->m * pl->n < (pl->m + pl->n) * m * n)) {
@@ -109,9 +117,10 @@ bool make_ncx_data_plan(const Problem& p, Isa isa, int threads, NcxDataPlan* pl)
         }
     if (!found) return false;
     const int64_t strip = int64_t(pl->n) * pl->vlen, rem = pl->pixels % strip;
+    const int64_t run = pl->pairs ? 2 * pl->vlen : pl->vlen;  // pixels a load covers
     pl->strips = div_up(pl->pixels, strip);
-    pl->last_n = rem ? static_cast<int>(div_up(rem, pl->vlen)) : 0;
-    pl->tail = static_cast<int>(rem % pl->vlen);
+    pl->last_n = rem ? static_cast<int>(div_up(rem, run) * (run / pl->vlen)) : 0;
+    pl->tail = static_cast<int>(rem % run);
     pl->items = p.mb * p.g * pl->strips;
     pl->threads = std::max(1, threads);
     return true;
@@ -131,6 +140,18 @@ private:
         return *kernels_[(last_m ? 1 : 0) + (last_strip ? 2 : 0)];
     }
     void run_item(const char* dd, const char* w, char* out, int64_t item) const;
+    // W in the order the kernels read it: [g][input-channel tile][step][the
+    // tile's m], a step's weights of consecutive input channels adjacent
+    // and the steps of a tile one run; pairs: dwords (W[2s][i], W[2s +
+    // 1][i]) of bf16, the second zero past an odd ocg. Read in place, an XIO
+    // W put the m broadcasts OC elements apart, at a 4 KiB multiple all in
+    // one L1 set (1024 output channels, f32, m = 12: 0.63x against m = 5),
+    // and [step][icg] put a tile's steps a row apart (bf16 512 -> 128:
+    // 0.79x).
+    void pack_w(const char* w, char* to, int threads) const;
+    int64_t oc_pairs() const { return div_up(p_.ocg, 2); }
+    int64_t packed_steps() const { return plan_.pairs ? oc_pairs() : p_.ocg; }
+    int64_t packed_unit() const { return plan_.pairs ? 4 : es_; }  // bytes of a packed step's weight
 
     Problem p_;
     NcxDataPlan plan_;
@@ -152,9 +173,11 @@ JitDataNcxExecutor::JitDataNcxExecutor(const Problem& p, const NcxDataPlan& plan
         d.m = lm ? last_m : plan.m;
         d.n = ls ? plan.last_n : plan.n;
         d.tail = ls ? plan.tail : 0;
+        d.pairs = plan.pairs;
+        d.odd = plan.pairs && p.ocg % 2;
         d.dd_row_bytes = p.dst_str.c * es_;
-        d.w_o_bytes = p.wei_str.o * es_;
-        d.w_i_bytes = p.wei_str.i * es_;
+        d.w_o_bytes = d.m * packed_unit();
+        d.w_i_bytes = packed_unit();
         d.out_row_bytes = p.src_str.c * es_;
         bool hit = false;
         kernels_[slot] = get_data_ncx_kernel(d, &hit);
@@ -177,13 +200,16 @@ void JitDataNcxExecutor::run_item(const char* dd, const char* w, char* out, int6
     };
     const char* d = dd_of(item);
     const char* next = item + 1 < plan_.items ? dd_of(item + 1) : d;
-    const char* wg = w + grp * p_.ocg * p_.wei_str.o * es_;
+    // W at the group's first output channel, and between input channels.
+    const char* wg = w + grp * packed_steps() * p_.icg * packed_unit();  // packed
+    const int64_t steps = plan_.pairs ? p_.ocg / 2 : p_.ocg;
     char* o = out + (img * p_.src_str.n + grp * p_.icg * p_.src_str.c + x0) * es_;
     int64_t t = 0;
     for (int64_t i0 = 0; i0 < p_.icg; i0 += plan_.m, ++t) {
         const bool last_m = i0 + plan_.m > p_.icg;
         const char* pf = t < lines ? next + t * 64 : d;
-        kernel(last_m, last_strip)(wg + i0 * p_.wei_str.i * es_, d, o + i0 * p_.src_str.c * es_, p_.ocg, pf);
+        kernel(last_m, last_strip)(wg + i0 * packed_steps() * packed_unit(), d, o + i0 * p_.src_str.c * es_, steps,
+                                   pf);
     }
 }
 
@@ -192,28 +218,70 @@ void JitDataNcxExecutor::run(const void* in0, const void* in1, void* out) const 
     const char* dd = static_cast<const char*>(in0);
     const char* w = static_cast<const char*>(in1);
     char* dst = static_cast<char*>(out);
+    const ScratchLease packed(Scratch::ncx_w, p_.g * packed_steps() * p_.icg * packed_unit());
+    pack_w(w, packed.get(), threads);
+    w = packed.get();
     for_each_thread(threads, [&](int t) {
         const auto range = spread(plan_.items, threads, t);
         for (int64_t it = range[0]; it < range[1]; ++it) run_item(dd, w, dst, it);
     });
 }
 
+void JitDataNcxExecutor::pack_w(const char* w, char* to, int threads) const {
+    const int64_t steps = packed_steps(), wo = p_.wei_str.o, wi = p_.wei_str.i, unit = packed_unit();
+    parallel_static(threads, p_.g * steps, [&](int64_t gs) {
+        const int64_t grp = gs / steps, s = gs % steps;
+        const int64_t o = grp * p_.ocg + s * (plan_.pairs ? 2 : 1);  // the step's first output channel
+        const bool partner = plan_.pairs && s * 2 + 1 < p_.ocg;
+        for (int64_t i0 = 0; i0 < p_.icg; i0 += plan_.m) {
+            const int64_t mt = std::min<int64_t>(plan_.m, p_.icg - i0);
+            char* at = to + (grp * steps * p_.icg + i0 * steps + s * mt) * unit;
+            for (int64_t i = i0; i < i0 + mt; ++i) {
+                const int64_t e = o * wo + i * wi;
+                if (plan_.pairs) {
+                    const uint16_t* from = reinterpret_cast<const uint16_t*>(w);
+                    const uint32_t hi = partner ? from[e + wo] : 0;
+                    reinterpret_cast<uint32_t*>(at)[i - i0] = from[e] | hi << 16;
+                } else if (es_ == 4) {
+                    reinterpret_cast<uint32_t*>(at)[i - i0] = reinterpret_cast<const uint32_t*>(w)[e];
+                } else {
+                    reinterpret_cast<uint16_t*>(at)[i - i0] = reinterpret_cast<const uint16_t*>(w)[e];
+                }
+            }
+        }
+    });
+}
+
 std::string JitDataNcxExecutor::describe() const {
     std::ostringstream os;
     os << "jit:" << isa_name(plan_.isa) << " ncx m" << plan_.m << "n" << plan_.n << "x" << plan_.vlen;
-    if (p_.dt != data_type::f32) os << " " << dtype_name(p_.dt) << " widened to f32";
+    if (plan_.pairs)
+        os << " bf16 vdpbf16ps on oc pairs";
+    else if (p_.dt != data_type::f32)
+        os << " " << dtype_name(p_.dt) << " widened to f32";
+
+    const int run = plan_.pairs ? 2 * plan_.vlen : plan_.vlen;  // pixels of the last strip's last load
     os << " threads " << plan_.threads << " (pixel vectors, NCX read and written in place)\n"
        << "  for image in " << p_.mb << ", group in " << p_.g << ", strip in " << plan_.strips << " of "
        << plan_.n * plan_.vlen << " of " << plan_.pixels << " pixels";
     if (plan_.last_n > 0)
         os << " (the last: " << plan_.last_n << (plan_.last_n == 1 ? " vector" : " vectors")
-           << (plan_.tail ? ", " + std::to_string(plan_.tail) + " pixels in the last" : std::string()) << ")";
+           << (plan_.tail ? ", " + std::to_string(plan_.tail) + " pixels in the last " + std::to_string(run)
+                          : std::string())
+           << ")";
     os << "  [contiguous ranges over threads]\n"
-       << "    for tile of " << plan_.m << " of " << p_.icg << " input channels\n"
-       << "      for oc in " << p_.ocg << ": " << plan_.n << " diff_dst loads, " << plan_.m << " W broadcasts, "
-       << plan_.m * plan_.n << " FMAs, a line of the next strip prefetched\n"
-       << "      " << plan_.m << " rows of diff_src stored" << (p_.dt == data_type::f32 ? "" : " (rounded)") << "\n"
-       << "  kernels " << built_ << " (cache hits " << hits_ << ")";
+       << "    for tile of " << plan_.m << " of " << p_.icg << " input channels\n";
+    if (plan_.pairs)
+        os << "      for oc pair in " << oc_pairs() << (p_.ocg % 2 ? " (the last with zeros)" : "") << ": "
+           << plan_.n + plan_.n / 2 << " diff_dst loads, " << plan_.n << " interleaves, " << plan_.m
+           << " W pair broadcasts, " << plan_.m * plan_.n << " vdpbf16ps, two lines of the next strip prefetched\n"
+           << "      " << plan_.m << " rows of diff_src stored in pixel order (rounded)\n";
+    else
+        os << "      for oc in " << p_.ocg << ": " << plan_.n << " diff_dst loads, " << plan_.m << " W broadcasts, "
+           << plan_.m * plan_.n << " FMAs, a line of the next strip prefetched\n"
+           << "      " << plan_.m << " rows of diff_src stored" << (p_.dt == data_type::f32 ? "" : " (rounded)")
+           << "\n";
+    os << "  kernels " << built_ << " (cache hits " << hits_ << ")";
     return os.str();
 }
 

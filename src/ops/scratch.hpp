@@ -39,6 +39,7 @@ enum class Scratch {
     unstrided,       // exec_unstrided.cpp: subsampled src / unit-stride diff_src
     folded_images,   // dispatch.cpp: images in the weights' channel order
     folded_weights,  // dispatch.cpp: dense weights of a permuted fold
+    ncx_w,           // exec_data_ncx.cpp: W packed (bf16: oc pairs)
     count
 };
 
