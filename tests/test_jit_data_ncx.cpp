@@ -99,7 +99,8 @@ TEST_CASE("data ncx: the plan names its tile and loop", "[jit][data][ncx]") {
               "  [contiguous ranges over threads]\n"
               "    for tile of 5 of 64 input channels\n"
               "      for oc in 256: 5 diff_dst loads, 5 W broadcasts, 25 FMAs, a line of the next strip prefetched\n"
-              "      5 rows of diff_src stored\n");
+              "      5 rows of diff_src stored\n"
+              "  W copied each call in the kernels' order (group, tile of 5 input channels, oc)\n");
     });
 }
 
@@ -141,7 +142,8 @@ TEST_CASE("data ncx: the bf16 pairs plan names its loop", "[jit][data][ncx]") {
               "    for tile of 4 of 64 input channels\n"
               "      for oc pair in 128 (the last with zeros): 9 diff_dst loads, 6 interleaves, 4 W pair broadcasts, "
               "24 vdpbf16ps, two lines of the next strip prefetched\n"
-              "      4 rows of diff_src stored in pixel order (rounded)\n");
+              "      4 rows of diff_src stored in pixel order (rounded)\n"
+              "  W copied each call in the kernels' order (group, tile of 4 input channels, oc pair)\n");
     });
 }
 

@@ -281,7 +281,9 @@ std::string JitDataNcxExecutor::describe() const {
            << plan_.m * plan_.n << " FMAs, a line of the next strip prefetched\n"
            << "      " << plan_.m << " rows of diff_src stored" << (p_.dt == data_type::f32 ? "" : " (rounded)")
            << "\n";
-    os << "  kernels " << built_ << " (cache hits " << hits_ << ")";
+    os << "  W copied each call in the kernels' order (group, tile of " << plan_.m << " input channels, "
+       << (plan_.pairs ? "oc pair" : "oc") << ")\n"
+       << "  kernels " << built_ << " (cache hits " << hits_ << ")";
     return os.str();
 }
 
