@@ -95,6 +95,17 @@ private:
     char* data_ = nullptr;
 };
 
+// o on inputs a and b into an output that each end where an inaccessible
+// page begins: a read or a write past any of them crashes the test.
+// Returns the output.
+inline testutil::Buffer run_guarded(const convgrad::op& o, const Guarded& a, const Guarded& b) {
+    Guarded out(testutil::Buffer(o.dtype(), o.output_elems()));
+    o.execute(a.data(), b.data(), out.data());
+    testutil::Buffer got(o.dtype(), o.output_elems());
+    std::memcpy(got.data(), out.data(), got.bytes.size());
+    return got;
+}
+
 // Random reals of every type on every ISA cap this machine runs, through
 // the path (describe() holds `note`): make(dt, isa) on 1, 2 and 3 threads
 // (each using that many) bitwise equal, and every element within the

@@ -1,10 +1,11 @@
 // Strided 1x1 layers in NCX run at unit stride (ops/exec_unstrided.cpp):
 // src subsampled for weight gradients, diff_src spread back with zeros for
-// data gradients, around the in-place NCX paths. Which problems take it,
+// data gradients, around the unit-stride problem's executor. Which problems take it,
 // and bitwise equality with the reference (every output element, the
 // zeros included) on every ISA and type; thread-count independence; the
 // in-place NCX paths under concurrent calls.
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,8 +29,7 @@ wtest::Case strided(int64_t ic, int64_t oc, const dims& in, const dims& s) {
 }
 
 // Weight gradient (and ConvTranspose's) and data gradient, small integers,
-// every ISA cap: through the path exactly when `taken` (bf16 data
-// gradients only where the unit-stride problem runs in place).
+// every ISA cap: through the path exactly when `taken`.
 void check(wtest::Case c, bool taken) {
     INFO(wtest::label(c, ""));
     for (bool transpose : {false, true}) {
@@ -47,7 +47,7 @@ void check(wtest::Case c, bool taken) {
                 c.dt = dt;
                 return data_op(c, isa);
             },
-            kNote, taken, {data_type::f32, data_type::f16}, 103);
+            kNote, taken, {data_type::f32, data_type::bf16, data_type::f16}, 103);
 }
 
 }  // namespace
@@ -55,8 +55,15 @@ void check(wtest::Case c, bool taken) {
 TEST_CASE("unstrided: strided 1x1 layers in NCX run at unit stride", "[jit][unstrided]") {
     // Strides 2 and 3, inputs with rows and columns past the last pixel
     // read (odd sizes: the spread writes zeros there), 1D and 3D, groups,
-    // both weights formats.
+    // both weights formats; output rows of 14, 16, 17 and 1 pixels (the
+    // vector passes' masked ends), planes of 7x7 and 1x2.
     check(strided(24, 40, {50, 46}, {2, 2}), true);
+    check(strided(24, 40, {28, 28}, {2, 2}), true);
+    check(strided(12, 20, {14, 14}, {2, 2}), true);
+    check(strided(12, 20, {33, 32}, {2, 2}), true);
+    check(strided(12, 20, {9, 34}, {2, 2}), true);
+    check(strided(12, 20, {7, 2}, {2, 2}), true);
+    check(strided(12, 20, {2, 3}, {2, 2}), true);
     check(strided(13, 9, {51, 47}, {2, 2}), true);
     check(strided(13, 9, {70, 75}, {3, 3}), true);
     check(strided(16, 24, {26, 47}, {1, 2}), true);
@@ -71,7 +78,6 @@ TEST_CASE("unstrided: strided 1x1 layers in NCX run at unit stride", "[jit][unst
 }
 
 TEST_CASE("unstrided: the problems it leaves", "[jit][unstrided]") {
-    check(strided(24, 40, {40, 40}, {2, 2}), false);  // 400 output pixels
     wtest::Case nxc = strided(24, 40, {50, 46}, {2, 2});
     nxc.nxc = true;
     check(nxc, false);
@@ -132,4 +138,30 @@ TEST_CASE("unstrided: the NCX paths under concurrent execute from 8 threads", "[
     for (auto& t : threads) t.join();
     for (const auto& per_thread : outs)
         for (size_t i = 0; i < ops.size(); ++i) CHECK(testutil::bitwise_equal(per_thread[i], wants[i]));
+}
+
+TEST_CASE("unstrided: the vector passes touch nothing past src or diff_src", "[jit][unstrided]") {
+    // src (weight gradients) and diff_src (data gradients) end where an
+    // inaccessible page begins (dottest::Guarded): output rows of 5 and 7
+    // pixels on inputs of 9 and 14 (the last pair's zero falls past an
+    // odd row), 17 on 33.
+    for (const dims& in : {dims{7, 9}, dims{14, 14}, dims{3, 33}})
+        for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            wtest::Case c = strided(12, 20, in, {2, 2});
+            c.dt = dt;
+            for (const bool data : {false, true}) {
+                const convgrad::op ref = data ? data_op(c, "ref") : c.make("ref");
+                const auto a = testutil::small_ints(dt, ref.input0_elems(), 107);
+                const auto b = testutil::small_ints(dt, ref.input1_elems(), 108);
+                const auto expect = testutil::run(ref, a, b);
+                const dottest::Guarded ga(a), gb(b);
+                for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
+                    if (!dottest::runs(isa)) continue;
+                    const convgrad::op o = data ? data_op(c, isa) : c.make(isa);
+                    INFO(isa << " " << convgrad::dtype_name(dt) << ": " << o.describe());
+                    REQUIRE(o.describe().find(kNote) != std::string::npos);
+                    CHECK(testutil::bitwise_equal(dottest::run_guarded(o, ga, gb), expect));
+                }
+            }
+        }
 }

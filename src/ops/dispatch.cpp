@@ -196,7 +196,7 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
         auto jit = make_jit(q);
         if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold, isa, std::move(jit));
         if (unstrided) {
-            if (jit && jit->ncx_in_place()) return make_unstrided_executor(p, isa, std::move(jit), q);
+            if (jit) return make_unstrided_executor(p, isa, std::move(jit), q);
             jit = make_jit(p);  // the strided problem itself
         }
         if (jit) return jit;

@@ -132,7 +132,6 @@ public:
     void run(const void* in0, const void* in1, void* out) const override;
     std::string describe() const override;
     int threads() const override { return op_threads(p_); }
-    bool ncx_in_place() const override { return true; }
 
 private:
     // Slot: (last input-channel tile ? 1 : 0) + (last strip ? 2 : 0).

@@ -8,7 +8,16 @@
 // exec_data_ncx.cpp) or transpose a quarter as much (s = 2), where the
 // strided problem transposed all of src or diff_src around the NXC
 // kernels. The subsampling and the spreading are one pass each over the
-// rows of the pixels read (16 of them a vector step for s = 2 on AVX-512).
+// rows of the pixels read (16 of them a vector step for s = 2 on AVX-512,
+// the row's end masked).
+//
+// Every such layer takes it. AMD Zen 4, 2 threads, mb 32, against the
+// strided problem (tools/sweep_ab.py --min): ResNet-50's res3a 1x1 layers
+// (28x28 outputs) 1.03-1.43x in f32 / f16 (--rounds=2); its 14x14 and
+// 7x7 outputs 1.036x geomean over 24 cases (f32 / bf16 / f16, both
+// gradients, --rounds=3; res4a_branch2a 0.96-1.20x, the wide layers
+// 0.94-1.07x) once the vector passes masked their rows' ends: with 14- or
+// 7-pixel rows done element by element they had run 0.55-0.91x.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -25,42 +34,46 @@
 namespace convgrad::detail {
 namespace {
 
-// dst[x] = src[2x], x < n (AVX-512).
-__attribute__((target("avx512f,avx512bw"))) int64_t take_even(const char* src, char* dst, int64_t n, int es) {
-    int64_t x = 0;
-    if (es == 4) {
-        const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-        for (; x + 16 <= n; x += 16) {
-            const __m512 a = _mm512_loadu_ps(src + 2 * x * 4), b = _mm512_loadu_ps(src + (2 * x + 16) * 4);
-            _mm512_storeu_ps(dst + x * 4, _mm512_permutex2var_ps(a, even, b));
+// Masks of the first k (<= 16 / 32) lanes.
+inline __mmask16 first16(int64_t k) { return static_cast<__mmask16>(k >= 16 ? 0xffff : (1u << k) - 1); }
+inline __mmask32 first32(int64_t k) { return k >= 32 ? 0xffffffffu : (1u << k) - 1; }
+
+// dst[x] = src[2x], x < n (AVX-512), reading nothing past src[2n - 2].
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void take_even(const char* src, char* dst, int64_t n, int es) {
+    for (int64_t x = 0; x < n; x += 16) {
+        const int64_t k = std::min<int64_t>(16, n - x), reads = 2 * k - 1;  // outputs, source elements
+        if (es == 4) {
+            const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+            const __m512 a = _mm512_maskz_loadu_ps(first16(reads), src + 2 * x * 4);
+            const __m512 b = _mm512_maskz_loadu_ps(first16(std::max<int64_t>(reads - 16, 0)), src + (2 * x + 16) * 4);
+            _mm512_mask_storeu_ps(dst + x * 4, first16(k), _mm512_permutex2var_ps(a, even, b));
+        } else {  // the low word of each dword (zero-masked forms: GCC 12 flags the plain ones)
+            const __m512i w = _mm512_maskz_loadu_epi16(first32(reads), src + 2 * x * 2);
+            _mm256_mask_storeu_epi16(dst + x * 2, first16(k), _mm512_maskz_cvtepi32_epi16(0xffff, w));
         }
-    } else {
-        for (; x + 16 <= n; x += 16)  // the low word of each dword (zero-masked forms: GCC 12 flags the plain ones)
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + x * 2),
-                                _mm512_maskz_cvtepi32_epi16(0xffff, _mm512_loadu_si512(src + 2 * x * 2)));
     }
-    return x;
 }
 
-// dst[2x] = src[x], dst[2x + 1] = 0, x < n (AVX-512).
-__attribute__((target("avx512f,avx512bw"))) int64_t spread_even(const char* src, char* dst, int64_t n, int es) {
+// dst[2x] = src[x] for x < n, every other element of dst's `len` zero (AVX-512).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void spread_even(const char* src, char* dst, int64_t n, int64_t len,
+                                                            int es) {
     int64_t x = 0;
-    if (es == 4) {
-        const __m512i lo = _mm512_set_epi32(16, 7, 16, 6, 16, 5, 16, 4, 16, 3, 16, 2, 16, 1, 16, 0);
-        const __m512i hi = _mm512_set_epi32(16, 15, 16, 14, 16, 13, 16, 12, 16, 11, 16, 10, 16, 9, 16, 8);
-        const __m512 zero = _mm512_setzero_ps();
-        for (; x + 16 <= n; x += 16) {
-            const __m512 a = _mm512_loadu_ps(src + x * 4);
-            _mm512_storeu_ps(dst + 2 * x * 4, _mm512_permutex2var_ps(a, lo, zero));
-            _mm512_storeu_ps(dst + (2 * x + 16) * 4, _mm512_permutex2var_ps(a, hi, zero));
+    for (; x < n && 2 * x < len; x += 16) {
+        const int64_t k = std::min<int64_t>(16, n - x), w = std::min<int64_t>(32, len - 2 * x);  // values, writes
+        if (es == 4) {
+            const __m512i lo = _mm512_set_epi32(16, 7, 16, 6, 16, 5, 16, 4, 16, 3, 16, 2, 16, 1, 16, 0);
+            const __m512i hi = _mm512_set_epi32(16, 15, 16, 14, 16, 13, 16, 12, 16, 11, 16, 10, 16, 9, 16, 8);
+            const __m512 a = _mm512_maskz_loadu_ps(first16(k), src + x * 4);
+            _mm512_mask_storeu_ps(dst + 2 * x * 4, first16(w), _mm512_permutex2var_ps(a, lo, _mm512_setzero_ps()));
+            if (w > 16)
+                _mm512_mask_storeu_ps(dst + (2 * x + 16) * 4, first16(w - 16),
+                                      _mm512_permutex2var_ps(a, hi, _mm512_setzero_ps()));
+        } else {  // words zero-extended to dwords
+            const __m256i a = _mm256_maskz_loadu_epi16(first16(k), src + x * 2);
+            _mm512_mask_storeu_epi16(dst + 2 * x * 2, first32(w), _mm512_maskz_cvtepu16_epi32(0xffff, a));
         }
-    } else {
-        for (; x + 16 <= n; x += 16)  // words zero-extended to dwords
-            _mm512_storeu_si512(dst + 2 * x * 2,
-                                _mm512_maskz_cvtepu16_epi32(
-                                        0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + x * 2))));
     }
-    return x;
+    if (2 * x < len) std::memset(dst + 2 * x * es, 0, static_cast<size_t>((len - 2 * x) * es));
 }
 
 class UnstridedExecutor final : public Executor {
@@ -105,8 +118,12 @@ private:
             for (int64_t od = 0; od < p_.out[0]; ++od)
                 for (int64_t oh = 0; oh < p_.out[1]; ++oh, to += p_.out[2] * es) {
                     const char* from = src + row_offset(plane, od * s[0], oh * s[1]) * es;
-                    int64_t x = s[2] == 2 && avx512_ ? take_even(from, to, p_.out[2] - 1, es) : 0;
-                    for (; x < p_.out[2]; ++x) std::memcpy(to + x * es, from + x * s[2] * es, static_cast<size_t>(es));
+                    if (s[2] == 2 && avx512_) {
+                        take_even(from, to, p_.out[2], es);
+                        continue;
+                    }
+                    for (int64_t x = 0; x < p_.out[2]; ++x)
+                        std::memcpy(to + x * es, from + x * s[2] * es, static_cast<size_t>(es));
                 }
         });
     }
@@ -125,10 +142,13 @@ private:
                         continue;
                     }
                     const char* row = from + (od * p_.out[1] + oh) * p_.out[2] * es;
-                    // Vectors write pairs (value, 0) while a pair ends inside the row.
-                    int64_t x = s[2] == 2 && avx512_ ? spread_even(row, to, std::min(p_.out[2], p_.in[2] / 2), es) : 0;
-                    std::memset(to + x * s[2] * es, 0, row_bytes - static_cast<size_t>(x * s[2] * es));
-                    for (; x < p_.out[2]; ++x) std::memcpy(to + x * s[2] * es, row + x * es, static_cast<size_t>(es));
+                    if (s[2] == 2 && avx512_) {
+                        spread_even(row, to, p_.out[2], p_.in[2], es);
+                        continue;
+                    }
+                    std::memset(to, 0, row_bytes);
+                    for (int64_t x = 0; x < p_.out[2]; ++x)
+                        std::memcpy(to + x * s[2] * es, row + x * es, static_cast<size_t>(es));
                 }
         });
     }
@@ -140,16 +160,9 @@ private:
 
 }  // namespace
 
-// Output planes of at least this many pixels (AMD Zen 4, 2 threads, mb 32,
-// tools/sweep_ab.py --rounds=2 --min against the strided problem's
-// transposes): ResNet-50's res3a 1x1 layers (28x28 outputs) 1.03-1.43x in
-// f32 / f16 (bf16 data gradients stay on the direct path below 1536
-// pixels); its 14x14 data gradients 0.80-0.95x (the spread pass writes
-// four times the unit-stride diff_src).
-constexpr int64_t kUnstrideMinPixels = 512;
 
 bool unstride_1x1(const Problem& p, Problem* q) {
-    if (p.nxc || p.out_sp() < kUnstrideMinPixels) return false;
+    if (p.nxc) return false;
     bool strided = false;
     for (int a = 0; a < 3; ++a) {
         if (p.k[a] != 1 || p.pad_begin[a] != 0 || (p.out[a] - 1) * p.stride[a] >= p.in[a]) return false;

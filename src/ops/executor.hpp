@@ -20,8 +20,6 @@ public:
     virtual std::string describe() const = 0;
     // The threads run() uses in the current arena.
     virtual int threads() const = 0;
-    // Reads and writes NCX activations in place (no transposes to NXC).
-    virtual bool ncx_in_place() const { return false; }
 };
 
 // The threads a JIT op runs on: the arena's (tbb::this_task_arena), or one
@@ -67,7 +65,7 @@ std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);
 // A strided 1x1 layer in NCX (no begin padding, every pixel read inside
 // src) as the unit-stride problem *q on subsampled src / spread diff_src
 // (exec_unstrided.cpp): false when p is not one. The executor runs `inner`
-// (made for q, when it runs NCX in place) between the two passes.
+// (made for q) between the two passes.
 bool unstride_1x1(const Problem& p, Problem* q);
 std::unique_ptr<Executor> make_unstrided_executor(const Problem& p, Isa isa, std::unique_ptr<Executor> inner,
                                                   const Problem& q);
