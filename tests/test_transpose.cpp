@@ -48,35 +48,37 @@ TEST_CASE("transpose_images equals the definition on every path", "[transpose]")
                 }
 }
 
-TEST_CASE("transpose_images: f32 results of 16 MiB and more, streamed when lines allow", "[transpose]") {
+TEST_CASE("transpose_images: results of 16 MiB and more, streamed when lines allow", "[transpose]") {
     if (convgrad::detail::cpu_isa() < Isa::avx512_core) return;
-    // 2 images of 64 x 33000 f32 (16.9 MB): whole lines, streamed; 63 rows
-    // (rows end mid-line) and a destination 4 bytes off a line: stored as usual.
-    const int64_t mb = 2, cols = 33000;
-    for (const int64_t rows : {64, 63})
-        for (const size_t offset : {size_t(0), size_t(4)}) {
-            const int64_t n = mb * rows * cols;
-            std::vector<uint32_t> src(static_cast<size_t>(n));
-            for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint32_t>(i * 2654435761u);
-            const size_t bytes = static_cast<size_t>(n) * 4 + 64 + offset;
-            std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(64, bytes + 64)),
-                                                            &std::free);
-            char* dst = buf.get() + offset;
-            std::memset(buf.get(), 0xa5, bytes + 64);
-            tbb::task_arena arena(2);
-            arena.execute([&] {
-                convgrad::detail::transpose_images(src.data(), dst, 4, mb, rows, cols, 2, Isa::avx512_core);
-            });
-            int64_t wrong = 0;
-            for (int64_t img = 0; img < mb; ++img)
-                for (int64_t r = 0; r < rows; ++r)
-                    for (int64_t c = 0; c < cols; ++c) {
-                        uint32_t v;
-                        std::memcpy(&v, dst + ((img * cols + c) * rows + r) * 4, 4);
-                        wrong += v != src[static_cast<size_t>((img * rows + r) * cols + c)];
-                    }
-            INFO(rows << " rows, destination " << offset << " bytes off a line");
-            CHECK(wrong == 0);
-            CHECK(static_cast<unsigned char>(dst[n * 4]) == 0xa5);
-        }
+    // 2 images of 64 x 33000 f32 or 64 x 66000 16-bit elements (16.9 MB):
+    // whole lines, streamed (16-bit in tiles of 32 rows); 63 or 48 rows
+    // (rows end mid-line, or no whole tiles of 32) and a destination 4
+    // bytes off a line: stored as usual.
+    const int64_t mb = 2;
+    for (const int es : {4, 2})
+        for (const int64_t rows : {int64_t(64), es == 4 ? int64_t(63) : int64_t(48)})
+            for (const size_t offset : {size_t(0), size_t(4)}) {
+                const int64_t cols = 33000 * 4 / es, n = mb * rows * cols;
+                std::vector<uint8_t> src(static_cast<size_t>(n * es));
+                for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+                const size_t bytes = src.size() + 64 + offset;
+                std::unique_ptr<char, decltype(&std::free)> buf(
+                        static_cast<char*>(std::aligned_alloc(64, bytes + 64)), &std::free);
+                char* dst = buf.get() + offset;
+                std::memset(buf.get(), 0xa5, bytes + 64);
+                tbb::task_arena arena(2);
+                arena.execute([&] {
+                    convgrad::detail::transpose_images(src.data(), dst, es, mb, rows, cols, 2, Isa::avx512_core);
+                });
+                int64_t wrong = 0;
+                for (int64_t img = 0; img < mb; ++img)
+                    for (int64_t r = 0; r < rows; ++r)
+                        for (int64_t c = 0; c < cols; ++c)
+                            wrong += std::memcmp(dst + ((img * cols + c) * rows + r) * es,
+                                                 &src[static_cast<size_t>(((img * rows + r) * cols + c) * es)],
+                                                 static_cast<size_t>(es)) != 0;
+                INFO(es << "-byte elements, " << rows << " rows, destination " << offset << " bytes off a line");
+                CHECK(wrong == 0);
+                CHECK(static_cast<unsigned char>(dst[n * es]) == 0xa5);
+            }
 }

@@ -15,8 +15,11 @@ namespace {
 // ordinary stores (AMD Zen 4, tools/sweep_ab.py --rounds=3 --min): 1.040x
 // geomean over 26 cases; 19-51 MB results 1.01-1.19x (conv1 1.09-1.12x,
 // 56x56 3x3 1.05-1.06x, res4a_branch2a 1.19x); streaming every size: 12.8
-// MB results 0.96-1.05x. 16-bit tiles store half lines (the other half is
-// another tile's), which streamed ran 0.78-0.92x.
+// MB results 0.96-1.05x. 16-bit tiles of 16 rows store half lines (the other
+// half is another tile's), which streamed ran 0.78-0.92x: they stream in
+// tiles of 32 rows (rows a multiple of 32), whole lines: bf16 depthwise
+// layers of 26-77 MB in NCX 0.98-1.71x (1.22x geomean over 14 cases,
+// --rounds=3).
 constexpr int64_t kStreamMinBytes = int64_t(16) << 20;
 
 // Tile (r0, c0) of an image: up to 16 rows × 16 columns, the partial
@@ -44,8 +47,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile16(const ch
             r[i] = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(cm, row));
     }
     transpose_16x16(r);
-    // Whole aligned lines (f32 only: a 16-bit tile row is half a line, and
-    // the other half comes from another tile).
+    // Whole aligned lines (f32; 16-bit streaming takes tile32_words_stream).
     const bool nt = es == 4 && stream && nr == 16 && rows % 16 == 0;
     for (int j = 0; j < nc; ++j) {
         if (nt)
@@ -57,11 +59,45 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile16(const ch
     }
 }
 
-// Every tile of the 16 rows from r0.
+// Rows first .. first + 15 of 16-bit elements, columns c0 + (lanes of cm),
+// widened to dwords and transposed into r.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void words16_transposed(const char* s, int64_t cols,
+                                                                                int64_t first, int64_t c0,
+                                                                                __mmask16 cm, __m512i r[16]) {
+    for (int i = 0; i < 16; ++i) {
+        const char* row = s + ((first + i) * cols + c0) * 2;
+        _mm_prefetch(row + 128, _MM_HINT_T0);
+        r[i] = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(cm, row));
+    }
+    transpose_16x16(r);
+}
+
+// 32 rows of 16-bit elements (r0 .. r0 + 31, all inside) × up to 16
+// columns from c0: each result row is 32 elements, a whole 64-byte line,
+// stored streaming.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile32_words_stream(const char* s, char* d,
+                                                                                 int64_t rows, int64_t cols,
+                                                                                 int64_t r0, int64_t c0) {
+    const int64_t nc = std::min<int64_t>(16, cols - c0);
+    const __mmask16 cm = static_cast<__mmask16>((1u << nc) - 1);
+    __m512i a[16], b[16];  // rows r0 .. r0 + 15 and the next 16, transposed (dwords)
+    words16_transposed(s, cols, r0, c0, cm, a);
+    words16_transposed(s, cols, r0 + 16, c0, cm, b);
+    // The low word of each dword: a's 16, then b's.
+    const __m512i low_words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30,
+                                               28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    for (int j = 0; j < nc; ++j)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(d + ((c0 + j) * rows + r0) * 2),
+                            _mm512_permutex2var_epi16(a[j], low_words, b[j]));
+}
+
+// Every tile of the 16 rows from r0 (16-bit streaming: of the 32).
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void row_block16(const char* s, char* d, int es, int64_t rows,
                                                                   int64_t cols, int64_t r0, bool stream) {
     if (es == 4)
         for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<4>(s, d, rows, cols, r0, c0, stream);
+    else if (stream)
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile32_words_stream(s, d, rows, cols, r0, c0);
     else
         for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<2>(s, d, rows, cols, r0, c0, false);
 }
@@ -80,14 +116,15 @@ void tiles32(const T* s, T* d, int64_t rows, int64_t cols, int64_t r0) {
 void transpose_images(const void* src, void* dst, int es, int64_t mb, int64_t rows, int64_t cols, int threads,
                       Isa isa) {
     const bool avx512 = isa >= Isa::avx512_core;
-    const int64_t tile = avx512 ? 16 : 32;
+    // Large results bypass the caches (streaming stores need no read of the
+    // lines they replace) where every store is a whole aligned line: f32
+    // tiles of 16 rows, 16-bit ones of 32 (rows a multiple of either).
+    const bool stream = avx512 && mb * rows * cols * es >= kStreamMinBytes &&
+                        reinterpret_cast<uintptr_t>(dst) % 64 == 0 && rows % (64 / es) == 0;
+    const int64_t tile = !avx512 ? 32 : stream && es == 2 ? 32 : 16;
     const int64_t rt = (rows + tile - 1) / tile, items = mb * rt;
     const char* s8 = static_cast<const char*>(src);
     char* d8 = static_cast<char*>(dst);
-    // Large f32 results bypass the caches (streaming stores need no read
-    // of the lines they replace), when every image starts on a line.
-    const bool stream = avx512 && es == 4 && mb * rows * cols * es >= kStreamMinBytes &&
-                        reinterpret_cast<uintptr_t>(dst) % 64 == 0 && rows * cols * es % 64 == 0;
     auto part = [&](int t) {
         const auto [it0, it1] = spread(items, threads, t);
         for (int64_t it = it0; it < it1; ++it) {
