@@ -22,22 +22,20 @@ namespace {
 // --rounds=3).
 constexpr int64_t kStreamMinBytes = int64_t(16) << 20;
 
-// Tile (r0, c0) of an image: up to 16 rows × 16 columns, the partial
-// edges masked (nothing read or written past them).
+// Rows first .. first + nr - 1 (nr <= 16; the rest zeros) of an image,
+// the columns c0 + (lanes of cm), as dwords (16-bit elements widened),
+// transposed into r: r[j] holds column c0 + j.
 // es: 4 or 2, a template argument so the 16 rows stay in registers.
 template <int es>
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile16(const char* s, char* d, int64_t rows,
-                                                                    int64_t cols, int64_t r0, int64_t c0,
-                                                                    bool stream) {
-    const int64_t nr = std::min<int64_t>(16, rows - r0), nc = std::min<int64_t>(16, cols - c0);
-    const __mmask16 cm = static_cast<__mmask16>((1u << nc) - 1), rm = static_cast<__mmask16>((1u << nr) - 1);
-    __m512i r[16];
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void load_transposed(const char* s, int64_t cols,
+                                                                             int64_t first, int64_t nr, int64_t c0,
+                                                                             __mmask16 cm, __m512i r[16]) {
     for (int i = 0; i < 16; ++i) {
         if (i >= nr) {
             r[i] = _mm512_setzero_si512();
             continue;
         }
-        const char* row = s + ((r0 + i) * cols + c0) * es;
+        const char* row = s + ((first + i) * cols + c0) * es;
         // The row's line two tiles on (f32): 1.0-1.7x on one thread over
         // 3-3136 rows x 49-50176 columns (a throwaway harness, min of 9).
         _mm_prefetch(row + 128, _MM_HINT_T0);
@@ -47,6 +45,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile16(const ch
             r[i] = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(cm, row));
     }
     transpose_16x16(r);
+}
+
+// Tile (r0, c0) of an image: up to 16 rows × 16 columns, the partial
+// edges masked (nothing read or written past them).
+template <int es>
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile16(const char* s, char* d, int64_t rows,
+                                                                    int64_t cols, int64_t r0, int64_t c0,
+                                                                    bool stream) {
+    const int64_t nr = std::min<int64_t>(16, rows - r0), nc = std::min<int64_t>(16, cols - c0);
+    const __mmask16 cm = static_cast<__mmask16>((1u << nc) - 1), rm = static_cast<__mmask16>((1u << nr) - 1);
+    __m512i r[16];
+    load_transposed<es>(s, cols, r0, nr, c0, cm, r);
     // Whole aligned lines (f32; 16-bit streaming takes tile32_words_stream).
     const bool nt = es == 4 && stream && nr == 16 && rows % 16 == 0;
     for (int j = 0; j < nc; ++j) {
@@ -59,19 +69,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile16(const ch
     }
 }
 
-// Rows first .. first + 15 of 16-bit elements, columns c0 + (lanes of cm),
-// widened to dwords and transposed into r.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void words16_transposed(const char* s, int64_t cols,
-                                                                                int64_t first, int64_t c0,
-                                                                                __mmask16 cm, __m512i r[16]) {
-    for (int i = 0; i < 16; ++i) {
-        const char* row = s + ((first + i) * cols + c0) * 2;
-        _mm_prefetch(row + 128, _MM_HINT_T0);
-        r[i] = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(cm, row));
-    }
-    transpose_16x16(r);
-}
-
 // 32 rows of 16-bit elements (r0 .. r0 + 31, all inside) × up to 16
 // columns from c0: each result row is 32 elements, a whole 64-byte line,
 // stored streaming.
@@ -81,8 +78,8 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile32_words_st
     const int64_t nc = std::min<int64_t>(16, cols - c0);
     const __mmask16 cm = static_cast<__mmask16>((1u << nc) - 1);
     __m512i a[16], b[16];  // rows r0 .. r0 + 15 and the next 16, transposed (dwords)
-    words16_transposed(s, cols, r0, c0, cm, a);
-    words16_transposed(s, cols, r0 + 16, c0, cm, b);
+    load_transposed<2>(s, cols, r0, 16, c0, cm, a);
+    load_transposed<2>(s, cols, r0 + 16, 16, c0, cm, b);
     // The low word of each dword: a's 16, then b's.
     const __m512i low_words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30,
                                                28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
