@@ -97,15 +97,7 @@ void DataDotKernel::step(bool tail) {
 
 std::shared_ptr<const DataDotKernel> get_data_dot_kernel(const DataDotDesc& d, bool* hit) {
     static KernelCache<DataDotDesc, DataDotKernel> cache;
-    return cache.get(
-            d,
-            [](const DataDotDesc& desc) {
-                auto k = std::make_shared<DataDotKernel>(desc);
-                k->create();
-                k->finalize();
-                return std::shared_ptr<const DataDotKernel>(std::move(k));
-            },
-            hit);
+    return get_finalized(cache, d, hit);
 }
 
 DataCompute dot_compute(data_type dt, Isa isa) {

@@ -686,15 +686,7 @@ void DataKernel::store_block(bool to_dst) {
 
 std::shared_ptr<const DataKernel> get_data_kernel(const DataKernelDesc& d, bool* hit) {
     static KernelCache<DataKernelDesc, DataKernel> cache;
-    return cache.get(
-            d,
-            [](const DataKernelDesc& desc) {
-                auto k = std::make_shared<DataKernel>(desc);
-                k->create();
-                k->finalize();
-                return std::shared_ptr<const DataKernel>(std::move(k));
-            },
-            hit);
+    return get_finalized(cache, d, hit);
 }
 
 }  // namespace convgrad::detail

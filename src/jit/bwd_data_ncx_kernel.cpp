@@ -182,15 +182,7 @@ void DataNcxKernel::generate_pairs() {
 
 std::shared_ptr<const DataNcxKernel> get_data_ncx_kernel(const DataNcxDesc& d, bool* hit) {
     static KernelCache<DataNcxDesc, DataNcxKernel> cache;
-    return cache.get(
-            d,
-            [](const DataNcxDesc& desc) {
-                auto k = std::make_shared<DataNcxKernel>(desc);
-                k->create();
-                k->finalize();
-                return std::shared_ptr<const DataNcxKernel>(std::move(k));
-            },
-            hit);
+    return get_finalized(cache, d, hit);
 }
 
 }  // namespace convgrad::detail

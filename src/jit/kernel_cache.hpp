@@ -16,6 +16,7 @@
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
 
 namespace convgrad::detail {
 
@@ -107,5 +108,20 @@ private:
     std::unordered_map<std::string, Entry> map_;
     uint64_t builds_ = 0;
 };
+
+// The kernel for `desc` from `cache`, built on a miss as Kernel(desc), then
+// create() (generate and seal) and finalize() (take its entry point).
+template <typename Kernel, typename Desc>
+std::shared_ptr<const Kernel> get_finalized(KernelCache<Desc, Kernel>& cache, const Desc& desc, bool* hit) {
+    return cache.get(
+            desc,
+            [](const Desc& d) {
+                auto k = std::make_shared<Kernel>(d);
+                k->create();
+                k->finalize();
+                return std::shared_ptr<const Kernel>(std::move(k));
+            },
+            hit);
+}
 
 }  // namespace convgrad::detail
