@@ -199,8 +199,9 @@ void JitDataNcxExecutor::run_item(const char* dd, const char* w, char* out, int6
     };
     const char* d = dd_of(item);
     const char* next = item + 1 < plan_.items ? dd_of(item + 1) : d;
-    // W at the group's first output channel, and between input channels.
-    const char* wg = w + grp * packed_steps() * p_.icg * packed_unit();  // packed
+    // The group's packed W; the kernel's loop steps (pairs: whole pairs,
+    // an odd last channel is its extra step).
+    const char* wg = w + grp * packed_steps() * p_.icg * packed_unit();
     const int64_t steps = plan_.pairs ? p_.ocg / 2 : p_.ocg;
     char* o = out + (img * p_.src_str.n + grp * p_.icg * p_.src_str.c + x0) * es_;
     int64_t t = 0;
