@@ -28,9 +28,9 @@ wtest::Case strided(int64_t ic, int64_t oc, const dims& in, const dims& s) {
     return c;
 }
 
-// Weight gradient (and ConvTranspose's) and data gradient, small integers,
-// every ISA cap: through the path exactly when `taken`.
-void check(wtest::Case c, bool taken) {
+// Weight gradient and ConvTranspose's, small integers, every ISA cap:
+// describe() holds `note` exactly when `taken`.
+void check_weights(wtest::Case c, const char* note, bool taken, uint32_t seed) {
     INFO(wtest::label(c, ""));
     for (bool transpose : {false, true}) {
         c.transpose = transpose;
@@ -39,9 +39,15 @@ void check(wtest::Case c, bool taken) {
                     c.dt = dt;
                     return c.make(isa);
                 },
-                kNote, taken, {data_type::f32, data_type::bf16, data_type::f16}, 101);
+                note, taken, {data_type::f32, data_type::bf16, data_type::f16}, seed);
     }
-    c.transpose = false;
+}
+
+// Both weight gradients and the data gradient: through the path exactly
+// when `taken`.
+void check(wtest::Case c, bool taken) {
+    check_weights(c, kNote, taken, 101);
+    INFO(wtest::label(c, ""));
     dottest::check_exact(
             [&](data_type dt, const std::string& isa) {
                 c.dt = dt;
@@ -75,6 +81,33 @@ TEST_CASE("unstrided: strided 1x1 layers in NCX run at unit stride", "[jit][unst
     wtest::Case oix = strided(24, 40, {50, 46}, {2, 2});
     oix.wfmt = "OIX";
     check(oix, true);
+}
+
+TEST_CASE("unstrided: weight gradients of 512+ output pixels subsample src tile by tile", "[jit][unstrided]") {
+    // The inner-product path reads the strided src itself, copying each
+    // outer tile's rows as the tile starts: more or fewer input than output
+    // channels (the outer tiles are input channels either way), a last
+    // partial tile, groups, W strides 1, 2 and 3, 1D / 3D, and images of
+    // several chunks whose boundaries fall inside output rows (80x80 ->
+    // 40x40 with 128 output channels: chunks of 544 pixels).
+    constexpr const char* kTiles = "subsampled as it starts";
+    auto weights = [&](const wtest::Case& c) { check_weights(c, kTiles, true, 131); };
+    weights(strided(24, 40, {50, 46}, {2, 2}));
+    weights(strided(13, 9, {51, 47}, {2, 2}));
+    weights(strided(12, 128, {80, 80}, {2, 2}));
+    weights(strided(13, 9, {70, 75}, {3, 3}));
+    weights(strided(16, 24, {26, 47}, {1, 2}));
+    weights(strided(8, 12, {1201}, {2}));
+    weights(strided(8, 12, {5, 22, 23}, {1, 2, 2}));
+    wtest::Case g = strided(18, 34, {50, 46}, {2, 2});
+    g.g = 2;
+    weights(g);
+    // Output channels whose chunks would be short keep the subsampling pass.
+    const wtest::Case wide = strided(8, 600, {50, 46}, {2, 2});
+    const convgrad::op o = wide.make(convgrad::max_isa());
+    INFO(o.describe());
+    CHECK(o.describe().find(kNote) != std::string::npos);
+    CHECK(o.describe().find(kTiles) == std::string::npos);
 }
 
 TEST_CASE("unstrided: the problems it leaves", "[jit][unstrided]") {
@@ -145,9 +178,10 @@ TEST_CASE("unstrided: the vector passes touch nothing past src or diff_src", "[j
     // inaccessible page begins (dottest::Guarded): output rows of 5 and 7
     // pixels on inputs of 9 and 14 (the last pair's zero falls past an
     // odd row), 17 on 33.
-    for (const dims& in : {dims{7, 9}, dims{14, 14}, dims{3, 33}})
+    // Outputs of 552 and 602 pixels: weight gradients subsampling per tile.
+    for (const dims& in : {dims{7, 9}, dims{14, 14}, dims{3, 33}, dims{47, 45}, dims{1203}})
         for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-            wtest::Case c = strided(12, 20, in, {2, 2});
+            wtest::Case c = strided(12, 20, in, in.size() == 1 ? dims{2} : dims{2, 2});
             c.dt = dt;
             for (const bool data : {false, true}) {
                 const convgrad::op ref = data ? data_op(c, "ref") : c.make("ref");

@@ -189,6 +189,10 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
         FullKernelFold fold;
         Problem q = fold_full_kernel(p, &fold);
         const bool unstrided = !fold.folded && unstride_1x1(p, &q);
+        // Weight gradients of strided 1x1 layers on the inner-product path
+        // subsample src as they go; the others run q between two passes.
+        if (unstrided && p.alg == Alg::weights)
+            if (auto dot = make_jit_weights_dot_executor(q, isa, &p)) return dot;
         auto make_jit = [&](const Problem& x) {
             return x.alg == Alg::weights ? make_jit_weights_executor(x, isa, &why)
                                          : make_jit_data_executor(x, isa, &why);

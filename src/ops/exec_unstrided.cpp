@@ -9,7 +9,9 @@
 // strided problem transposed all of src or diff_src around the NXC
 // kernels. The subsampling and the spreading are one pass each over the
 // rows of the pixels read (16 of them a vector step for s = 2 on AVX-512,
-// the row's end masked).
+// the row's end masked; ops/subsample.hpp). Weight gradients that the
+// inner-product path takes skip this wrapper: that path subsamples each
+// tile's rows itself (exec_weights_dot.cpp).
 //
 // Every such layer takes it. AMD Zen 4, 2 threads, mb 32, against the
 // strided problem (tools/sweep_ab.py --min): ResNet-50's res3a 1x1 layers
@@ -18,8 +20,6 @@
 // gradients, --rounds=3; res4a_branch2a 0.96-1.20x, the wide layers
 // 0.94-1.07x) once the vector passes masked their rows' ends: with 14- or
 // 7-pixel rows done element by element they had run 0.55-0.91x.
-#include <immintrin.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -30,51 +30,10 @@
 #include "ops/parallel.hpp"
 #include "ops/scratch.hpp"
 #include "ops/problem.hpp"
+#include "ops/subsample.hpp"
 
 namespace convgrad::detail {
 namespace {
-
-// Masks of the first k (<= 16 / 32) lanes.
-inline __mmask16 first16(int64_t k) { return static_cast<__mmask16>(k >= 16 ? 0xffff : (1u << k) - 1); }
-inline __mmask32 first32(int64_t k) { return k >= 32 ? 0xffffffffu : (1u << k) - 1; }
-
-// dst[x] = src[2x], x < n (AVX-512), reading nothing past src[2n - 2].
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void take_even(const char* src, char* dst, int64_t n, int es) {
-    for (int64_t x = 0; x < n; x += 16) {
-        const int64_t k = std::min<int64_t>(16, n - x), reads = 2 * k - 1;  // outputs, source elements
-        if (es == 4) {
-            const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-            const __m512 a = _mm512_maskz_loadu_ps(first16(reads), src + 2 * x * 4);
-            const __m512 b = _mm512_maskz_loadu_ps(first16(std::max<int64_t>(reads - 16, 0)), src + (2 * x + 16) * 4);
-            _mm512_mask_storeu_ps(dst + x * 4, first16(k), _mm512_permutex2var_ps(a, even, b));
-        } else {  // the low word of each dword (zero-masked forms: GCC 12 flags the plain ones)
-            const __m512i w = _mm512_maskz_loadu_epi16(first32(reads), src + 2 * x * 2);
-            _mm256_mask_storeu_epi16(dst + x * 2, first16(k), _mm512_maskz_cvtepi32_epi16(0xffff, w));
-        }
-    }
-}
-
-// dst[2x] = src[x] for x < n, every other element of dst's `len` zero (AVX-512).
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void spread_even(const char* src, char* dst, int64_t n, int64_t len,
-                                                            int es) {
-    int64_t x = 0;
-    for (; x < n && 2 * x < len; x += 16) {
-        const int64_t k = std::min<int64_t>(16, n - x), w = std::min<int64_t>(32, len - 2 * x);  // values, writes
-        if (es == 4) {
-            const __m512i lo = _mm512_set_epi32(16, 7, 16, 6, 16, 5, 16, 4, 16, 3, 16, 2, 16, 1, 16, 0);
-            const __m512i hi = _mm512_set_epi32(16, 15, 16, 14, 16, 13, 16, 12, 16, 11, 16, 10, 16, 9, 16, 8);
-            const __m512 a = _mm512_maskz_loadu_ps(first16(k), src + x * 4);
-            _mm512_mask_storeu_ps(dst + 2 * x * 4, first16(w), _mm512_permutex2var_ps(a, lo, _mm512_setzero_ps()));
-            if (w > 16)
-                _mm512_mask_storeu_ps(dst + (2 * x + 16) * 4, first16(w - 16),
-                                      _mm512_permutex2var_ps(a, hi, _mm512_setzero_ps()));
-        } else {  // words zero-extended to dwords
-            const __m256i a = _mm256_maskz_loadu_epi16(first16(k), src + x * 2);
-            _mm512_mask_storeu_epi16(dst + 2 * x * 2, first32(w), _mm512_maskz_cvtepu16_epi32(0xffff, a));
-        }
-    }
-    if (2 * x < len) std::memset(dst + 2 * x * es, 0, static_cast<size_t>((len - 2 * x) * es));
-}
 
 class UnstridedExecutor final : public Executor {
 public:
@@ -111,20 +70,9 @@ private:
         return ((plane * p_.in[0] + id) * p_.in[1] + ih) * p_.in[2];
     }
     void subsample(const char* src, char* sub) const {
-        const int es = static_cast<int>(dtype_size(p_.dt));
-        const std::array<int64_t, 3>& s = p_.stride;
+        const SubsampleGeometry g{p_.in, p_.out, p_.stride, static_cast<int>(dtype_size(p_.dt)), avx512_};
         planes([&](int64_t plane) {
-            char* to = sub + plane * q_.in_sp() * es;
-            for (int64_t od = 0; od < p_.out[0]; ++od)
-                for (int64_t oh = 0; oh < p_.out[1]; ++oh, to += p_.out[2] * es) {
-                    const char* from = src + row_offset(plane, od * s[0], oh * s[1]) * es;
-                    if (s[2] == 2 && avx512_) {
-                        take_even(from, to, p_.out[2], es);
-                        continue;
-                    }
-                    for (int64_t x = 0; x < p_.out[2]; ++x)
-                        std::memcpy(to + x * es, from + x * s[2] * es, static_cast<size_t>(es));
-                }
+            subsample_run(g, src + plane * p_.in_sp() * g.es, 0, q_.in_sp(), sub + plane * q_.in_sp() * g.es);
         });
     }
     void spread(const char* sub, char* diff_src) const {

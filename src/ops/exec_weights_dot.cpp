@@ -14,8 +14,17 @@
 // image's pixels in chunks: the operand with fewer rows is the one each
 // outer tile rereads, and its chunk stays in L2 while every tile runs.
 // Each tile's accumulators add into its vectors of lanes, kept per thread
-// across chunks and images and summed once at the end. Strided 1x1 layers
-// come here on a subsampled src (exec_unstrided.cpp).
+// across chunks and images and summed once at the end.
+//
+// Strided 1x1 layers (no begin padding: exec_unstrided.cpp's unstride_1x1)
+// run as their unit-stride problem, whose src is the subsampled one: the
+// rows a thread's kernels read are copied from the strided src chunk by
+// chunk into its scratch (ops/subsample.hpp), the outer tile's rows when
+// the outer tile changes (src outer), or all its channels' rows once a
+// chunk (src inner, reread by every outer tile), so the copies are read
+// from L1 / L2 right after they are written. A pass subsampling all of src
+// first wrote and reread a quarter of src through memory (s = 2), and took
+// longer than the kernels.
 //
 // Threads split the (group, outer tile, inner tile) items into contiguous
 // ranges; every output element is one tile's lanes over the images in
@@ -37,6 +46,7 @@
 #include "ops/parallel.hpp"
 #include "ops/scratch.hpp"
 #include "ops/problem.hpp"
+#include "ops/subsample.hpp"
 
 namespace convgrad::detail {
 namespace {
@@ -75,6 +85,11 @@ struct WeightsDotPlan {
     // rows from L2, the outer tile's rows stay in L1.
     bool ic_outer = false;
     int threads = 1;
+    // Strided 1x1 (see the top): the strided src's geometry, and the bytes
+    // between the subsampled rows in a thread's scratch (0: src in place).
+    SubsampleGeometry sub;
+    int64_t sub_pitch = 0;
+    int64_t sub_plane = 0, sub_image = 0;  // elements between the strided src's channels, images
 };
 
 // Cost in FMA-issue cycles of an image on an ocg × icg grid in (p, c)
@@ -101,15 +116,20 @@ bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, WeightsDotPla
     pl->isa = dot_kernel_isa(isa, pl->compute);
     pl->pixels = p.in_sp();
     pl->step = data_dot_step_oc(pl->isa, pl->compute);
-    pl->ic_outer = p.icg > p.ocg;
+    // Strided: src outer always (each thread copies only its tiles' rows).
+    pl->ic_outer = p.icg > p.ocg || pl->sub_pitch > 0;
     // Chunks of equal steps (the last one short by the tail at most).
-    const int64_t fit = std::max<int64_t>(1, kWDotChunkBytes / (std::min(p.icg, p.ocg) * es) / pl->step);
+    const int64_t inner_rows = pl->ic_outer ? p.ocg : p.icg;
+    const int64_t fit = std::max<int64_t>(1, kWDotChunkBytes / (inner_rows * es) / pl->step);
     const int64_t all_steps = div_up(pl->pixels, pl->step);
     pl->chunk = div_up(all_steps, div_up(all_steps, fit)) * pl->step;
     if (pl->chunk < kWDotMinChunkSteps * pl->step) return false;
     const int64_t steps = div_up(pl->pixels, pl->step), calls = div_up(pl->pixels, pl->chunk);
     const int regs = isa >= Isa::avx512_core ? 32 : 16;
-    const int64_t row = p.in_sp() * es;  // bytes between channel rows
+    // Subsampled rows: a chunk each, a line more at multiples of 4 KiB (a
+    // tile's rows would share one L1 set).
+    if (pl->sub_pitch > 0) pl->sub_pitch = pl->chunk * es + (pl->chunk * es % 4096 == 0 ? 64 : 0);
+    const int64_t row = pl->sub_pitch > 0 ? pl->sub_pitch : p.in_sp() * es;  // bytes between src channel rows
     bool found = false;
     double best = 0;
     for (int tp = 1; tp <= 8 && tp <= p.ocg; ++tp)
@@ -185,7 +205,7 @@ JitWeightsDotExecutor::JitWeightsDotExecutor(const Problem& p, const WeightsDotP
     d.c = plan.c;
     d.tail = static_cast<int32_t>(tail_);
     d.dd_pix_bytes = p.dst_str.c * es_;
-    d.w_row_bytes = p.src_str.c * es_;
+    d.w_row_bytes = plan.sub_pitch > 0 ? plan.sub_pitch : p.src_str.c * es_;
     d.accumulate = 1;
     kernels_ = DotKernelSet(d, static_cast<int>(last_p), static_cast<int>(last_c), true);
 }
@@ -194,27 +214,53 @@ void JitWeightsDotExecutor::run_items(const char* src, const char* dd, int64_t i
                                       float* sums) const {
     const int vlen = data_dot_vlen(plan_.isa);
     const int64_t tile_floats = int64_t(plan_.p) * plan_.c * vlen;
-    const int64_t src_row = p_.src_str.c * es_, dd_row = p_.dst_str.c * es_;
+    const bool sub = plan_.sub_pitch > 0;  // (then ic_outer)
+    const int64_t src_row = sub ? plan_.sub_pitch : p_.src_str.c * es_, dd_row = p_.dst_str.c * es_;
+    // Strided: the outer tile's subsampled rows.
+    const ScratchLease rows_buf(Scratch::dot_src_rows, sub ? plan_.c * plan_.sub_pitch : 0);
+    char* const rows = rows_buf.get();
+    const SubsampleGeometry& sg = plan_.sub;
+    auto src_pixel = [&](int64_t x) {  // output pixel x's src element in its plane
+        const int64_t ow = x % sg.out[2], oh = x / sg.out[2] % sg.out[1], od = x / sg.out[2] / sg.out[1];
+        return ((od * sg.stride[0] * sg.in[1] + oh * sg.stride[1]) * sg.in[2] + ow * sg.stride[2]);
+    };
+    auto plane = [&](int64_t n, int64_t c) { return src + (n * plan_.sub_image + c * plan_.sub_plane) * es_; };
     for (int64_t n = 0; n < p_.mb; ++n)
         for (int64_t x0 = 0; x0 < plan_.pixels; x0 += plan_.chunk) {
             const int64_t len = std::min(plan_.chunk, plan_.pixels - x0);
             const bool tail = x0 + len == plan_.pixels && tail_ > 0;
             const int64_t steps = len / plan_.step;
-            const char* s_n = src + (n * p_.src_str.n + x0) * es_;
+            const char* s_n = src + (n * p_.src_str.n + x0) * es_;  // in place
             const char* d_n = dd + (n * p_.dst_str.n + x0) * es_;
+            // Strided: the src bytes a channel's chunk spans (its rows
+            // between), in pieces of what a call prefetches.
+            const int64_t first = sub ? src_pixel(x0) : 0;
+            const int64_t span = sub ? (src_pixel(x0 + len - 1) - first + 1) * es_ : 0;
+            const int64_t pieces = steps > 0 ? div_up(span, steps * 64) : 0;
+            int64_t held = -1;  // strided: the first channel of the tile whose rows are in `rows`
             for (int64_t i = i0; i < i1; ++i) {
                 const Item t = item(i);
+                if (sub && t.c0 != held) {
+                    for (int64_t r = 0; r < t.cc; ++r)
+                        subsample_run(sg, plane(n, t.c0 + r), x0, len, rows + r * plan_.sub_pitch);
+                    held = t.c0;
+                }
                 // The inner tiles of an outer tile prefetch, a row each, the
-                // next outer tile's rows of this chunk.
+                // next outer tile's rows of this chunk (strided: the src
+                // span of its channels, a piece each).
                 const int64_t k = plan_.ic_outer ? t.ot : t.it;  // inner index
                 const int64_t outer_rows = plan_.ic_outer ? t.cc : t.pp, next_rows = plan_.ic_outer ? plan_.c : plan_.p;
-                const bool pf_row = k < next_rows && (plan_.ic_outer ? t.c0 + t.cc + k < (t.grp + 1) * p_.icg
-                                                                     : t.o0 + t.pp + k < (t.grp + 1) * p_.ocg);
-                const char* pf = !pf_row          ? s_n + t.c0 * src_row
-                                 : plan_.ic_outer ? s_n + (t.c0 + outer_rows + k) * src_row
-                                                  : d_n + (t.o0 + outer_rows + k) * dd_row;
-                kernel(t.pp, t.cc, tail)(d_n + t.o0 * dd_row, s_n + t.c0 * src_row, lanes + (i - i0) * tile_floats,
-                                         steps, pf);
+                const int64_t row = k % next_rows;  // of the next outer tile, if it has one
+                const bool next = plan_.ic_outer ? t.c0 + outer_rows + row < (t.grp + 1) * p_.icg
+                                                 : t.o0 + outer_rows + row < (t.grp + 1) * p_.ocg;
+                const char* s_t = sub ? rows : s_n + t.c0 * src_row;
+                const char* pf = s_t;
+                if (sub && next && k < next_rows * pieces)
+                    pf = plane(n, t.c0 + outer_rows + row) + first * es_ + k / next_rows * steps * 64;
+                else if (!sub && next && k < next_rows)
+                    pf = plan_.ic_outer ? s_n + (t.c0 + outer_rows + k) * src_row
+                                        : d_n + (t.o0 + outer_rows + k) * dd_row;
+                kernel(t.pp, t.cc, tail)(d_n + t.o0 * dd_row, s_t, lanes + (i - i0) * tile_floats, steps, pf);
             }
         }
     for (int64_t i = i0; i < i1; ++i) {
@@ -296,13 +342,22 @@ std::string JitWeightsDotExecutor::describe() const {
        << "    lane sums of the thread's items\n"
        << "  sums to the weights" << (p_.dt == data_type::f32 ? "" : " (rounded)") << "\n"
        << "  kernels " << kernels_.built() << " (cache hits " << kernels_.hits() << ")";
+    if (plan_.sub_pitch > 0)
+        os << "\n  strided 1x1 in NCX: run at unit stride, each outer tile's src rows subsampled as it starts";
     return os.str();
 }
 
 }  // namespace
 
-std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa isa) {
+std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa isa, const Problem* strided) {
     WeightsDotPlan plan;
+    if (strided) {  // p is its unit-stride problem (unstride_1x1); the scratch rows are a chunk apart
+        const int64_t es = static_cast<int64_t>(dtype_size(p.dt));
+        plan.sub = {strided->in, strided->out, strided->stride, static_cast<int>(es), isa >= Isa::avx512_core};
+        plan.sub_plane = strided->src_str.c;
+        plan.sub_image = strided->src_str.n;
+        plan.sub_pitch = 1;  // (make_weights_dot_plan sets it)
+    }
     if (!make_weights_dot_plan(p, isa, op_threads(p), &plan)) return nullptr;
     return std::make_unique<JitWeightsDotExecutor>(p, plan);
 }

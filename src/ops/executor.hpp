@@ -57,8 +57,10 @@ std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std:
 // by make_jit_data_executor; nullptr when it does not serve the Problem.
 std::unique_ptr<Executor> make_jit_data_dot_executor(const Problem& p, Isa isa);
 // The weight gradient's inner-product path for 1x1 layers in NCX
-// (exec_weights_dot.cpp), tried first by make_jit_weights_executor.
-std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa isa);
+// (exec_weights_dot.cpp), tried first by make_jit_weights_executor; with
+// `strided`, p is that strided layer's unit-stride problem (unstride_1x1)
+// and the path reads the strided src, subsampling it chunk by chunk.
+std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa isa, const Problem* strided = nullptr);
 // The data gradient of 1x1 layers in NCX in place (exec_data_ncx.cpp),
 // tried by make_jit_data_executor after the inner-product path.
 std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);

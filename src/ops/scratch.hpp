@@ -36,6 +36,7 @@ enum class Scratch {
     weights_src_pad,  // src with its padding written out
     // the others
     dot_lanes,       // exec_weights_dot.cpp: the lane vectors of a thread's tiles
+    dot_src_rows,    // exec_weights_dot.cpp: a thread's subsampled src rows (strided 1x1)
     unstrided,       // exec_unstrided.cpp: subsampled src / unit-stride diff_src
     folded_images,   // dispatch.cpp: images in the weights' channel order
     folded_weights,  // dispatch.cpp: dense weights of a permuted fold
