@@ -12,8 +12,9 @@ namespace convgrad::detail {
 
 struct SubsampleGeometry {
     std::array<int64_t, 3> in{}, out{}, stride{};
-    int es = 4;           // element bytes
-    bool avx512 = false;  // vector passes for W stride 2
+    int es = 4;             // element bytes
+    bool avx512 = false;    // vector passes for W stride 2
+    bool prefetch = false;  // prefetch the rows a few KiB ahead (callers whose kernels do not)
 };
 
 // to[x - x0] = plane[pixel read by output pixel x] for x in [x0, x0 + len):
