@@ -43,6 +43,11 @@
 namespace convgrad::detail {
 namespace {
 
+// Input and output channels of a tile of the permute into the user's
+// weights layout (reduce_and_store): 16 x 16 x taps f32 (1 KiB a tap),
+// 32 x 32 for a single tap.
+constexpr int64_t kPermuteTile = 16;
+
 // to[i] += from[i]: the buffers never overlap.
 void add_to(float* __restrict to, const float* __restrict from, int64_t n) {
     for (int64_t i = 0; i < n; ++i) to[i] += from[i];
@@ -1287,13 +1292,39 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     const ScratchLease lease(Scratch::weights_permuted, plan_.rounded() ? elems * 4 : 0);
     float* permuted = lease.floats();
     float* to_base = plan_.rounded() ? permuted : static_cast<float*>(user);
+    // Tiles of kPermuteTile input x output channels with all their taps:
+    // read as rows of output channels, written along the user's inner
+    // axes (OIX: a run of (input channel, tap) per output channel), in L1.
+    // An element at a time along the output channels wrote each to its own
+    // line (ResNet-50 512 -> 2048 bf16 in OIX: the permute 27 % of the call).
     const WeightStrides& u = p_.wei_str;
-    parallel_static(threads, p_.k_sp() * p_.icg, [&](int64_t ti) {
-        const int64_t tap = ti / p_.icg, i = ti % p_.icg;
-        const int64_t kw = tap % p_.k[2], kh = (tap / p_.k[2]) % p_.k[1], kd = tap / (p_.k[2] * p_.k[1]);
-        const float* from = target + tap * wei_str_.k[2] + i * wei_str_.i;
-        float* to = to_base + kd * u.k[0] + kh * u.k[1] + kw * u.k[2] + i * u.i;
-        for (int64_t o = 0; o < p_.oc(); ++o) to[o * u.o] = from[o];
+    const int64_t taps = p_.k_sp();
+    std::vector<int64_t> tap_from(static_cast<size_t>(taps)), tap_to(static_cast<size_t>(taps));
+    for (int64_t t = 0; t < taps; ++t) {
+        const int64_t kw = t % p_.k[2], kh = (t / p_.k[2]) % p_.k[1], kd = t / (p_.k[2] * p_.k[1]);
+        tap_from[static_cast<size_t>(t)] = t * wei_str_.k[2];
+        tap_to[static_cast<size_t>(t)] = kd * u.k[0] + kh * u.k[1] + kw * u.k[2];
+    }
+    const int64_t tile = taps == 1 ? 2 * kPermuteTile : kPermuteTile;
+    const int64_t it = div_up(p_.icg, tile), ot = div_up(p_.oc(), tile);
+    const bool o_outer = u.o >= u.i;  // the user's outer channel axis outermost
+    parallel_static(threads, it * ot, [&](int64_t ti) {
+        const int64_t i0 = ti / ot * tile, o0 = ti % ot * tile;
+        const int64_t i1 = std::min(p_.icg, i0 + tile), o1 = std::min(p_.oc(), o0 + tile);
+        const int64_t a1 = o_outer ? o1 : i1, b0 = o_outer ? i0 : o0, b1 = o_outer ? i1 : o1;
+        const int64_t sa = o_outer ? u.o : u.i, sb = o_outer ? u.i : u.o;  // user strides of a, b
+        const int64_t fa = o_outer ? 1 : wei_str_.i, fb = o_outer ? wei_str_.i : 1;  // target strides
+        for (int64_t a = o_outer ? o0 : i0; a < a1; ++a) {
+            float* to = to_base + a * sa;
+            const float* from = target + a * fa;
+            if (taps == 1) {
+                for (int64_t b = b0; b < b1; ++b) to[b * sb + tap_to[0]] = from[b * fb + tap_from[0]];
+                continue;
+            }
+            for (int64_t b = b0; b < b1; ++b)
+                for (int64_t t = 0; t < taps; ++t)
+                    to[b * sb + tap_to[static_cast<size_t>(t)]] = from[b * fb + tap_from[static_cast<size_t>(t)]];
+        }
     });
     if (plan_.rounded())
         parallel_static(threads, (elems + block - 1) / block, [&](int64_t bi) {
