@@ -133,17 +133,18 @@ TEST_CASE("data ncx: the bf16 pairs plan names its loop", "[jit][data][ncx]") {
         c.dt = data_type::bf16;
         const std::string d = data_op(c, "avx512_core_bf16").describe();
         INFO(d);
-        // 529 pixels: 5 strips of 96, the last 49 in 4 vectors, 17 pixels in its last 32.
+        // 529 pixels: 16 strips of 32, the last 17 pixels in 2 vectors
+        // (their last 32); 64 input channels: 5 tiles of 12 and one of 4.
         CHECK(d.substr(0, d.find("  kernels")) ==
-              "jit:avx512_core_bf16 ncx m4n6x16 bf16 vdpbf16ps on oc pairs threads 2 (pixel vectors, NCX read and "
+              "jit:avx512_core_bf16 ncx m12n2x16 bf16 vdpbf16ps on oc pairs threads 2 (pixel vectors, NCX read and "
               "written in place)\n"
-              "  for image in 32, group in 1, strip in 6 of 96 of 529 pixels (the last: 4 vectors, 17 pixels in "
+              "  for image in 32, group in 1, strip in 17 of 32 of 529 pixels (the last: 2 vectors, 17 pixels in "
               "the last 32)  [contiguous ranges over threads]\n"
-              "    for tile of 4 of 64 input channels\n"
-              "      for oc pair in 128 (the last with zeros): 9 diff_dst loads, 6 interleaves, 4 W pair broadcasts, "
+              "    for tile of 12 of 64 input channels\n"
+              "      for oc pair in 128 (the last with zeros): 3 diff_dst loads, 2 interleaves, 12 W pair broadcasts, "
               "24 vdpbf16ps, two lines of the next strip prefetched\n"
-              "      4 rows of diff_src stored in pixel order (rounded)\n"
-              "  W copied each call in the kernels' order (group, tile of 4 input channels, oc pair)\n");
+              "      12 rows of diff_src stored in pixel order (rounded)\n"
+              "  W copied each call in the kernels' order (group, tile of 12 input channels, oc pair)\n");
     });
 }
 

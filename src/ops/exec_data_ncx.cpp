@@ -64,7 +64,12 @@ struct NcxDataPlan {
 // Cost in FMA-issue cycles of the layer's image: each (m, n) call issues
 // m·n FMAs a step, or its n loads and m broadcasts at two a cycle,
 // whichever is more, and (amortised over the oc it sums) its stores. Pairs
-// take half the steps, each with 1.5·n loads and n shuffles. (A term for
+// take half the steps, each with 1.5·n loads and n shuffles, the shuffles
+// issuing with the vdpbf16ps (AMD Zen 4 and Zen 5 run them on the same
+// pipes): counted apart, m4 x n6 (6 shuffles to 24 vdpbf16ps) won where
+// m12 x n2 (2 to 24) runs 1.13-1.38x on ResNet-50's 56x56 / 28x28 1x1
+// layers and 1.09-1.31x on MobileNetV2-style ones (Zen 5, 2 threads, bf16
+// data gradients; 0.93-1.04x on 16- and 32-channel outputs). (A term for
 // a strip's diff_dst rows streaming from L2 once they outgrow L1, at 32
 // bytes a cycle, picked 12 x 2 tiles on 14x14 and 28x28 planes: 0.995x
 // geomean over ResNet-50's stride-1 1x1 layers, f32 256 -> 1024 on 14x14
@@ -73,7 +78,7 @@ double ncx_cost(int64_t icg, int64_t pixels, int64_t ocg, int vlen, int m, int n
     const int64_t steps = pairs ? div_up(ocg, 2) : ocg;
     auto call = [&](int64_t mm, int64_t nn) {
         const double loads = pairs ? 1.5 * double(nn) : double(nn);
-        const double issue = std::max({double(mm * nn), (double(mm) + loads) / 2, pairs ? double(nn) : 0.0});
+        const double issue = std::max(double(mm * nn) + (pairs ? double(nn) : 0.0), (double(mm) + loads) / 2);
         return double(steps) * issue + double(mm * nn) + 20;
     };
     const int64_t strip = int64_t(n) * vlen, full = pixels / strip, rem = pixels % strip;
