@@ -84,30 +84,32 @@ TEST_CASE("unstrided: strided 1x1 layers in NCX run at unit stride", "[jit][unst
 }
 
 TEST_CASE("unstrided: weight gradients of 512+ output pixels subsample src tile by tile", "[jit][unstrided]") {
-    // The inner-product path reads the strided src itself, copying each
-    // outer tile's rows as the tile starts: more or fewer input than output
-    // channels (the outer tiles are input channels either way), a last
-    // partial tile, groups, W strides 1, 2 and 3, 1D / 3D, and images of
-    // several chunks whose boundaries fall inside output rows (80x80 ->
-    // 40x40 with 128 output channels: chunks of 544 pixels).
+    // With more input than output channels the inner-product path reads
+    // the strided src itself, copying each outer (input-channel) tile's
+    // rows as the tile starts: a last partial tile, groups, W strides 1, 2
+    // and 3, 1D / 3D, and images of several chunks whose boundaries fall
+    // inside output rows (80x80 -> 40x40 with 130 output channels: chunks
+    // of 544 pixels).
     constexpr const char* kTiles = "subsampled as it starts";
     auto weights = [&](const wtest::Case& c) { check_weights(c, kTiles, true, 131); };
-    weights(strided(24, 40, {50, 46}, {2, 2}));
+    weights(strided(40, 24, {50, 46}, {2, 2}));
     weights(strided(13, 9, {51, 47}, {2, 2}));
-    weights(strided(12, 128, {80, 80}, {2, 2}));
+    weights(strided(136, 130, {80, 80}, {2, 2}));
     weights(strided(13, 9, {70, 75}, {3, 3}));
-    weights(strided(16, 24, {26, 47}, {1, 2}));
-    weights(strided(8, 12, {1201}, {2}));
-    weights(strided(8, 12, {5, 22, 23}, {1, 2, 2}));
-    wtest::Case g = strided(18, 34, {50, 46}, {2, 2});
+    weights(strided(24, 16, {26, 47}, {1, 2}));
+    weights(strided(12, 8, {1201}, {2}));
+    weights(strided(12, 8, {5, 22, 23}, {1, 2, 2}));
+    wtest::Case g = strided(34, 18, {50, 46}, {2, 2});
     g.g = 2;
     weights(g);
-    // Output channels whose chunks would be short keep the subsampling pass.
-    const wtest::Case wide = strided(8, 600, {50, 46}, {2, 2});
-    const convgrad::op o = wide.make(convgrad::max_isa());
-    INFO(o.describe());
-    CHECK(o.describe().find(kNote) != std::string::npos);
-    CHECK(o.describe().find(kTiles) == std::string::npos);
+    // Fewer input than output channels, or output channels whose chunks
+    // would be short: the subsampling pass.
+    for (const wtest::Case& c : {strided(24, 40, {50, 46}, {2, 2}), strided(8, 600, {50, 46}, {2, 2})}) {
+        const convgrad::op o = c.make(convgrad::max_isa());
+        INFO(o.describe());
+        CHECK(o.describe().find(kNote) != std::string::npos);
+        CHECK(o.describe().find(kTiles) == std::string::npos);
+    }
 }
 
 TEST_CASE("unstrided: the problems it leaves", "[jit][unstrided]") {
@@ -181,7 +183,7 @@ TEST_CASE("unstrided: the vector passes touch nothing past src or diff_src", "[j
     // Outputs of 552 and 602 pixels: weight gradients subsampling per tile.
     for (const dims& in : {dims{7, 9}, dims{14, 14}, dims{3, 33}, dims{47, 45}, dims{1203}})
         for (const data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-            wtest::Case c = strided(12, 20, in, in.size() == 1 ? dims{2} : dims{2, 2});
+            wtest::Case c = strided(20, 12, in, in.size() == 1 ? dims{2} : dims{2, 2});
             c.dt = dt;
             for (const bool data : {false, true}) {
                 const convgrad::op ref = data ? data_op(c, "ref") : c.make("ref");

@@ -17,14 +17,18 @@
 // across chunks and images and summed once at the end.
 //
 // Strided 1x1 layers (no begin padding: exec_unstrided.cpp's unstride_1x1)
-// run as their unit-stride problem, whose src is the subsampled one: the
-// rows a thread's kernels read are copied from the strided src chunk by
-// chunk into its scratch (ops/subsample.hpp), the outer tile's rows when
-// the outer tile changes (src outer), or all its channels' rows once a
-// chunk (src inner, reread by every outer tile), so the copies are read
-// from L1 / L2 right after they are written. A pass subsampling all of src
-// first wrote and reread a quarter of src through memory (s = 2), and took
-// longer than the kernels.
+// with more input than output channels run here as their unit-stride
+// problem, whose src is the subsampled one: src is the outer operand, and
+// each thread copies an outer tile's rows of the chunk from the strided src
+// into scratch as the tile starts (ops/subsample.hpp), where its inner
+// calls read them from L1; those calls prefetch the next outer tile's src.
+// The wrapper's pass over all of src (s = 2: a quarter of it written and
+// reread through memory) had taken longer than the kernels there:
+// ResNet-50 res3a_branch2a 1.57-1.68x (AMD Zen 5, 2 threads, mb 32).
+// With fewer input channels src is the inner operand; taking it outer
+// there instead (each thread copying only its own tiles' rows) ran
+// 0.85-1.25x against the wrapper's prefetching pass (1.079x geomean over
+// 12 cases in the wrapper's favour), so those layers keep the wrapper.
 //
 // Threads split the (group, outer tile, inner tile) items into contiguous
 // ranges; every output element is one tile's lanes over the images in
@@ -116,11 +120,11 @@ bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, WeightsDotPla
     pl->isa = dot_kernel_isa(isa, pl->compute);
     pl->pixels = p.in_sp();
     pl->step = data_dot_step_oc(pl->isa, pl->compute);
-    // Strided: src outer always (each thread copies only its tiles' rows).
-    pl->ic_outer = p.icg > p.ocg || pl->sub_pitch > 0;
+    pl->ic_outer = p.icg > p.ocg;
+    // Strided: only with src outer (see the top).
+    if (pl->sub_pitch > 0 && !pl->ic_outer) return false;
     // Chunks of equal steps (the last one short by the tail at most).
-    const int64_t inner_rows = pl->ic_outer ? p.ocg : p.icg;
-    const int64_t fit = std::max<int64_t>(1, kWDotChunkBytes / (inner_rows * es) / pl->step);
+    const int64_t fit = std::max<int64_t>(1, kWDotChunkBytes / (std::min(p.icg, p.ocg) * es) / pl->step);
     const int64_t all_steps = div_up(pl->pixels, pl->step);
     pl->chunk = div_up(all_steps, div_up(all_steps, fit)) * pl->step;
     if (pl->chunk < kWDotMinChunkSteps * pl->step) return false;
@@ -214,7 +218,7 @@ void JitWeightsDotExecutor::run_items(const char* src, const char* dd, int64_t i
                                       float* sums) const {
     const int vlen = data_dot_vlen(plan_.isa);
     const int64_t tile_floats = int64_t(plan_.p) * plan_.c * vlen;
-    const bool sub = plan_.sub_pitch > 0;  // (then ic_outer)
+    const bool sub = plan_.sub_pitch > 0;  // (only with ic_outer)
     const int64_t src_row = sub ? plan_.sub_pitch : p_.src_str.c * es_, dd_row = p_.dst_str.c * es_;
     // Strided: the outer tile's subsampled rows.
     const ScratchLease rows_buf(Scratch::dot_src_rows, sub ? plan_.c * plan_.sub_pitch : 0);
