@@ -9,11 +9,11 @@
 // strided problem transposed all of src or diff_src around the NXC
 // kernels. The subsampling and the spreading are one pass each over the
 // rows of the pixels read (16 of them a vector step for s = 2 on AVX-512,
-// the row's end masked; ops/subsample.hpp). Weight gradients that the
-// inner-product path takes skip this wrapper: that path subsamples each
-// tile's rows itself (exec_weights_dot.cpp).
+// the row's end masked; ops/subsample.hpp).
 //
-// Every such layer takes it. AMD Zen 4, 2 threads, mb 32, against the
+// Every such layer takes it, but for weight gradients with more input than
+// output channels that the inner-product path takes: that path subsamples
+// each tile's rows itself (exec_weights_dot.cpp). AMD Zen 4, 2 threads, mb 32, against the
 // strided problem (tools/sweep_ab.py --min): ResNet-50's res3a 1x1 layers
 // (28x28 outputs) 1.03-1.43x in f32 / f16 (--rounds=2); its 14x14 and
 // 7x7 outputs 1.036x geomean over 24 cases (f32 / bf16 / f16, both

@@ -111,7 +111,8 @@ double wdot_cost(int64_t ocg, int64_t icg, int64_t steps, int64_t calls, int p, 
            (rp && rc ? tile(rp, rc) : 0);
 }
 
-bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, WeightsDotPlan* pl) {
+// strided: p is that strided layer's unit-stride problem (see the top).
+bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, const Problem* strided, WeightsDotPlan* pl) {
     const bool unit = plain_axis(p, 0) && plain_axis(p, 1) && plain_axis(p, 2);
     if (p.alg != Alg::weights || p.nxc || !unit || isa < Isa::avx2) return false;
     if (p.in_sp() < kWDotMinPixels || p.icg < kWDotMinChannels || p.ocg < kWDotMinChannels) return false;
@@ -121,8 +122,7 @@ bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, WeightsDotPla
     pl->pixels = p.in_sp();
     pl->step = data_dot_step_oc(pl->isa, pl->compute);
     pl->ic_outer = p.icg > p.ocg;
-    // Strided: only with src outer (see the top).
-    if (pl->sub_pitch > 0 && !pl->ic_outer) return false;
+    if (strided && !pl->ic_outer) return false;  // (see the top)
     // Chunks of equal steps (the last one short by the tail at most).
     const int64_t fit = std::max<int64_t>(1, kWDotChunkBytes / (std::min(p.icg, p.ocg) * es) / pl->step);
     const int64_t all_steps = div_up(pl->pixels, pl->step);
@@ -130,9 +130,14 @@ bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, WeightsDotPla
     if (pl->chunk < kWDotMinChunkSteps * pl->step) return false;
     const int64_t steps = div_up(pl->pixels, pl->step), calls = div_up(pl->pixels, pl->chunk);
     const int regs = isa >= Isa::avx512_core ? 32 : 16;
-    // Subsampled rows: a chunk each, a line more at multiples of 4 KiB (a
-    // tile's rows would share one L1 set).
-    if (pl->sub_pitch > 0) pl->sub_pitch = pl->chunk * es + (pl->chunk * es % 4096 == 0 ? 64 : 0);
+    if (strided) {
+        pl->sub = {strided->in, strided->out, strided->stride, static_cast<int>(es), isa >= Isa::avx512_core};
+        pl->sub_plane = strided->src_str.c;
+        pl->sub_image = strided->src_str.n;
+        // Subsampled rows: a chunk each, a line more at multiples of 4 KiB
+        // (a tile's rows would share one L1 set).
+        pl->sub_pitch = pl->chunk * es + (pl->chunk * es % 4096 == 0 ? 64 : 0);
+    }
     const int64_t row = pl->sub_pitch > 0 ? pl->sub_pitch : p.in_sp() * es;  // bytes between src channel rows
     bool found = false;
     double best = 0;
@@ -224,10 +229,6 @@ void JitWeightsDotExecutor::run_items(const char* src, const char* dd, int64_t i
     const ScratchLease rows_buf(Scratch::dot_src_rows, sub ? plan_.c * plan_.sub_pitch : 0);
     char* const rows = rows_buf.get();
     const SubsampleGeometry& sg = plan_.sub;
-    auto src_pixel = [&](int64_t x) {  // output pixel x's src element in its plane
-        const int64_t ow = x % sg.out[2], oh = x / sg.out[2] % sg.out[1], od = x / sg.out[2] / sg.out[1];
-        return ((od * sg.stride[0] * sg.in[1] + oh * sg.stride[1]) * sg.in[2] + ow * sg.stride[2]);
-    };
     auto plane = [&](int64_t n, int64_t c) { return src + (n * plan_.sub_image + c * plan_.sub_plane) * es_; };
     for (int64_t n = 0; n < p_.mb; ++n)
         for (int64_t x0 = 0; x0 < plan_.pixels; x0 += plan_.chunk) {
@@ -238,8 +239,8 @@ void JitWeightsDotExecutor::run_items(const char* src, const char* dd, int64_t i
             const char* d_n = dd + (n * p_.dst_str.n + x0) * es_;
             // Strided: the src bytes a channel's chunk spans (its rows
             // between), in pieces of what a call prefetches.
-            const int64_t first = sub ? src_pixel(x0) : 0;
-            const int64_t span = sub ? (src_pixel(x0 + len - 1) - first + 1) * es_ : 0;
+            const int64_t first = sub ? subsample_source(sg, x0) : 0;
+            const int64_t span = sub ? (subsample_source(sg, x0 + len - 1) - first + 1) * es_ : 0;
             const int64_t pieces = steps > 0 ? div_up(span, steps * 64) : 0;
             int64_t held = -1;  // strided: the first channel of the tile whose rows are in `rows`
             for (int64_t i = i0; i < i1; ++i) {
@@ -355,14 +356,7 @@ std::string JitWeightsDotExecutor::describe() const {
 
 std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa isa, const Problem* strided) {
     WeightsDotPlan plan;
-    if (strided) {  // p is its unit-stride problem (unstride_1x1); the scratch rows are a chunk apart
-        const int64_t es = static_cast<int64_t>(dtype_size(p.dt));
-        plan.sub = {strided->in, strided->out, strided->stride, static_cast<int>(es), isa >= Isa::avx512_core};
-        plan.sub_plane = strided->src_str.c;
-        plan.sub_image = strided->src_str.n;
-        plan.sub_pitch = 1;  // (make_weights_dot_plan sets it)
-    }
-    if (!make_weights_dot_plan(p, isa, op_threads(p), &plan)) return nullptr;
+    if (!make_weights_dot_plan(p, isa, op_threads(p), strided, &plan)) return nullptr;
     return std::make_unique<JitWeightsDotExecutor>(p, plan);
 }
 

@@ -17,7 +17,10 @@ struct SubsampleGeometry {
     bool prefetch = false;  // prefetch the rows a few KiB ahead (callers whose kernels do not)
 };
 
-// to[x - x0] = plane[pixel read by output pixel x] for x in [x0, x0 + len):
+// The element of a plane that output pixel x (in output order) reads.
+int64_t subsample_source(const SubsampleGeometry& g, int64_t x);
+
+// to[x - x0] = plane[subsample_source(g, x)] for x in [x0, x0 + len):
 // row by row, a W stride of 1 as one copy, 2 by vectors of 16 (AVX-512,
 // the row's end masked; nothing past the last pixel read is touched),
 // others element by element.
