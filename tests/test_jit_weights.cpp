@@ -906,6 +906,89 @@ TEST_CASE("weights: depthwise whole rows compile their W edges in", "[jit][weigh
     }
 }
 
+TEST_CASE("weights: NCX depthwise reads per-chunk NXC windows", "[jit][weights]") {
+    // NCX depthwise plans transpose each chunk's rows into per-thread NXC
+    // windows (no whole-tensor transposes): chunks of rows that cross
+    // images (planes over Cost::ncx_window_plane_bytes) and of whole
+    // images, strides, dilation, pads past the kernel's reach, 1D / 3D,
+    // lane groups (every channel), ConvTranspose, OIX; threads splitting
+    // channel tiles (one image: one chunk) read only their channels. Run
+    // first on NaN inputs, so a window's stale bytes would show.
+    auto dw = [](int64_t ch, dims in, dims k) {
+        Case c = conv2d(ch, ch, std::move(in), std::move(k));
+        c.g = ch;
+        c.nxc = false;
+        c.mb = 3;
+        return c;
+    };
+    enum Chunks { rows_across_images, whole_images, any };  // f32 on avx512_core
+    std::vector<std::pair<Case, Chunks>> cases;
+    Case c = dw(17, {34, 33}, {3, 3});  // 4.5 KB f32 planes: rows
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, rows_across_images});
+    c = dw(40, {9, 9}, {3, 3});  // H and W stride 2, whole images
+    c.s = {2, 2};
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, whole_images});
+    c = dw(20, {40, 31}, {5, 5});  // H stride and dilation, one-sided pads, OIX
+    c.s = {2, 1};
+    c.d = {2, 1};
+    c.pb = {4, 2};
+    c.pe = {0, 2};
+    c.wfmt = "OIX";
+    cases.push_back({c, any});
+    c = dw(16, {6, 5}, {3, 3});  // W pads of 3: pixels that read only padding
+    c.pb = {1, 3};
+    c.pe = {1, 3};
+    cases.push_back({c, whole_images});
+    c = dw(18, {4, 5, 6}, {3, 3, 3});  // 3D
+    c.pb = c.pe = {1, 1, 1};
+    cases.push_back({c, whole_images});
+    c = dw(32, {1200}, {3});  // 1D, unpadded (merged rows)
+    cases.push_back({c, any});
+    c = dw(33, {30, 40}, {3, 3});  // ConvTranspose
+    c.pb = c.pe = {1, 1};
+    c.transpose = true;
+    cases.push_back({c, any});
+    c = conv2d(32, 32, {12, 14}, {3, 3});  // lane groups of 4
+    c.g = 8;
+    c.nxc = false;
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, any});
+    c = dw(512, {20, 20}, {3, 3});  // one image: threads split the channel tiles
+    c.mb = 1;
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, whole_images});
+    const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    for (const auto& [base, chunks] : cases) {
+        if (avx512) {
+            const std::string d = base.make("avx512_core").describe();
+            INFO(label(base, "avx512_core") << "\n" << d);
+            CHECK(d.find(" ncx->nxc(windows)") != std::string::npos);
+            const size_t at = d.find(" chunk=");
+            REQUIRE(at != std::string::npos);
+            const int64_t chunk_rows = std::atoll(d.c_str() + at + 7);
+            const int64_t image_rows = base.nsp() == 3 ? base.out(0) * base.out(1) : base.out(0);
+            if (chunks == whole_images) CHECK(chunk_rows == image_rows);
+            if (chunks == rows_across_images) CHECK(chunk_rows % image_rows != 0);
+            if (chunks == rows_across_images) CHECK(chunk_rows < image_rows);
+        }
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case t = base;
+            t.dt = dt;
+            const convgrad::op ref = t.make("ref");
+            Buffer nan_a(dt, ref.input0_elems()), nan_b(dt, ref.input1_elems());
+            std::fill(nan_a.bytes.begin(), nan_a.bytes.end(), uint8_t(0xff));
+            std::fill(nan_b.bytes.begin(), nan_b.bytes.end(), uint8_t(0xff));
+            for (const std::string& isa : jit_isas(true)) testutil::run(t.make(isa), nan_a, nan_b);
+            check_exact_any_type(t);
+        }
+        check_exact(base);
+        check_reals(base);
+        wtest::check_thread_counts(wtest::split_size(base), true);
+    }
+}
+
 TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
     // Whole rows R output rows an entry (the generator's shapes: "weights
     // kernel: depthwise row blocks against a scalar sum"); here the plans

@@ -51,6 +51,33 @@ TEST_CASE("transpose_images equals the definition on every path", "[transpose]")
                 }
 }
 
+TEST_CASE("transpose_block: a block of a larger matrix, nothing around it touched", "[transpose]") {
+    // A rows x cols block at (3, 5) of a 70 x 90 matrix (rows src_ld = 90
+    // apart) into a 100 x 80 one at (2, 7) (rows dst_ld = 80 apart): every
+    // element of the block's transpose where it belongs, every other
+    // element of the destination as it was.
+    std::vector<Isa> isas{Isa::avx2};
+    if (convgrad::detail::cpu_isa() >= Isa::avx512_core) isas.push_back(Isa::avx512_core);
+    const int64_t src_ld = 90, dst_ld = 80, src_rows = 70, dst_rows = 100;
+    for (const Isa isa : isas)
+        for (const int es : {2, 4})
+            for (const int64_t rows : {1, 15, 16, 17, 33, 64})
+                for (const int64_t cols : {1, 2, 16, 31, 49, 85}) {
+                    std::vector<uint8_t> src(static_cast<size_t>(src_rows * src_ld * es));
+                    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + i / 251);
+                    std::vector<uint8_t> want(static_cast<size_t>(dst_rows * dst_ld * es), 0xa5), got = want;
+                    const int64_t s0 = 3 * src_ld + 5, d0 = 2 * dst_ld + 7;
+                    for (int64_t r = 0; r < rows; ++r)
+                        for (int64_t c = 0; c < cols; ++c)
+                            std::memcpy(&want[static_cast<size_t>((d0 + c * dst_ld + r) * es)],
+                                        &src[static_cast<size_t>((s0 + r * src_ld + c) * es)], static_cast<size_t>(es));
+                    convgrad::detail::transpose_block(src.data() + s0 * es, src_ld, got.data() + d0 * es, dst_ld, es,
+                                                      rows, cols, isa);
+                    INFO("isa " << convgrad::detail::isa_name(isa) << " es " << es << " " << rows << " x " << cols);
+                    CHECK(got == want);
+                }
+}
+
 TEST_CASE("transpose_images: results of 16 MiB and more, streamed when lines allow", "[transpose]") {
     if (convgrad::detail::cpu_isa() < Isa::avx512_core) return;
     // 2 images of 64 x 33000 f32 or 64 x 66000 16-bit elements (16.9 MB):

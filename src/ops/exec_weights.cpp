@@ -2,8 +2,11 @@
 // ConvTransposeBackwardWeights, the latter with its inputs swapped).
 //
 // Phases of one execute:
-//  1. NCX only: transpose src and diff_dst into NXC scratch. Pre-padded
-//     depthwise plans (plan.prepad): copy src into a zero-padded scratch.
+//  1. NCX only: transpose src and diff_dst into NXC scratch (depthwise
+//     plans, plan.ncx_windows: no whole pass; each thread transposes a
+//     chunk's rows of its channels into its NXC windows as the chunk
+//     starts, see fill_windows). Pre-padded depthwise plans (plan.prepad):
+//     copy src into a zero-padded scratch.
 //  2. Threads over (slice, tile) pairs of the plan's grid: every (slice,
 //     tile) is accumulated chunk by chunk in chunk order, slice 0 into the
 //     target, slice r > 0 into partial r. Staged plans (16-bit gemm, and
@@ -186,6 +189,13 @@ struct RowPos {
     int64_t n = 0, od = 0, oh = 0, seg = 0;
 };
 
+// NCX windows: the rows of the virtual NXC tensors a chunk reads, as
+// flattened (image, d, h) row indices: src rows [src_lo, src_hi), diff_dst
+// rows [dst_lo, dst_hi). Empty when src_lo >= src_hi.
+struct ChunkWindow {
+    int64_t src_lo = 0, src_hi = 0, dst_lo = 0, dst_hi = 0;
+};
+
 // Where one tile reads and writes. src / diff_dst: bytes at the tile's first
 // channel, in the user's tensor or in the staged chunk.
 struct TileCall {
@@ -233,6 +243,9 @@ struct ThreadState {
         std::vector<WeightsRow> rows;
     } dw;
     std::vector<float> edges;      // fold_kw: zero-padded src runs of the W edges, a slot per (row, kd, kh)
+    // NCX windows (plan.ncx_windows): bytes from the virtual NXC tensors'
+    // starts to the windows' (the depthwise row offsets subtract them).
+    int64_t src_shift = 0, dst_shift = 0;
     StagedChunk staged;
     const StagedChunk* view = nullptr;  // staged chunk, or nullptr: user tensors
 };
@@ -252,6 +265,17 @@ public:
         }
         user_es_ = static_cast<int64_t>(dtype_size(p_.dt));
         if (plan.blk.kind == WeightsKernelKind::depthwise) plan_dw_edges();
+        if (plan.ncx_windows) {
+            std::vector<RowPos> chunk;
+            const WeightsGeometry& g = plan_.geo;
+            for (int64_t c = 0; c < plan_.red.chunks; ++c) {
+                decode_rows(chunk, c * plan_.red.chunk_rows,
+                            std::min(plan_.red.rows, (c + 1) * plan_.red.chunk_rows));
+                const ChunkWindow w = chunk_window(chunk);
+                win_src_bytes_ = std::max(win_src_bytes_, (w.src_hi - w.src_lo) * g.in[2] * p_.ic() * user_es_);
+                win_dst_bytes_ = std::max(win_dst_bytes_, (w.dst_hi - w.dst_lo) * g.out[2] * p_.oc() * user_es_);
+            }
+        }
         load_kernels();
     }
 
@@ -322,9 +346,9 @@ private:
                     int64_t ow_lo, int64_t ow_hi, int user = 0) const;
     // Depthwise: the rows of the chunk for kw tile kt of kernel-row block
     // kh0 at depth tap kd, as WeightsRow::mask runs from the tile's first
-    // (kernel row, tap) pair.
+    // (kernel row, tap) pair; offsets less the NCX windows' shifts.
     void build_dw_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, int64_t kd, int64_t kh0,
-                       int64_t kt) const;
+                       int64_t kt, int64_t src_shift, int64_t dst_shift) const;
     // fold_kw: the rows of tap (kd, kh) over the chunk. Output pixels where
     // every kw tap reads inside src read the user's src; the W edges read
     // zero-padded copies of their src runs in ts.edges (pixel stride as in
@@ -390,6 +414,12 @@ private:
     }
     // plan.prepad: the user's NXC src into the zero-padded src of p_.
     void pad_src(const char* src, char* to, int threads) const;
+    // NCX windows (plan.ncx_windows).
+    ChunkWindow chunk_window(const std::vector<RowPos>& chunk) const;
+    std::array<int64_t, 2> thread_channels(const std::array<int64_t, 2>& tiles) const;
+    void fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch, const char* src,
+                      const char* diff_dst, char* src_win, char* dst_win) const;
+    int64_t win_src_bytes_ = 0, win_dst_bytes_ = 0;  // the largest chunk's windows
     // Staged strided 1x1 rows keep only the pixels read: one per output
     // pixel. Tile-major chunks: one tile's channels per pixel.
     // Bytes between consecutive src pixels of a row as the kernels read it
@@ -1034,7 +1064,7 @@ uint64_t tap_variant(int a, int b, int taps) {
 }
 
 void JitWeightsExecutor::build_dw_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, int64_t kd,
-                                       int64_t kh0, int64_t kt) const {
+                                       int64_t kh0, int64_t kt, int64_t src_shift, int64_t dst_shift) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
@@ -1046,8 +1076,8 @@ void JitWeightsExecutor::build_dw_rows(std::vector<WeightsRow>& out, const std::
             if (r.oh % b.row_block || id < 0 || id >= g.in[0]) continue;
             const uint64_t mask = block_src_mask(r.oh);
             if (!mask) continue;
-            add_row(out, user_src_bytes(r.n, id, r.oh * g.stride[1] - g.pad[1], kw0 - g.pad[2]),
-                    user_dst_bytes(r.n, r.od, r.oh, 0), b.row_block * g.out[2], mask);
+            add_row(out, user_src_bytes(r.n, id, r.oh * g.stride[1] - g.pad[1], kw0 - g.pad[2]) - src_shift,
+                    user_dst_bytes(r.n, r.od, r.oh, 0) - dst_shift, b.row_block * g.out[2], mask);
         }
         return;
     }
@@ -1065,7 +1095,8 @@ void JitWeightsExecutor::build_dw_rows(std::vector<WeightsRow>& out, const std::
             uint64_t mask = piece.b - piece.a < taps ? kPartialTaps | tap_variant(piece.a, piece.b, taps) : 0;
             for (int i = ia; i < ib; ++i) mask |= row_taps << (i * taps);
             const int64_t iw = lo * g.stride[2] - g.pad[2] + kw0 * g.dil[2];
-            add_row(out, user_src_bytes(image, id, ih, iw), user_dst_bytes(image, r.od, r.oh, lo), hi - lo, mask);
+            add_row(out, user_src_bytes(image, id, ih, iw) - src_shift, user_dst_bytes(image, r.od, r.oh, lo) - dst_shift,
+                    hi - lo, mask);
         }
     }
 }
@@ -1090,7 +1121,7 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     ThreadState::DwRows& dw = ts.dw;
     if (dw.key != tile / b.n_tiles) {  // rows do not depend on the channel tile
         dw.key = tile / b.n_tiles;
-        build_dw_rows(dw.rows, ts.chunk, kd, kh0, kt);
+        build_dw_rows(dw.rows, ts.chunk, kd, kh0, kt, ts.src_shift, ts.dst_shift);
     }
     const TileCall c{src + c0 * es,
                      diff_dst + c0 * es,
@@ -1136,6 +1167,18 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         ts.src_filled.resize(static_cast<size_t>(g.g * b.m_tiles));
         ts.dst_filled.resize(static_cast<size_t>(g.g * b.n_tiles));
     }
+    // NCX windows: the user's NCX tensors here, the kernels read the windows.
+    const char* const user_src = src;
+    const char* const user_dst = diff_dst;
+    ScratchLease src_win, dst_win;
+    std::array<int64_t, 2> channels{};
+    if (plan_.ncx_windows) {
+        src_win = ScratchLease(Scratch::weights_src_nxc, win_src_bytes_);
+        dst_win = ScratchLease(Scratch::weights_dst_nxc, win_dst_bytes_);
+        src = src_win.get();
+        diff_dst = dst_win.get();
+        channels = thread_channels(tiles);
+    }
     Prefetch pf;  // the next chunk's memory, while this one runs
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
         float* out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
@@ -1143,6 +1186,8 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
             decode_rows(ts.chunk, q0, q1);
+            if (plan_.ncx_windows)
+                fill_windows(ts, chunk_window(ts.chunk), channels, user_src, user_dst, src_win.get(), dst_win.get());
             // stage_in_kernel: the kernels fill the slices, unless a copy
             // pass stages the chunk (a lone bf16 image pairs with zeros).
             const bool copy_pass = ts.view && (!plan_.stage_in_kernel || has_lone_image(ts.chunk));
@@ -1159,11 +1204,16 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             // The next chunk's user memory (which the stager reads next).
             const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
             pf.clear();
-            if (has_next && plan_.stage_in_kernel)
+            if (has_next && plan_.stage_in_kernel) {
                 prefetch_first_call(pf, ts, c + 1, tiles[0], tiles[1] - tiles[0],
                                     (q1 - q0) * g.segment, src, diff_dst);
-            else if (has_next)
+            } else if (has_next && !plan_.ncx_windows) {
+                // (Windows: the transposes prefetch as they read. The
+                // kernels also walking the next chunk's NCX runs, a line
+                // or two per channel and image, cost 5-25 % on 56x56 and
+                // larger planes and up to half on 14x14 ones.)
                 prefetch_chunk(pf, c + 1, src, diff_dst);
+            }
             ts.tap_built.assign(ts.tap_rows.size(), 0);
             ts.dw.key = -1;
             std::fill(std::begin(ts.tm_built), std::end(ts.tm_built), 0);
@@ -1175,6 +1225,65 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             }
         }
     }
+}
+
+// The src rows chunk rows read (each row's first and last tap rows inside
+// src: every tap's rows lie between), the diff_dst rows they are (row
+// blocks: the whole block).
+ChunkWindow JitWeightsExecutor::chunk_window(const std::vector<RowPos>& chunk) const {
+    const WeightsGeometry& g = plan_.geo;
+    const int64_t rb = plan_.blk.row_block;
+    ChunkWindow w{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
+    for (const RowPos& r : chunk) {
+        const int64_t oh_last = std::min(g.out[1] - 1, rb > 1 ? r.oh / rb * rb + rb - 1 : r.oh);
+        const int64_t dst_row = (r.n * g.out[0] + r.od) * g.out[1];
+        w.dst_lo = std::min(w.dst_lo, dst_row + r.oh);
+        w.dst_hi = std::max(w.dst_hi, dst_row + oh_last + 1);
+        const int64_t d0 = std::max<int64_t>(0, r.od * g.stride[0] - g.pad[0]);
+        const int64_t d1 = std::min(g.in[0] - 1, r.od * g.stride[0] - g.pad[0] + (g.k[0] - 1) * g.dil[0]);
+        const int64_t h0 = std::max<int64_t>(0, r.oh * g.stride[1] - g.pad[1]);
+        const int64_t h1 = std::min(g.in[1] - 1, oh_last * g.stride[1] - g.pad[1] + (g.k[1] - 1) * g.dil[1]);
+        if (d0 > d1 || h0 > h1) continue;  // every tap outside src
+        w.src_lo = std::min(w.src_lo, (r.n * g.in[0] + d0) * g.in[1] + h0);
+        w.src_hi = std::max(w.src_hi, (r.n * g.in[0] + d1) * g.in[1] + h1 + 1);
+    }
+    if (w.src_lo >= w.src_hi) w.src_lo = w.src_hi = 0;
+    if (w.dst_lo >= w.dst_hi) w.dst_lo = w.dst_hi = 0;
+    return w;
+}
+
+// The channels [c0, c1) of a thread's tiles [t0, t1): one pass over
+// consecutive channel tiles, else all (lane groups: all).
+std::array<int64_t, 2> JitWeightsExecutor::thread_channels(const std::array<int64_t, 2>& tiles) const {
+    const WeightsBlocking& b = plan_.blk;
+    const int64_t nt = b.n_tiles, width = int64_t(b.n) * b.vlen;
+    if (b.lane_group > 1 || tiles[1] - tiles[0] >= nt || tiles[0] / nt != (tiles[1] - 1) / nt)
+        return {0, p_.ic()};
+    return {tiles[0] % nt * width, std::min(p_.ic(), ((tiles[1] - 1) % nt + 1) * width)};
+}
+
+// Chunk window w of channels ch from the user's NCX tensors into the
+// thread's NXC windows (rows of every channel, pixels `channels` apart),
+// image by image: a plane's rows are contiguous in NCX.
+void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch,
+                                      const char* src, const char* diff_dst, char* src_win, char* dst_win) const {
+    const WeightsGeometry& g = plan_.geo;
+    const int64_t es = user_es_;
+    auto fill = [&](const char* from, char* to, int64_t lo, int64_t hi, int64_t rows_per_image, int64_t row_px,
+                    int64_t channels) {
+        const int64_t plane = rows_per_image * row_px;
+        for (int64_t n = lo / rows_per_image; n * rows_per_image < hi; ++n) {
+            const int64_t a = std::max(lo, n * rows_per_image), z = std::min(hi, (n + 1) * rows_per_image);
+            const int64_t first_px = (a - n * rows_per_image) * row_px;
+            transpose_block(from + ((n * channels + ch[0]) * plane + first_px) * es, plane,
+                            to + ((a - lo) * row_px * channels + ch[0]) * es, channels, static_cast<int>(es),
+                            ch[1] - ch[0], (z - a) * row_px, plan_.isa);
+        }
+    };
+    fill(src, src_win, w.src_lo, w.src_hi, g.in[0] * g.in[1], g.in[2], p_.ic());
+    fill(diff_dst, dst_win, w.dst_lo, w.dst_hi, g.out[0] * g.out[1], g.out[2], p_.oc());
+    ts.src_shift = w.src_lo * g.in[2] * p_.ic() * es;
+    ts.dst_shift = w.dst_lo * g.out[2] * p_.oc() * es;
 }
 
 // The user memory of chunk `chunk`, per image (two for a bf16 pair): its
@@ -1356,7 +1465,7 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     const char* diff_dst = static_cast<const char*>(p_.swap_inputs ? input0 : input1);
     const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
     ScratchLease src_nxc, dst_nxc, padded, target_lease, partials_lease;
-    if (plan_.transpose_inputs) {
+    if (plan_.transpose_inputs && !plan_.ncx_windows) {
         src_nxc = ScratchLease(Scratch::weights_src_nxc, p_.mb * p_.ic() * user_.in_sp() * es);
         dst_nxc = ScratchLease(Scratch::weights_dst_nxc, p_.mb * p_.oc() * p_.out_sp() * es);
         // NCX (n, c, sp) -> dense NXC (n, sp, c)

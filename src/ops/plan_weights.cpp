@@ -772,6 +772,16 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
         r.chunks = div_up(r.rows, r.chunk_rows);
         r.slices = std::min(r.slices, r.chunks);
     }
+    // NCX windows on small planes: chunks of whole images. A chunk of a
+    // few rows reads a short run of each channel's plane (MobileNetV2's
+    // 14x14 layers: 4-6 rows, 224-336 bytes a channel) and the transposes
+    // waited on memory; a whole image is one sequential read (see
+    // Cost::ncx_window_plane_bytes).
+    if (plan.ncx_windows && g.in[0] * g.in[1] * g.in[2] * plan.elem_bytes() <= Cost::ncx_window_plane_bytes) {
+        r.chunk_rows = g.out[0] * g.out[1] * g.segs_per_row;
+        r.chunks = div_up(r.rows, r.chunk_rows);
+        r.slices = std::min(r.slices, r.chunks);
+    }
     const int64_t src_row = std::min(g.in[2], g.segment * g.stride[2] + g.k[2] * g.dil[2]) * p.ic();
     r.chunk_bytes = r.chunk_rows * plan.elem_bytes() * (g.segment * p.oc() + src_row * g.k[1]);
     WeightsBlocking& b = plan.blk;
@@ -1024,6 +1034,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     if (prepad_src(p, isa)) {
         WeightsPlan plan = plan_weights(padded_problem(p), isa, nthreads);
         plan.prepad = true;
+        plan.ncx_windows = false;  // the pad pass reads whole NXC images
         return plan;
     }
     WeightsPlan plan;
@@ -1073,6 +1084,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.stage_in_kernel = plan.tile_major && in_kernel;
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
+    plan.ncx_windows = plan.transpose_inputs && dw;
     // Lane groups flush (kw, ic) rows as one run.
     plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || kw_ic_rows_consecutive(p));
     plan.weights_elems = p.output_elems;
@@ -1174,7 +1186,7 @@ std::string WeightsPlan::to_string() const {
        << (fold_kw > 1 ? " fold-kw" : "") << (kw_phases > 0 ? " kw-window" : "")
        << (kw_lanes ? (lane_pairs ? " kw-lanes(group pairs)" : " kw-lanes") : "") << (prepad ? " prepad" : "")
        << (w_pairs ? " W-pairs" : "")
-       << (transpose_inputs ? " ncx->nxc" : "")
+       << (ncx_windows ? " ncx->nxc(windows)" : transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
        << (pf_lines != 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())
        << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";

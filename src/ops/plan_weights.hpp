@@ -93,6 +93,10 @@ struct WeightsPlan {
     WeightsReduction red;
     WeightsThreadGrid grid;
     bool transpose_inputs = false;  // NCX: src and diff_dst to NXC scratch first
+    // NCX depthwise (not prepad): no whole-tensor transposes; each thread
+    // transposes a chunk's rows of its channels into an NXC window (per
+    // thread scratch) as the chunk starts, and the kernels read the window.
+    bool ncx_windows = false;
     bool direct_weights = true;     // OC-contiguous user layout: kernels write it directly
     // 16-bit diff_weights that the kernels write rounded (WeightsKernelDesc::
     // store_dt): gemm plans on AVX-512 whose tiles each take one call over
@@ -281,6 +285,13 @@ struct WeightsCostModel {
     static constexpr double fold_halo_budget = 128 << 10;
     static constexpr int64_t fold_halo_min_px = 32;
     static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
+    // NCX windows (WeightsPlan::ncx_windows) take chunks of whole images
+    // when a channel's src plane is at most this many bytes. MobileNetV2 /
+    // EfficientNet-B0 depthwise weight gradients, NCX, mb 32, 2 threads,
+    // against chunks of rows (AMD Zen 5, tools/sweep_ab.py --rounds=3 --min):
+    // 7x7-28x28 planes 1.08-1.63x (f32 and bf16); on 56x56 and larger
+    // planes (runs of 2 KiB or more a channel) 0.82-1.26x, noise: rows.
+    static constexpr int64_t ncx_window_plane_bytes = 4 << 10;
     // Staged chunks: bytes per chunk. Staged data is in L2 (unlike the
     // direct path's user memory), so chunks are L2-sized; but every chunk
     // adds each tile into the f32 target once, and weights beyond

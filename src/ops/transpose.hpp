@@ -45,4 +45,11 @@ __attribute__((target("avx512f"))) inline void transpose_16x16(__m512i r[16]) {
 void transpose_images(const void* src, void* dst, int es, int64_t mb, int64_t rows, int64_t cols, int threads,
                       Isa isa);
 
+// dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols, on the
+// calling thread: a block of a larger matrix (elements of `es` bytes, 2 or
+// 4), nothing outside it read or written. Same tiles as transpose_images,
+// ordinary stores.
+void transpose_block(const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int es, int64_t rows, int64_t cols,
+                     Isa isa);
+
 }  // namespace convgrad::detail
