@@ -1002,6 +1002,113 @@ TEST_CASE("data: streaming stores, aligned and not", "[jit][data][dtype]") {
         }
 }
 
+TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][dtype]") {
+    // Each item transposes the diff_dst rows it reads into an NXC window and
+    // its diff_src rows back (DataPlan::ncx_windows): row groups that cross
+    // images, whole images, strides (16-bit: phases no tap reaches, zeroed
+    // apart), dilation, one-sided pads, 1D / 3D, row blocks, channel runs
+    // split between items, every type and ISA, 1-3 threads bitwise alike;
+    // after a run on NaN inputs (a window's stale bytes would show); and a
+    // large output streamed back, into an aligned buffer and one 16 bytes
+    // off (ordinary stores), starting as 0x7f bytes.
+    auto dw = [](int64_t ch, dims in, dims k) {
+        DCase c;
+        c.g = c.ic = c.oc = ch;
+        c.in = std::move(in);
+        c.k = std::move(k);
+        c.nxc = false;
+        c.mb = 3;
+        return c;
+    };
+    std::vector<DCase> cases;
+    DCase c = dw(17, {34, 33}, {3, 3});  // 4.5 KB f32 planes: groups of rows across images
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = dw(40, {9, 9}, {3, 3});  // strides 2, whole images
+    c.s = {2, 2};
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = dw(24, {12, 13}, {1, 2});  // W stride 3: phases no tap reaches
+    c.s = {2, 3};
+    cases.push_back(c);
+    c = dw(160, {120, 121}, {1, 2});  // and in items of channel runs, rows split between threads
+    c.s = {2, 3};
+    c.mb = 1;
+    cases.push_back(c);
+    c = dw(20, {40, 31}, {5, 5});  // H stride and dilation, one-sided pads
+    c.s = {2, 1};
+    c.d = {2, 1};
+    c.pb = {4, 2};
+    c.pe = {0, 2};
+    c.wfmt = "OIX";
+    cases.push_back(c);
+    c = dw(18, {4, 5, 6}, {3, 3, 3});  // 3D
+    c.pb = c.pe = {1, 1, 1};
+    cases.push_back(c);
+    c = dw(32, {1200}, {3});  // 1D
+    c.pb = c.pe = {1};
+    cases.push_back(c);
+    c = dw(32, {7, 7}, {3, 3});  // row blocks
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = dw(512, {20, 20}, {3, 3});  // one image: items of channel runs
+    c.mb = 1;
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    for (const DCase& base : cases) {
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            DCase t = base;
+            t.dt = dt;
+            const auto ref = t.make("ref");
+            if (runs("avx512_core")) {
+                const std::string d = t.make("avx512_core").describe();
+                INFO(d);
+                CHECK(d.find("NCX rows through NXC windows") != std::string::npos);
+            }
+            testutil::Buffer nan_dd(dt, ref.input0_elems()), nan_w(dt, ref.input1_elems());
+            std::fill(nan_dd.bytes.begin(), nan_dd.bytes.end(), uint8_t(0xff));
+            std::fill(nan_w.bytes.begin(), nan_w.bytes.end(), uint8_t(0xff));
+            for (const std::string& isa : kAllIsas)
+                if (runs(isa)) testutil::run(t.make(isa), nan_dd, nan_w);
+            for (int threads : {2, 3}) {  // a thread's first item need not start a row group
+                tbb::task_arena arena(threads);
+                arena.execute([&] { check_exact(t, kAllIsas); });
+            }
+            const auto o = t.make(convgrad::max_isa());
+            const auto dd = testutil::random_reals(dt, o.input0_elems(), 1);
+            const auto w = testutil::random_reals(dt, o.input1_elems(), 2);
+            std::vector<testutil::Buffer> outs;
+            for (int threads : {1, 2, 3}) {
+                tbb::task_arena arena(threads);
+                arena.execute([&] { outs.push_back(testutil::run(o, dd, w)); });
+            }
+            CHECK(testutil::bitwise_equal(outs[0], outs[1]));
+            CHECK(testutil::bitwise_equal(outs[0], outs[2]));
+        }
+    }
+    for (data_type dt : {data_type::f32, data_type::bf16}) {
+        DCase big = dw(32, {64, 64}, {3, 3});  // 4 MiB of diff_src, planes of whole lines
+        big.dt = dt;
+        big.mb = dt == data_type::f32 ? 8 : 16;
+        big.pb = big.pe = {1, 1};
+        const auto jit = big.make(convgrad::max_isa());
+        INFO(jit.describe());
+        CHECK(jit.describe().find("NCX rows through NXC windows (streamed back)") != std::string::npos);
+        const auto ref = big.make("ref");
+        const auto dd = testutil::small_ints(dt, ref.input0_elems(), 21);
+        const auto w = testutil::small_ints(dt, ref.input1_elems(), 22);
+        const auto expect = testutil::run(ref, dd, w);
+        const size_t bytes = expect.bytes.size();
+        std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, bytes + 64)),
+                                                           &std::free);
+        for (size_t offset : {0, 16}) {
+            std::memset(out.get(), 0x7f, bytes + 64);
+            jit.execute(dd.data(), w.data(), out.get() + offset);
+            CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);
+        }
+    }
+}
+
 // 16-bit outputs of strided layers: the W phases no tap reaches, and the
 // rows no kernel row reaches, are zeroed apart from the kernels, once for
 // every channel (see direct_item). Every such pixel must be written: the

@@ -91,7 +91,10 @@ void copy_pixels(const char* src, int64_t es, int64_t pixels, int64_t elems, cha
 // are zeroed once: copies only ever write the middle of a slot.
 class PaddedRows {
 public:
-    void init(const DataPlan& plan, const Problem& p) {
+    // window_rows > 0 (NCX windows): a slot per row of the item's window,
+    // keys from forget()'s first_key on (a lookup in place of a search
+    // over the group's rows and halo: 3D groups of 80 rows had 248 slots).
+    void init(const DataPlan& plan, const Problem& p, int64_t window_rows = 0) {
         dt_ = plan.widen_rows ? p.dt : data_type::f32;
         if (plan.widen_rows) widen_ = ArrayConverter(plan.isa, p.dt, data_type::f32);
         row_bytes_ = plan.scratch.row_bytes;
@@ -99,13 +102,29 @@ public:
         left_bytes_ = plan.pad_left * pixel_bytes_;
         pixels_ = plan.geo.out[2];
         pixel_elems_ = p.oc();
-        keys_.assign(static_cast<size_t>(plan.scratch.row_slots), -1);
+        direct_ = window_rows > 0;
+        const int64_t slots = direct_ ? window_rows : plan.scratch.row_slots;
+        keys_.assign(static_cast<size_t>(slots), -1);
         used_.assign(keys_.size(), 0);
-        buf_ = ScratchLease(Scratch::data_rows, row_bytes_ * plan.scratch.row_slots);
-        std::memset(buf_.get(), 0, static_cast<size_t>(row_bytes_ * plan.scratch.row_slots));
+        buf_ = ScratchLease(Scratch::data_rows, row_bytes_ * slots);
+        std::memset(buf_.get(), 0, static_cast<size_t>(row_bytes_ * slots));
+    }
+    // Drops every cached row (their source changed); window rows from first_key.
+    void forget(int64_t first_key) {
+        std::fill(keys_.begin(), keys_.end(), -1);
+        first_key_ = first_key;
     }
     // Pixel ow = 0 of diff_dst row `key` (elements of dtype_size bytes at src).
     const char* get(int64_t key, const char* src, int es) {
+        if (direct_) {
+            const size_t i = static_cast<size_t>(key - first_key_);
+            char* row = buf_.get() + int64_t(i) * row_bytes_ + left_bytes_;
+            if (keys_[i] != key) {
+                copy_pixels(src, es, pixels_, pixel_elems_, row, pixel_bytes_, dt_ == data_type::f32 ? nullptr : &widen_);
+                keys_[i] = key;
+            }
+            return row;
+        }
         size_t slot = 0;
         for (size_t i = 0; i < keys_.size(); ++i) {
             if (keys_[i] == key) {
@@ -132,6 +151,8 @@ private:
     int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, pixels_ = 0, pixel_elems_ = 0;
     std::vector<int64_t> keys_, used_;
     int64_t clock_ = 0;
+    bool direct_ = false;  // a slot per window row
+    int64_t first_key_ = 0;
     ScratchLease buf_;
 };
 
@@ -146,6 +167,16 @@ struct ThreadCtx {
     std::vector<DataEntry> entries;
     PaddedRows rows;
     ScratchLease acc, cvt;
+    // NCX windows (plan.ncx_windows): the item's diff_dst and diff_src
+    // rows in NXC, and the (n, id, ih) rows their first rows are.
+    ScratchLease dd_win, dst_win;
+    int64_t dd_row0 = 0, dst_row0 = 0;
+};
+
+// NCX windows: an item's diff_dst rows [dd_lo, dd_hi) and diff_src rows
+// [dst_lo, dst_hi) (flattened (n, d, h) rows of the plan's geometry).
+struct ItemWindow {
+    int64_t dd_lo = 0, dd_hi = 0, dst_lo = 0, dst_hi = 0;
 };
 
 // Appends a kernel entry field by field. A braced temporary is built on the
@@ -261,6 +292,30 @@ private:
         return (ocg + plan_.oc_chunk - 1) / plan_.oc_chunk;
     }
 
+    // f(kd * KH + kh, diff_dst row) for each (kd, kh) row of diff_src row
+    // `row` (an (n, id, ih) row) that reads a diff_dst row, in that order.
+    template <typename F>
+    void for_each_tap_row(int64_t row, F&& f) const {
+        const DataGeometry& g = plan_.geo;
+        const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
+        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+            const int64_t td = id + g.pad[0] - kd * g.dil[0];
+            if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
+            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+                const int64_t th = ih + g.pad[1] - kh * g.dil[1];
+                if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
+                f(kd * g.k[1] + kh, (n * g.out[0] + td / g.stride[0]) * g.out[1] + th / g.stride[1]);
+            }
+        }
+    }
+    // NCX windows: the rows item rows [r0, r1) reads and writes; channels
+    // [c0, c1) of diff_dst rows into ctx.dd_win (before the item), of
+    // ctx.dst_win into the user's diff_src (after it).
+    ItemWindow item_window(int64_t r0, int64_t r1) const;
+    void open_windows(const char* dd, const ItemWindow& w, int64_t c0, int64_t c1, ThreadCtx& ctx) const;
+    void close_windows(char* dst, const ItemWindow& w, int64_t c0, int64_t c1, const ThreadCtx& ctx) const;
+    int64_t win_dd_bytes_ = 0, win_dst_bytes_ = 0;  // the largest item's windows
+
     Problem p_;
     DataPlan plan_;
     int es_ = 4;                   // bytes of an activation element (diff_dst and diff_src)
@@ -282,6 +337,11 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
+    for (int64_t r0 = 0; plan_.ncx_windows && r0 < plan_.rows; r0 += plan_.group_rows) {
+        const ItemWindow w = item_window(r0, std::min(plan_.rows, r0 + plan_.group_rows));
+        win_dd_bytes_ = std::max(win_dd_bytes_, (w.dd_hi - w.dd_lo) * dd_str_.h * es_);
+        win_dst_bytes_ = std::max(win_dst_bytes_, (w.dst_hi - w.dst_lo) * dst_str_.h * es_);
+    }
     if (p.dt != data_type::f32) {
         widen_ = ArrayConverter(plan_.isa, p.dt, data_type::f32);
         round_ = ArrayConverter(plan_.isa, data_type::f32, p.dt);
@@ -352,7 +412,8 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const ScratchLease dd_nxc(Scratch::data_dd_nxc, plan_.scratch.dd_nxc_elems * es_);
     const ScratchLease dst_nxc(Scratch::data_dst_nxc, plan_.scratch.dst_nxc_elems * es_);
     char* dst = static_cast<char*>(out);
-    if (!p_.nxc) {
+    const bool whole = !p_.nxc && !plan_.ncx_windows;  // else NXC, or windows per item
+    if (whole) {
         transpose_images(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads, plan_.isa);
         dd = dd_nxc.get();
         dst = dst_nxc.get();
@@ -361,7 +422,7 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
         run_col(dd, wp.get(), dst, threads);
     else
         run_direct(dd, wp.get(), dst, threads);
-    if (!p_.nxc) transpose_images(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads, plan_.isa);
+    if (whole) transpose_images(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads, plan_.isa);
 }
 
 // How gather_rows turns each gathered dword into its output.
@@ -657,6 +718,43 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
     });
 }
 
+ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1) const {
+    const DataGeometry& g = plan_.geo;
+    ItemWindow w{INT64_MAX, INT64_MIN, r0, r1};
+    if (plan_.row_blocks) {  // build_slab: the plane's rows
+        w.dd_lo = r0 / g.in[1] * g.out[1];
+        w.dd_hi = w.dd_lo + g.out[1];
+        return w;
+    }
+    for (int64_t row = r0; row < r1; ++row)  // the rows direct_item's taps read
+        for_each_tap_row(row, [&](int64_t, int64_t dd_row) {
+            w.dd_lo = std::min(w.dd_lo, dd_row);
+            w.dd_hi = std::max(w.dd_hi, dd_row + 1);
+        });
+    if (w.dd_lo >= w.dd_hi) w.dd_lo = w.dd_hi = 0;
+    return w;
+}
+
+void JitDataExecutor::open_windows(const char* dd, const ItemWindow& w, int64_t c0, int64_t c1,
+                                   ThreadCtx& ctx) const {
+    const DataGeometry& g = plan_.geo;
+    ncx_rows_to_window(dd, ctx.dd_win.get(), {es_, p_.oc(), g.out[0] * g.out[1], g.out[2], c0, c1, w.dd_lo, w.dd_hi},
+                       plan_.isa);
+    ctx.dd_row0 = w.dd_lo;
+    ctx.dst_row0 = w.dst_lo;
+    // Copies made from the previous window (row taps point into it).
+    ctx.slab_plane = -1;
+    ctx.row_taps_row = -1;
+    if (plan_.padded_rows) ctx.rows.forget(w.dd_lo);
+}
+
+void JitDataExecutor::close_windows(char* dst, const ItemWindow& w, int64_t c0, int64_t c1,
+                                    const ThreadCtx& ctx) const {
+    const DataGeometry& g = plan_.geo;
+    window_to_ncx_rows(ctx.dst_win.get(), dst, {es_, p_.ic(), g.in[0] * g.in[1], g.in[2], c0, c1, w.dst_lo, w.dst_hi},
+                       plan_.isa, plan_.window_nt);
+}
+
 // Items are (row group, channel block) pairs, group-major; each thread
 // takes a contiguous range and runs an item's oc chunks in order, every row
 // of the group per chunk (a 16-bit output keeps the group's f32 sums in
@@ -680,23 +778,37 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
             ctx.slab = ScratchLease(Scratch::data_rows, plan_.scratch.slab_bytes);
             std::memset(ctx.slab.get(), 0, static_cast<size_t>(plan_.scratch.slab_bytes));  // the pads
         } else if (plan_.padded_rows) {
-            ctx.rows.init(plan_, p_);
+            ctx.rows.init(plan_, p_, plan_.ncx_windows ? win_dd_bytes_ / (dd_str_.h * es_) : 0);
         }
+        if (plan_.ncx_windows) {
+            ctx.dd_win = ScratchLease(Scratch::data_dd_nxc, win_dd_bytes_);
+            ctx.dst_win = ScratchLease(Scratch::data_dst_nxc, win_dst_bytes_);
+        }
+        const char* item_dd = plan_.ncx_windows ? ctx.dd_win.get() : dd;
+        char* item_dst = plan_.ncx_windows ? ctx.dst_win.get() : dst;
         const auto [lo, hi] = grid.range(t);
-        for (int64_t i = lo; i < hi && plan_.row_blocks; ++i) {
-            const auto [cb0, cb1] = plan_.cb_run(i % nruns);
-            row_block_item(dd, wp, dst, i / nruns, cb0, cb1 - cb0, ctx);
-        }
-        for (int64_t i = lo; i < hi && !plan_.row_blocks; ++i) {
+        for (int64_t i = lo; i < hi; ++i) {
             const int64_t r0 = i / nruns * group, r1 = std::min(rows, r0 + group);
             const auto [cb0, cb1] = plan_.cb_run(i % nruns);
-            for (int64_t ch = 0; ch < nchunks; ++ch)
-                for (int64_t row = r0; row < r1; ++row) {
-                    float* acc_row = ctx.acc.get() ? ctx.acc.floats() + (row - r0) * row_elems : nullptr;
-                    direct_item(dd, wp, dst, row, cb0, cb1 - cb0, ch, acc_row, ctx);
-                }
+            // (Depthwise: a run's channels; the plan's geometry has one group.)
+            const int64_t c0 = cb0 * plan_.cb.block, c1 = std::min(p_.ic(), cb1 * plan_.cb.block);
+            ItemWindow w;
+            if (plan_.ncx_windows) {
+                w = item_window(r0, r1);
+                open_windows(dd, w, c0, c1, ctx);
+            }
+            if (plan_.row_blocks) {
+                row_block_item(item_dd, wp, item_dst, i / nruns, cb0, cb1 - cb0, ctx);
+            } else {
+                for (int64_t ch = 0; ch < nchunks; ++ch)
+                    for (int64_t row = r0; row < r1; ++row) {
+                        float* acc_row = ctx.acc.get() ? ctx.acc.floats() + (row - r0) * row_elems : nullptr;
+                        direct_item(item_dd, wp, item_dst, row, cb0, cb1 - cb0, ch, acc_row, ctx);
+                    }
+            }
+            if (plan_.ncx_windows) close_windows(dst, w, c0, c1, ctx);
         }
-        if (nt) _mm_sfence();  // streaming stores visible before the join
+        if (nt || plan_.window_nt) _mm_sfence();  // streaming stores visible before the join
     });
 }
 
@@ -706,7 +818,7 @@ void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) 
     const DataGeometry& g = plan_.geo;
     const int64_t row_bytes = plan_.scratch.row_bytes;
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
-        const char* src = dd + (plane * g.out[1] + oh) * dd_str_.h * es_;
+        const char* src = dd + (plane * g.out[1] + oh - ctx.dd_row0) * dd_str_.h * es_;
         char* row = ctx.slab.get() + oh * row_bytes + plan_.pad_left * plan_.dd_pitch;
         copy_pixels(src, es_, g.out[2], p_.oc(), row, plan_.dd_pitch, plan_.widen_rows ? &widen_ : nullptr);
     }
@@ -727,7 +839,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
     const int64_t width = cbs.width(last), ksp = p_.k_sp();
     const int64_t row_es = plan_.widen_rows ? 4 : es_, pix_bytes = plan_.dd_pitch;
     const int64_t row_elems = g.in[2] * p_.ic(), chan_off = grp * p_.icg + blk * cbs.block;
-    const int64_t plane_off = plane * g.in[1] * row_elems + chan_off;  // diff_src elements
+    const int64_t plane_off = (plane * g.in[1] - ctx.dst_row0) * row_elems + chan_off;  // diff_src elements
     const std::vector<PhaseTap>& taps = phases_[0];
     const DataKernelArgs rep = rep_steps(reps);
     for (int64_t chunk = 0; chunk < chunks(); ++chunk) {
@@ -808,23 +920,15 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
                                   int64_t reps, int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
-    const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
     std::vector<RowTap>& rts = ctx.row_taps;
     // The same row's taps serve its next channel block or oc chunk: no row
     // was fetched since, so the padded copies are still where they were.
     if (ctx.row_taps_row != row) {
         rts.clear();
-        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-            const int64_t td = id + g.pad[0] - kd * g.dil[0];
-            if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
-            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-                const int64_t th = ih + g.pad[1] - kh * g.dil[1];
-                if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
-                const int64_t dd_row = (n * g.out[0] + td / g.stride[0]) * g.out[1] + th / g.stride[1];
-                const char* src = dd + dd_row * dd_str_.h * es_;
-                rts.push_back({kd * g.k[1] + kh, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
-            }
-        }
+        for_each_tap_row(row, [&](int64_t tap, int64_t dd_row) {
+            const char* src = dd + (dd_row - ctx.dd_row0) * dd_str_.h * es_;
+            rts.push_back({tap, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
+        });
         ctx.row_taps_row = row;
     }
     const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
@@ -836,7 +940,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const char* wblock = wp + (grp * cbs.padded() * ksp * ocg_w + blk * cbs.block * ksp * ocg_w + oc0 * width) *
                                       plan_.w_elem_bytes;
     const int64_t chan_dd = dw ? blk * cbs.block : grp * ocg + oc0;
-    const int64_t row_off = n * dst_str_.n + id * dst_str_.d + ih * dst_str_.h;
+    const int64_t row_off = (row - ctx.dst_row0) * dst_str_.h;  // dense (n, id, ih) rows
     const int64_t chan_off = dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block;
     const int64_t m = plan_.blk.m;
     const DataKernelArgs rep = rep_steps(reps);
@@ -852,7 +956,8 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     // channel block interleave with the others' FMAs.
     const bool zeros_apart = es_ == 2;
     auto zero_phase = [&](int64_t r) { return rts.empty() || phases_[static_cast<size_t>(r)].empty(); };
-    if (zeros_apart && cb == 0 && chunk == 0) {
+    // (NCX windows: every item, into its own window.)
+    if (zeros_apart && (cb == 0 || plan_.ncx_windows) && chunk == 0) {
         char* row_dst = dst + row_off * es_;
         const int64_t px_bytes = p_.ic() * es_;
         if (rts.empty()) {

@@ -1263,25 +1263,16 @@ std::array<int64_t, 2> JitWeightsExecutor::thread_channels(const std::array<int6
 }
 
 // Chunk window w of channels ch from the user's NCX tensors into the
-// thread's NXC windows (rows of every channel, pixels `channels` apart),
-// image by image: a plane's rows are contiguous in NCX.
+// thread's NXC windows (pixels every channel apart).
 void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch,
                                       const char* src, const char* diff_dst, char* src_win, char* dst_win) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t es = user_es_;
-    auto fill = [&](const char* from, char* to, int64_t lo, int64_t hi, int64_t rows_per_image, int64_t row_px,
-                    int64_t channels) {
-        const int64_t plane = rows_per_image * row_px;
-        for (int64_t n = lo / rows_per_image; n * rows_per_image < hi; ++n) {
-            const int64_t a = std::max(lo, n * rows_per_image), z = std::min(hi, (n + 1) * rows_per_image);
-            const int64_t first_px = (a - n * rows_per_image) * row_px;
-            transpose_block(from + ((n * channels + ch[0]) * plane + first_px) * es, plane,
-                            to + ((a - lo) * row_px * channels + ch[0]) * es, channels, static_cast<int>(es),
-                            ch[1] - ch[0], (z - a) * row_px, plan_.isa);
-        }
-    };
-    fill(src, src_win, w.src_lo, w.src_hi, g.in[0] * g.in[1], g.in[2], p_.ic());
-    fill(diff_dst, dst_win, w.dst_lo, w.dst_hi, g.out[0] * g.out[1], g.out[2], p_.oc());
+    const int e = static_cast<int>(es);
+    ncx_rows_to_window(src, src_win, {e, p_.ic(), g.in[0] * g.in[1], g.in[2], ch[0], ch[1], w.src_lo, w.src_hi},
+                       plan_.isa);
+    ncx_rows_to_window(diff_dst, dst_win,
+                       {e, p_.oc(), g.out[0] * g.out[1], g.out[2], ch[0], ch[1], w.dst_lo, w.dst_hi}, plan_.isa);
     ts.src_shift = w.src_lo * g.in[2] * p_.ic() * es;
     ts.dst_shift = w.dst_lo * g.out[2] * p_.oc() * es;
 }

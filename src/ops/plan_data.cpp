@@ -79,6 +79,11 @@ constexpr double kRowBlockSlack = 1.1;
 constexpr int64_t kStreamingOutputBytes = 4 << 20;
 constexpr double kStreamingFlopsPerByte = 256.0;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
+// NCX windows (DataPlan::ncx_windows): row groups of whole images where a
+// channel's diff_src plane is at most kWindowPlaneBytes, else of at least
+// kWindowRunBytes a channel.
+constexpr int64_t kWindowPlaneBytes = 4 << 10;
+constexpr int64_t kWindowRunBytes = 4 << 10;
 constexpr int64_t kRowTapsMinPhasePixels = 28;   // depthwise under a W stride, see make_data_plan
 constexpr int kMaxM = 16, kMaxN = 8;
 // Depthwise row taps need this many accumulators, else an entry per tap
@@ -465,6 +470,20 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
         pl->group_rows = pl->geo.in[1];
     else if (!w_resident && pl->path != DataPath::col)
         pl->group_rows = std::max<int64_t>(1, div_up(kGroupPixels, pl->geo.in[2]));
+    if (pl->ncx_windows && !pl->row_blocks) {
+        // NCX windows: each item reads a run of every channel's planes; a
+        // whole image on small planes (one sequential read), else rows
+        // enough for runs of kWindowRunBytes.
+        const DataGeometry& g = pl->geo;
+        const int64_t es = static_cast<int64_t>(dtype_size(p.dt)), plane = g.in[0] * g.in[1] * g.in[2] * es;
+        pl->group_rows = plane <= kWindowPlaneBytes
+                                 ? g.in[0] * g.in[1]
+                                 : std::max(pl->group_rows, div_up(kWindowRunBytes, g.in[2] * es));
+        // Whole lines of every plane a group (planes of whole lines): the
+        // write-back can stream them.
+        const int64_t step = kCacheLineBytes / std::gcd(kCacheLineBytes, g.in[2] * es);
+        if (plane % kCacheLineBytes == 0) pl->group_rows = div_up(pl->group_rows, step) * step;
+    }
     choose_padded_rows(p, pl);
     if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
         pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
@@ -487,8 +506,8 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
 void size_scratch(const Problem& p, DataPlan* pl) {
     DataScratch& s = pl->scratch;
     s.wpack_elems = wpack_elems(p, *pl);
-    s.dd_nxc_elems = p.nxc ? 0 : p.mb * p.oc() * p.out_sp();
-    s.dst_nxc_elems = p.nxc ? 0 : p.mb * p.ic() * p.in_sp();
+    s.dd_nxc_elems = p.nxc || pl->ncx_windows ? 0 : p.mb * p.oc() * p.out_sp();
+    s.dst_nxc_elems = p.nxc || pl->ncx_windows ? 0 : p.mb * p.ic() * p.in_sp();
     const bool narrow_out = p.dt != data_type::f32;
     const int64_t ocg = pl->path == DataPath::depthwise ? 1 : p.ocg;
     if (narrow_out && pl->path != DataPath::col && div_up(ocg, pl->oc_chunk) > 1)
@@ -719,6 +738,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         *why = "pixel strides exceed 32-bit displacements";
         return false;
     }
+    pl->ncx_windows = !p.nxc && pl->path == DataPath::depthwise && pl->lane_group == 1 && pl->geo.images_per_row == 1;
     choose_cache_blocking(p, pl);
     size_scratch(p, pl);
     pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];
@@ -753,7 +773,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
                           pl->cb.block * es % kCacheLineBytes != 0;
     const bool whole_lines = (pl->geo.stride[2] == 1 || p.ic() * es % kCacheLineBytes == 0) &&
                              (pl->cb.per_group == 1 || pl->cb.block * es >= kCacheLineBytes) && !dw_split;
-    pl->nt_store = big && one_store && whole_lines &&
+    pl->nt_store = big && one_store && whole_lines && !pl->ncx_windows &&
                    (pl->path == DataPath::depthwise || p.icg % pl->blk.vlen == 0) && p.ic() % pl->blk.vlen == 0;
     // Where streaming stores cannot serve (channels not whole vectors, or
     // diff_src not 64-byte aligned at run time), depthwise kernels prefetch
@@ -761,7 +781,8 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // block otherwise wait on the reads for ownership at the stores (AMD
     // Zen 4, one thread, RegNetY 104 channels in groups of 8: 1.35x with
     // stride 2, 1.13x without).
-    pl->pf_store = big && pl->path == DataPath::depthwise;
+    pl->pf_store = big && pl->path == DataPath::depthwise && !pl->ncx_windows;  // (windows: in cache)
+    pl->window_nt = pl->ncx_windows && out_bytes >= kStreamingOutputBytes;
     return true;
 }
 
@@ -855,6 +876,7 @@ std::string DataPlan::to_string() const {
            << (!padded_rows       ? " (no edges)"
                : dd_pitch_spread ? " (zero-padded rows, pixels spaced out of one L1 set)"
                                  : " (zero-padded rows)")
+           << (ncx_windows ? window_nt ? ", NCX rows through NXC windows (streamed back)" : ", NCX rows through NXC windows" : "")
            << (nt_store ? ", streaming stores\n" : pf_store ? ", diff_src lines prefetched for writing\n" : "\n")
            << (direct_row_taps ? "          for valid (kd, kh) row: " : "          for valid tap (kd, kh, kw): ")
            << body_text() << "\n";

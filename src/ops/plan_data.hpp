@@ -160,6 +160,13 @@ struct DataPlan {
     // Kernels without streaming stores prefetch each block's diff_src lines
     // for writing (DataStore::prefetched).
     bool pf_store = false;
+    // NCX depthwise (G = 1, one image a row): no whole-tensor transposes;
+    // each item transposes the diff_dst rows it reads, for its channels,
+    // into a per-thread NXC window, computes its diff_src rows into another
+    // and transposes them back into the user's NCX diff_src. Row groups
+    // are whole images on small planes (see make_data_plan).
+    bool ncx_windows = false;
+    bool window_nt = false;  // large outputs: the write-back streams whole lines
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
     // Channel blocks per kernel call (direct and depthwise paths, row
     // blocks too): consecutive channel blocks that share a kernel and lie a

@@ -73,19 +73,21 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile16(const ch
 // 32 rows of 16-bit elements (r0 .. r0 + 31, all inside) × up to 16
 // columns from c0: each result row is 32 elements, a whole 64-byte line,
 // stored streaming.
-__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile32_words_stream(const char* s, char* d,
-                                                                                 int64_t rows, int64_t cols,
-                                                                                 int64_t r0, int64_t c0) {
+// Rows s_ld elements apart in s, d_ld in d.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile32_words_stream(const char* s, int64_t s_ld,
+                                                                                 char* d, int64_t d_ld,
+                                                                                 int64_t cols, int64_t r0,
+                                                                                 int64_t c0) {
     const int64_t nc = std::min<int64_t>(16, cols - c0);
     const __mmask16 cm = static_cast<__mmask16>((1u << nc) - 1);
     __m512i a[16], b[16];  // rows r0 .. r0 + 15 and the next 16, transposed (dwords)
-    load_transposed<2>(s, cols, r0, 16, c0, cm, a);
-    load_transposed<2>(s, cols, r0 + 16, 16, c0, cm, b);
+    load_transposed<2>(s, s_ld, r0, 16, c0, cm, a);
+    load_transposed<2>(s, s_ld, r0 + 16, 16, c0, cm, b);
     // The low word of each dword: a's 16, then b's.
     const __m512i low_words = _mm512_set_epi16(62, 60, 58, 56, 54, 52, 50, 48, 46, 44, 42, 40, 38, 36, 34, 32, 30,
                                                28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
     for (int j = 0; j < nc; ++j)
-        _mm512_stream_si512(reinterpret_cast<__m512i*>(d + ((c0 + j) * rows + r0) * 2),
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(d + ((c0 + j) * d_ld + r0) * 2),
                             _mm512_permutex2var_epi16(a[j], low_words, b[j]));
 }
 
@@ -95,7 +97,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void row_block16(const char
     if (es == 4)
         for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<4>(s, cols, d, rows, rows, cols, r0, c0, stream);
     else if (stream)
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile32_words_stream(s, d, rows, cols, r0, c0);
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile32_words_stream(s, cols, d, rows, cols, r0, c0);
     else
         for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<2>(s, cols, d, rows, rows, cols, r0, c0, false);
 }
@@ -145,16 +147,23 @@ void transpose_images(const void* src, void* dst, int es, int64_t mb, int64_t ro
 }
 
 void transpose_block(const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int es, int64_t rows, int64_t cols,
-                     Isa isa) {
+                     Isa isa, bool stream) {
     const char* s = static_cast<const char*>(src);
     char* d = static_cast<char*>(dst);
+    stream = stream && isa >= Isa::avx512_core && rows % (64 / es) == 0;
+    if (stream && es == 2) {  // whole lines: 32 rows a tile
+        for (int64_t r0 = 0; r0 < rows; r0 += 32)
+            for (int64_t c0 = 0; c0 < cols; c0 += 16) tile32_words_stream(s, src_ld, d, dst_ld, cols, r0, c0);
+        return;
+    }
     if (isa >= Isa::avx512_core) {
         // (Prefetching the rows 2-8 tiles of rows ahead as well: 0.89-1.01x
-        // on NCX depthwise windows of 14x14-28x28 planes.)
+        // on NCX depthwise windows of 14x14-28x28 planes. Columns outermost
+        // for the write-back, so each 16 planes are written in order: 0.99x.)
         for (int64_t r0 = 0; r0 < rows; r0 += 16)
             for (int64_t c0 = 0; c0 < cols; c0 += 16) {
                 if (es == 4)
-                    tile16<4>(s, src_ld, d, dst_ld, rows, cols, r0, c0, false);
+                    tile16<4>(s, src_ld, d, dst_ld, rows, cols, r0, c0, stream);
                 else
                     tile16<2>(s, src_ld, d, dst_ld, rows, cols, r0, c0, false);
             }
@@ -167,6 +176,37 @@ void transpose_block(const void* src, int64_t src_ld, void* dst, int64_t dst_ld,
             tiles32(reinterpret_cast<const uint16_t*>(s), src_ld, reinterpret_cast<uint16_t*>(d), dst_ld, rows, cols,
                     r0);
     }
+}
+
+namespace {
+
+// Calls f(image n, first row a, end row z) over the images rows [lo, hi) cross.
+template <typename F>
+void for_each_image_run(const NcxRows& r, F&& f) {
+    for (int64_t n = r.lo / r.rows_per_image; n * r.rows_per_image < r.hi; ++n)
+        f(n, std::max(r.lo, n * r.rows_per_image), std::min(r.hi, (n + 1) * r.rows_per_image));
+}
+
+}  // namespace
+
+void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa) {
+    const int64_t plane = r.rows_per_image * r.row_px;
+    for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
+        transpose_block(ncx + ((n * r.channels + r.c0) * plane + (a - n * r.rows_per_image) * r.row_px) * r.es, plane,
+                        window + ((a - r.lo) * r.row_px * r.channels + r.c0) * r.es, r.channels, r.es, r.c1 - r.c0,
+                        (z - a) * r.row_px, isa);
+    });
+}
+
+void window_to_ncx_rows(const char* window, char* ncx, const NcxRows& r, Isa isa, bool stream) {
+    const int64_t plane = r.rows_per_image * r.row_px;
+    for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
+        char* to = ncx + ((n * r.channels + r.c0) * plane + (a - n * r.rows_per_image) * r.row_px) * r.es;
+        const int64_t px = (z - a) * r.row_px;
+        const bool lines = reinterpret_cast<uintptr_t>(to) % 64 == 0 && plane * r.es % 64 == 0 && px * r.es % 64 == 0;
+        transpose_block(window + ((a - r.lo) * r.row_px * r.channels + r.c0) * r.es, r.channels, to, plane, r.es, px,
+                        r.c1 - r.c0, isa, stream && lines);
+    });
 }
 
 }  // namespace convgrad::detail

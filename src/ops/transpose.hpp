@@ -47,9 +47,28 @@ void transpose_images(const void* src, void* dst, int es, int64_t mb, int64_t ro
 
 // dst[c * dst_ld + r] = src[r * src_ld + c] for r < rows, c < cols, on the
 // calling thread: a block of a larger matrix (elements of `es` bytes, 2 or
-// 4), nothing outside it read or written. Same tiles as transpose_images,
-// ordinary stores.
+// 4), nothing outside it read or written. Same tiles as transpose_images.
+// `stream` (AVX-512, rows a whole number of lines): streaming stores, for
+// which dst and dst_ld must put every result row at a 64-byte line start;
+// the caller fences (_mm_sfence) before others read dst.
 void transpose_block(const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int es, int64_t rows, int64_t cols,
-                     Isa isa);
+                     Isa isa, bool stream = false);
+
+// Rows of an activation tensor between its NCX form and an NXC window, on
+// the calling thread. The tensor: images of `channels` planes of
+// rows_per_image rows (the flattened D x H) of row_px pixels; the window:
+// its rows [lo, hi) (flattened over images too: row n * rows_per_image + r)
+// in NXC, pixels `channels` elements apart, window row 0 = row lo. Only
+// channels [c0, c1) are read and written.
+struct NcxRows {
+    int es;  // element bytes, 2 or 4
+    int64_t channels, rows_per_image, row_px;
+    int64_t c0, c1;
+    int64_t lo, hi;
+};
+void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa);
+// `stream`: streaming stores for the image runs whose rows are whole
+// aligned lines (ordinary stores for the others).
+void window_to_ncx_rows(const char* window, char* ncx, const NcxRows& r, Isa isa, bool stream);
 
 }  // namespace convgrad::detail
