@@ -1007,7 +1007,8 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
     // its diff_src rows back (DataPlan::ncx_windows): row groups that cross
     // images, whole images, strides (16-bit: phases no tap reaches, zeroed
     // apart), dilation, one-sided pads, 1D / 3D, row blocks, channel runs
-    // split between items, every type and ISA, 1-3 threads bitwise alike;
+    // split between items, lane groups, every type and ISA, 1-3 threads
+    // bitwise alike;
     // after a run on NaN inputs (a window's stale bytes would show); and a
     // large output streamed back, into an aligned buffer and one 16 bytes
     // off (ordinary stores), starting as 0x7f bytes.
@@ -1053,6 +1054,11 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
     cases.push_back(c);
     c = dw(512, {20, 20}, {3, 3});  // one image: items of channel runs
     c.mb = 1;
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = dw(96, {30, 30}, {3, 3});  // lane groups of 4, W stride 2
+    c.g = 24;
+    c.s = {2, 2};
     c.pb = c.pe = {1, 1};
     cases.push_back(c);
     for (const DCase& base : cases) {

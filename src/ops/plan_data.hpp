@@ -160,7 +160,7 @@ struct DataPlan {
     // Kernels without streaming stores prefetch each block's diff_src lines
     // for writing (DataStore::prefetched).
     bool pf_store = false;
-    // NCX depthwise (G = 1, one image a row): no whole-tensor transposes;
+    // NCX depthwise and lane groups (one image a row): no whole-tensor transposes;
     // each item transposes the diff_dst rows it reads, for its channels,
     // into a per-thread NXC window, computes its diff_src rows into another
     // and transposes them back into the user's NCX diff_src. Row groups
