@@ -3,6 +3,9 @@
 // execute: pack W (per call, into scratch) -> [NCX: diff_dst to NXC] ->
 // threads over the plan's items -> [NCX: diff_src back to NCX]. Each thread
 // owns whole diff_src elements, so there is no reduction between threads.
+// NCX depthwise and lane-group plans (plan.ncx_windows) make no whole
+// passes: each item moves its own rows and channels through per-thread
+// NXC windows (open_windows / close_windows).
 //
 // Activations keep the problem's element type (f32, bf16, f16) end to end;
 // pointers into them are bytes. Sums are f32 until the kernel's final store
