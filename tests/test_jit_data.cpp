@@ -1007,8 +1007,8 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
     // its diff_src rows back (DataPlan::ncx_windows): row groups that cross
     // images, whole images, strides (16-bit: phases no tap reaches, zeroed
     // apart), dilation, one-sided pads, 1D / 3D, row blocks, channel runs
-    // split between items, lane groups, every type and ISA, 1-3 threads
-    // bitwise alike;
+    // split between items, lane groups, grouped direct plans, every type and
+    // ISA, 1-3 threads bitwise alike;
     // after a run on NaN inputs (a window's stale bytes would show); and a
     // large output streamed back, into an aligned buffer and one 16 bytes
     // off (ordinary stores), starting as 0x7f bytes.
@@ -1059,6 +1059,19 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
     c = dw(96, {30, 30}, {3, 3});  // lane groups of 4, W stride 2
     c.g = 24;
     c.s = {2, 2};
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = dw(72, {15, 14}, {3, 3});  // grouped direct: 3 groups of 24 -> 40 (blocks of a group, runs of groups)
+    c.g = 3;
+    c.oc = 120;
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c.ic = 3 * 80;  // several channel blocks a group
+    c.oc = 3 * 200;
+    c.mb = 2;
+    cases.push_back(c);
+    c = dw(128, {12, 12}, {3, 3});  // groups of 16: one block a group, runs of several groups
+    c.g = 8;
     c.pb = c.pe = {1, 1};
     cases.push_back(c);
     for (const DCase& base : cases) {

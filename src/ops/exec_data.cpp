@@ -3,9 +3,9 @@
 // execute: pack W (per call, into scratch) -> [NCX: diff_dst to NXC] ->
 // threads over the plan's items -> [NCX: diff_src back to NCX]. Each thread
 // owns whole diff_src elements, so there is no reduction between threads.
-// NCX depthwise and lane-group plans (plan.ncx_windows) make no whole
-// passes: each item moves its own rows and channels through per-thread
-// NXC windows (open_windows / close_windows).
+// NCX depthwise, lane-group and grouped direct plans (plan.ncx_windows)
+// make no whole passes: each item moves its own rows and channels through
+// per-thread NXC windows (open_windows / close_windows).
 //
 // Activations keep the problem's element type (f32, bf16, f16) end to end;
 // pointers into them are bytes. Sums are f32 until the kernel's final store
@@ -177,9 +177,12 @@ struct ThreadCtx {
 };
 
 // NCX windows: an item's diff_dst rows [dd_lo, dd_hi) and diff_src rows
-// [dst_lo, dst_hi) (flattened (n, d, h) rows of the plan's geometry).
+// [dst_lo, dst_hi) (flattened (n, d, h) rows of the plan's geometry), and
+// the channels it reads of diff_dst [dd_c0, dd_c1) and writes of diff_src
+// [dst_c0, dst_c1).
 struct ItemWindow {
     int64_t dd_lo = 0, dd_hi = 0, dst_lo = 0, dst_hi = 0;
+    int64_t dd_c0 = 0, dd_c1 = 0, dst_c0 = 0, dst_c1 = 0;
 };
 
 // Appends a kernel entry field by field. A braced temporary is built on the
@@ -314,9 +317,9 @@ private:
     // NCX windows: the rows item rows [r0, r1) reads and writes; channels
     // [c0, c1) of diff_dst rows into ctx.dd_win (before the item), of
     // ctx.dst_win into the user's diff_src (after it).
-    ItemWindow item_window(int64_t r0, int64_t r1) const;
-    void open_windows(const char* dd, const ItemWindow& w, int64_t c0, int64_t c1, ThreadCtx& ctx) const;
-    void close_windows(char* dst, const ItemWindow& w, int64_t c0, int64_t c1, const ThreadCtx& ctx) const;
+    ItemWindow item_window(int64_t r0, int64_t r1, int64_t cb0, int64_t cb1) const;
+    void open_windows(const char* dd, const ItemWindow& w, ThreadCtx& ctx) const;
+    void close_windows(char* dst, const ItemWindow& w, const ThreadCtx& ctx) const;
     int64_t win_dd_bytes_ = 0, win_dst_bytes_ = 0;  // the largest item's windows
 
     Problem p_;
@@ -341,7 +344,7 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
     for (int64_t r0 = 0; plan_.ncx_windows && r0 < plan_.rows; r0 += plan_.group_rows) {
-        const ItemWindow w = item_window(r0, std::min(plan_.rows, r0 + plan_.group_rows));
+        const ItemWindow w = item_window(r0, std::min(plan_.rows, r0 + plan_.group_rows), 0, 1);
         win_dd_bytes_ = std::max(win_dd_bytes_, (w.dd_hi - w.dd_lo) * dd_str_.h * es_);
         win_dst_bytes_ = std::max(win_dst_bytes_, (w.dst_hi - w.dst_lo) * dst_str_.h * es_);
     }
@@ -721,9 +724,21 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
     });
 }
 
-ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1) const {
+ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1, int64_t cb0, int64_t cb1) const {
     const DataGeometry& g = plan_.geo;
+    const DataChannelBlocks& cbs = plan_.cb;
     ItemWindow w{INT64_MAX, INT64_MIN, r0, r1};
+    if (plan_.path == DataPath::depthwise) {  // one group in the geometry; a lane group within a block
+        w.dst_c0 = w.dd_c0 = cb0 * cbs.block;
+        w.dst_c1 = w.dd_c1 = std::min(p_.ic(), cb1 * cbs.block);
+    } else {  // blocks of one group, or whole groups (one block a group)
+        const int64_t g0 = cb0 / cbs.per_group, g1 = (cb1 - 1) / cbs.per_group;
+        w.dst_c0 = g0 * p_.icg + cb0 % cbs.per_group * cbs.block;
+        w.dst_c1 = g0 == g1 ? g0 * p_.icg + std::min(p_.icg, ((cb1 - 1) % cbs.per_group + 1) * cbs.block)
+                            : (g1 + 1) * p_.icg;
+        w.dd_c0 = g0 * p_.ocg;
+        w.dd_c1 = (g1 + 1) * p_.ocg;
+    }
     if (plan_.row_blocks) {  // build_slab: the plane's rows
         w.dd_lo = r0 / g.in[1] * g.out[1];
         w.dd_hi = w.dd_lo + g.out[1];
@@ -738,11 +753,10 @@ ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1) const {
     return w;
 }
 
-void JitDataExecutor::open_windows(const char* dd, const ItemWindow& w, int64_t c0, int64_t c1,
-                                   ThreadCtx& ctx) const {
+void JitDataExecutor::open_windows(const char* dd, const ItemWindow& w, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
-    ncx_rows_to_window(dd, ctx.dd_win.get(), {es_, p_.oc(), g.out[0] * g.out[1], g.out[2], c0, c1, w.dd_lo, w.dd_hi},
-                       plan_.isa);
+    ncx_rows_to_window(dd, ctx.dd_win.get(),
+                       {es_, p_.oc(), g.out[0] * g.out[1], g.out[2], w.dd_c0, w.dd_c1, w.dd_lo, w.dd_hi}, plan_.isa);
     ctx.dd_row0 = w.dd_lo;
     ctx.dst_row0 = w.dst_lo;
     // Copies made from the previous window (row taps point into it).
@@ -751,11 +765,11 @@ void JitDataExecutor::open_windows(const char* dd, const ItemWindow& w, int64_t 
     if (plan_.padded_rows) ctx.rows.forget(w.dd_lo);
 }
 
-void JitDataExecutor::close_windows(char* dst, const ItemWindow& w, int64_t c0, int64_t c1,
-                                    const ThreadCtx& ctx) const {
+void JitDataExecutor::close_windows(char* dst, const ItemWindow& w, const ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
-    window_to_ncx_rows(ctx.dst_win.get(), dst, {es_, p_.ic(), g.in[0] * g.in[1], g.in[2], c0, c1, w.dst_lo, w.dst_hi},
-                       plan_.isa, plan_.window_nt);
+    window_to_ncx_rows(ctx.dst_win.get(), dst,
+                       {es_, p_.ic(), g.in[0] * g.in[1], g.in[2], w.dst_c0, w.dst_c1, w.dst_lo, w.dst_hi}, plan_.isa,
+                       plan_.window_nt);
 }
 
 // Items are (row group, channel block) pairs, group-major; each thread
@@ -793,12 +807,10 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
         for (int64_t i = lo; i < hi; ++i) {
             const int64_t r0 = i / nruns * group, r1 = std::min(rows, r0 + group);
             const auto [cb0, cb1] = plan_.cb_run(i % nruns);
-            // (Depthwise: a run's channels; the plan's geometry has one group.)
-            const int64_t c0 = cb0 * plan_.cb.block, c1 = std::min(p_.ic(), cb1 * plan_.cb.block);
             ItemWindow w;
             if (plan_.ncx_windows) {
-                w = item_window(r0, r1);
-                open_windows(dd, w, c0, c1, ctx);
+                w = item_window(r0, r1, cb0, cb1);
+                open_windows(dd, w, ctx);
             }
             if (plan_.row_blocks) {
                 row_block_item(item_dd, wp, item_dst, i / nruns, cb0, cb1 - cb0, ctx);
@@ -809,7 +821,7 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
                         direct_item(item_dd, wp, item_dst, row, cb0, cb1 - cb0, ch, acc_row, ctx);
                     }
             }
-            if (plan_.ncx_windows) close_windows(dst, w, c0, c1, ctx);
+            if (plan_.ncx_windows) close_windows(dst, w, ctx);
         }
         if (nt || plan_.window_nt) _mm_sfence();  // streaming stores visible before the join
     });

@@ -738,7 +738,8 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         *why = "pixel strides exceed 32-bit displacements";
         return false;
     }
-    pl->ncx_windows = !p.nxc && pl->path == DataPath::depthwise && pl->geo.images_per_row == 1;
+    pl->ncx_windows = !p.nxc && pl->geo.images_per_row == 1 &&
+                      (pl->path == DataPath::depthwise || (pl->path == DataPath::direct && p.g > 1));
     choose_cache_blocking(p, pl);
     size_scratch(p, pl);
     pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];

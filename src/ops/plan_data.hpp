@@ -160,8 +160,9 @@ struct DataPlan {
     // Kernels without streaming stores prefetch each block's diff_src lines
     // for writing (DataStore::prefetched).
     bool pf_store = false;
-    // NCX depthwise and lane groups (one image a row): no whole-tensor transposes;
-    // each item transposes the diff_dst rows it reads, for its channels,
+    // NCX depthwise, lane-group and grouped direct plans (one image a row):
+    // no whole-tensor transposes; each item transposes the diff_dst rows it
+    // reads, for its channels (a direct plan: its groups' output channels),
     // into a per-thread NXC window, computes its diff_src rows into another
     // and transposes them back into the user's NCX diff_src. Row groups
     // are whole images on small planes (see make_data_plan).
