@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <type_traits>
 #include <vector>
@@ -185,6 +186,41 @@ struct ItemWindow {
     int64_t dd_c0 = 0, dd_c1 = 0, dst_c0 = 0, dst_c1 = 0;
 };
 
+// f(kd * KH + kh, diff_dst row) for each (kd, kh) row of diff_src row
+// `row` (an (n, id, ih) row of g) that reads a diff_dst row, in that order.
+template <typename F>
+void for_each_tap_row(const DataGeometry& g, int64_t row, F&& f) {
+    const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
+    for (int64_t kd = 0; kd < g.k[0]; ++kd) {
+        const int64_t td = id + g.pad[0] - kd * g.dil[0];
+        if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
+        for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+            const int64_t th = ih + g.pad[1] - kh * g.dil[1];
+            if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
+            f(kd * g.k[1] + kh, (n * g.out[0] + td / g.stride[0]) * g.out[1] + th / g.stride[1]);
+        }
+    }
+}
+
+// NCX windows: the rows of an item of diff_src rows [r0, r1): the diff_dst
+// rows its taps read (row blocks: build_slab's plane), and [r0, r1).
+ItemWindow item_rows(const DataPlan& pl, int64_t r0, int64_t r1) {
+    const DataGeometry& g = pl.geo;
+    ItemWindow w{INT64_MAX, INT64_MIN, r0, r1};
+    if (pl.row_blocks) {
+        w.dd_lo = r0 / g.in[1] * g.out[1];
+        w.dd_hi = w.dd_lo + g.out[1];
+        return w;
+    }
+    for (int64_t row = r0; row < r1; ++row)
+        for_each_tap_row(g, row, [&](int64_t, int64_t dd_row) {
+            w.dd_lo = std::min(w.dd_lo, dd_row);
+            w.dd_hi = std::max(w.dd_hi, dd_row + 1);
+        });
+    if (w.dd_lo >= w.dd_hi) w.dd_lo = w.dd_hi = 0;
+    return w;
+}
+
 // Appends a kernel entry field by field. A braced temporary is built on the
 // stack with two 8-byte stores and copied in with one 16-byte load, which
 // cannot be forwarded from them and waits until they reach the cache: on
@@ -298,22 +334,6 @@ private:
         return (ocg + plan_.oc_chunk - 1) / plan_.oc_chunk;
     }
 
-    // f(kd * KH + kh, diff_dst row) for each (kd, kh) row of diff_src row
-    // `row` (an (n, id, ih) row) that reads a diff_dst row, in that order.
-    template <typename F>
-    void for_each_tap_row(int64_t row, F&& f) const {
-        const DataGeometry& g = plan_.geo;
-        const int64_t n = row / (g.in[0] * g.in[1]), id = row / g.in[1] % g.in[0], ih = row % g.in[1];
-        for (int64_t kd = 0; kd < g.k[0]; ++kd) {
-            const int64_t td = id + g.pad[0] - kd * g.dil[0];
-            if (td < 0 || td % g.stride[0] || td / g.stride[0] >= g.out[0]) continue;
-            for (int64_t kh = 0; kh < g.k[1]; ++kh) {
-                const int64_t th = ih + g.pad[1] - kh * g.dil[1];
-                if (th < 0 || th % g.stride[1] || th / g.stride[1] >= g.out[1]) continue;
-                f(kd * g.k[1] + kh, (n * g.out[0] + td / g.stride[0]) * g.out[1] + th / g.stride[1]);
-            }
-        }
-    }
     // NCX windows: the rows item rows [r0, r1) reads and writes; channels
     // [c0, c1) of diff_dst rows into ctx.dd_win (before the item), of
     // ctx.dst_win into the user's diff_src (after it).
@@ -343,11 +363,8 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
-    for (int64_t r0 = 0; plan_.ncx_windows && r0 < plan_.rows; r0 += plan_.group_rows) {
-        const ItemWindow w = item_window(r0, std::min(plan_.rows, r0 + plan_.group_rows), 0, 1);
-        win_dd_bytes_ = std::max(win_dd_bytes_, (w.dd_hi - w.dd_lo) * dd_str_.h * es_);
-        win_dst_bytes_ = std::max(win_dst_bytes_, (w.dst_hi - w.dst_lo) * dst_str_.h * es_);
-    }
+    win_dd_bytes_ = plan_.scratch.window_dd_rows * dd_str_.h * es_;
+    win_dst_bytes_ = plan_.scratch.window_dst_rows * dst_str_.h * es_;
     if (p.dt != data_type::f32) {
         widen_ = ArrayConverter(plan_.isa, p.dt, data_type::f32);
         round_ = ArrayConverter(plan_.isa, data_type::f32, p.dt);
@@ -725,9 +742,8 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
 }
 
 ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1, int64_t cb0, int64_t cb1) const {
-    const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
-    ItemWindow w{INT64_MAX, INT64_MIN, r0, r1};
+    ItemWindow w = item_rows(plan_, r0, r1);
     if (plan_.path == DataPath::depthwise) {  // one group in the geometry; a lane group within a block
         w.dst_c0 = w.dd_c0 = cb0 * cbs.block;
         w.dst_c1 = w.dd_c1 = std::min(p_.ic(), cb1 * cbs.block);
@@ -739,17 +755,6 @@ ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1, int64_t cb0, int
         w.dd_c0 = g0 * p_.ocg;
         w.dd_c1 = (g1 + 1) * p_.ocg;
     }
-    if (plan_.row_blocks) {  // build_slab: the plane's rows
-        w.dd_lo = r0 / g.in[1] * g.out[1];
-        w.dd_hi = w.dd_lo + g.out[1];
-        return w;
-    }
-    for (int64_t row = r0; row < r1; ++row)  // the rows direct_item's taps read
-        for_each_tap_row(row, [&](int64_t, int64_t dd_row) {
-            w.dd_lo = std::min(w.dd_lo, dd_row);
-            w.dd_hi = std::max(w.dd_hi, dd_row + 1);
-        });
-    if (w.dd_lo >= w.dd_hi) w.dd_lo = w.dd_hi = 0;
     return w;
 }
 
@@ -795,7 +800,7 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
             ctx.slab = ScratchLease(Scratch::data_rows, plan_.scratch.slab_bytes);
             std::memset(ctx.slab.get(), 0, static_cast<size_t>(plan_.scratch.slab_bytes));  // the pads
         } else if (plan_.padded_rows) {
-            ctx.rows.init(plan_, p_, plan_.ncx_windows ? win_dd_bytes_ / (dd_str_.h * es_) : 0);
+            ctx.rows.init(plan_, p_, plan_.ncx_windows ? plan_.scratch.window_dd_rows : 0);
         }
         if (plan_.ncx_windows) {
             ctx.dd_win = ScratchLease(Scratch::data_dd_nxc, win_dd_bytes_);
@@ -940,7 +945,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     // was fetched since, so the padded copies are still where they were.
     if (ctx.row_taps_row != row) {
         rts.clear();
-        for_each_tap_row(row, [&](int64_t tap, int64_t dd_row) {
+        for_each_tap_row(g, row, [&](int64_t tap, int64_t dd_row) {
             const char* src = dd + (dd_row - ctx.dd_row0) * dd_str_.h * es_;
             rts.push_back({tap, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
         });
@@ -1181,6 +1186,19 @@ std::string JitDataExecutor::describe() const {
     return os.str();
 }
 
+// NCX windows: the largest item's rows. Items start every group_rows rows,
+// so their windows repeat after lcm(group_rows, rows an image) rows (a
+// truncated last item reads a subset of a full one's rows): one period.
+void size_windows(DataPlan* pl) {
+    const int64_t image = pl->geo.in[0] * pl->geo.in[1];
+    const int64_t period = pl->group_rows / std::gcd(pl->group_rows, image) * image;
+    for (int64_t r0 = 0; r0 < std::min(pl->rows, period); r0 += pl->group_rows) {
+        const ItemWindow w = item_rows(*pl, r0, std::min(pl->rows, r0 + pl->group_rows));
+        pl->scratch.window_dd_rows = std::max(pl->scratch.window_dd_rows, w.dd_hi - w.dd_lo);
+        pl->scratch.window_dst_rows = std::max(pl->scratch.window_dst_rows, w.dst_hi - w.dst_lo);
+    }
+}
+
 }  // namespace
 
 std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why) {
@@ -1188,8 +1206,11 @@ std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std:
     if (auto ncx = make_jit_data_ncx_executor(p, isa)) return ncx;
     const int threads = op_threads(p);
     DataPlan plan;
-    if (!find_or_make_plan(data_plan_cache(), "data", p, isa, threads, &plan,
-                           [&](DataPlan* made) { return make_data_plan(p, isa, threads, made, why); }))
+    if (!find_or_make_plan(data_plan_cache(), "data", p, isa, threads, &plan, [&](DataPlan* made) {
+            if (!make_data_plan(p, isa, threads, made, why)) return false;
+            if (made->ncx_windows) size_windows(made);
+            return true;
+        }))
         return nullptr;
     return std::make_unique<JitDataExecutor>(p, plan);
 }

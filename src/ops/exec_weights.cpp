@@ -30,6 +30,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -196,6 +197,11 @@ struct ChunkWindow {
     int64_t src_lo = 0, src_hi = 0, dst_lo = 0, dst_hi = 0;
 };
 
+RowPos row_at(const WeightsGeometry& g, int64_t q);
+// Rows [q0, q1) of the chunk order into out.
+void decode_rows(const WeightsGeometry& g, std::vector<RowPos>& out, int64_t q0, int64_t q1);
+ChunkWindow chunk_window(const WeightsPlan& plan, const std::vector<RowPos>& chunk);
+
 // Where one tile reads and writes. src / diff_dst: bytes at the tile's first
 // channel, in the user's tensor or in the staged chunk.
 struct TileCall {
@@ -265,17 +271,8 @@ public:
         }
         user_es_ = static_cast<int64_t>(dtype_size(p_.dt));
         if (plan.blk.kind == WeightsKernelKind::depthwise) plan_dw_edges();
-        if (plan.ncx_windows) {
-            std::vector<RowPos> chunk;
-            const WeightsGeometry& g = plan_.geo;
-            for (int64_t c = 0; c < plan_.red.chunks; ++c) {
-                decode_rows(chunk, c * plan_.red.chunk_rows,
-                            std::min(plan_.red.rows, (c + 1) * plan_.red.chunk_rows));
-                const ChunkWindow w = chunk_window(chunk);
-                win_src_bytes_ = std::max(win_src_bytes_, (w.src_hi - w.src_lo) * g.in[2] * p_.ic() * user_es_);
-                win_dst_bytes_ = std::max(win_dst_bytes_, (w.dst_hi - w.dst_lo) * g.out[2] * p_.oc() * user_es_);
-            }
-        }
+        win_src_bytes_ = plan.window_src_rows * plan.geo.in[2] * p_.ic() * user_es_;
+        win_dst_bytes_ = plan.window_dst_rows * plan.geo.out[2] * p_.oc() * user_es_;
         load_kernels();
     }
 
@@ -308,8 +305,10 @@ private:
     GemmTile gemm_tile(int64_t tile) const;
     // Output row q of the reduction, decoded; the chunk's rows decoded once,
     // then the kernel rows of one tap restricted to output pixels [ow_lo, ow_hi).
-    RowPos row_at(int64_t q) const;
-    void decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const;
+    RowPos row_at(int64_t q) const { return detail::row_at(plan_.geo, q); }
+    void decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
+        detail::decode_rows(plan_.geo, out, q0, q1);
+    }
     // f(id, ih) for every input row the taps of output row r read inside
     // src, in (kd, kh) order.
     template <typename F>
@@ -415,7 +414,7 @@ private:
     // plan.prepad: the user's NXC src into the zero-padded src of p_.
     void pad_src(const char* src, char* to, int threads) const;
     // NCX windows (plan.ncx_windows).
-    ChunkWindow chunk_window(const std::vector<RowPos>& chunk) const;
+    ChunkWindow chunk_window(const std::vector<RowPos>& chunk) const { return detail::chunk_window(plan_, chunk); }
     std::array<int64_t, 2> thread_channels(const std::array<int64_t, 2>& tiles) const;
     void fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch, const char* src,
                       const char* diff_dst, char* src_win, char* dst_win) const;
@@ -547,8 +546,7 @@ const WeightsKernel& JitWeightsExecutor::kernel(int rows, bool last_n, int stage
     return *kernels_[rows == full ? kFull : kLast][last_n || plan_.blk.n_tiles == 1][stage];
 }
 
-RowPos JitWeightsExecutor::row_at(int64_t q) const {
-    const WeightsGeometry& g = plan_.geo;
+RowPos row_at(const WeightsGeometry& g, int64_t q) {
     RowPos r;
     r.seg = q % g.segs_per_row;
     q /= g.segs_per_row;
@@ -559,11 +557,10 @@ RowPos JitWeightsExecutor::row_at(int64_t q) const {
     return r;
 }
 
-void JitWeightsExecutor::decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
-    const WeightsGeometry& g = plan_.geo;
+void decode_rows(const WeightsGeometry& g, std::vector<RowPos>& out, int64_t q0, int64_t q1) {
     out.clear();
     if (q0 >= q1) return;
-    RowPos r = row_at(q0);  // then counted on, without divisions
+    RowPos r = row_at(g, q0);  // then counted on, without divisions
     for (int64_t q = q0; q < q1; ++q) {
         out.push_back(r);
         if (++r.seg < g.segs_per_row) continue;
@@ -1230,9 +1227,9 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
 // The src rows chunk rows read (each row's first and last tap rows inside
 // src: every tap's rows lie between), the diff_dst rows they are (row
 // blocks: the whole block).
-ChunkWindow JitWeightsExecutor::chunk_window(const std::vector<RowPos>& chunk) const {
-    const WeightsGeometry& g = plan_.geo;
-    const int64_t rb = plan_.blk.row_block;
+ChunkWindow chunk_window(const WeightsPlan& plan, const std::vector<RowPos>& chunk) {
+    const WeightsGeometry& g = plan.geo;
+    const int64_t rb = plan.blk.row_block;
     ChunkWindow w{INT64_MAX, INT64_MIN, INT64_MAX, INT64_MIN};
     for (const RowPos& r : chunk) {
         const int64_t oh_last = std::min(g.out[1] - 1, rb > 1 ? r.oh / rb * rb + rb - 1 : r.oh);
@@ -1486,6 +1483,23 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     if (!plan_.store_rounded) reduce_and_store(target, partials, output, nthreads);
 }
 
+// NCX windows: the largest chunk's rows. Chunks start every chunk_rows
+// rows, so their windows repeat after lcm(chunk_rows, rows an image) rows
+// (a truncated last chunk reads a subset of a full one's rows): one period.
+void size_windows(WeightsPlan* plan) {
+    const WeightsGeometry& g = plan->geo;
+    const WeightsReduction& red = plan->red;
+    const int64_t image = g.out[0] * g.out[1] * g.segs_per_row;
+    const int64_t period = red.chunk_rows / std::gcd(red.chunk_rows, image) * image;
+    std::vector<RowPos> chunk;
+    for (int64_t q0 = 0; q0 < std::min(red.rows, period); q0 += red.chunk_rows) {
+        decode_rows(g, chunk, q0, std::min(red.rows, q0 + red.chunk_rows));
+        const ChunkWindow w = chunk_window(*plan, chunk);
+        plan->window_src_rows = std::max(plan->window_src_rows, w.src_hi - w.src_lo);
+        plan->window_dst_rows = std::max(plan->window_dst_rows, w.dst_hi - w.dst_lo);
+    }
+}
+
 }  // namespace
 
 std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, std::string* why) {
@@ -1498,6 +1512,7 @@ std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, s
     WeightsPlan plan;
     find_or_make_plan(weights_plan_cache(), "weights", p, isa, threads, &plan, [&](WeightsPlan* made) {
         *made = plan_weights(p, isa, threads);
+        if (made->ncx_windows) size_windows(made);
         return true;
     });
     return std::make_unique<JitWeightsExecutor>(p, plan);

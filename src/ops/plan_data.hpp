@@ -97,6 +97,9 @@ struct DataScratch {
     int64_t acc_floats = 0;     // per thread: f32 partial sums of a row between oc chunks
     int64_t cvt_floats = 0;     // per thread: widened diff_dst of one kernel entry
     int64_t col_rows_floats = 0;  // per thread, col path with a 16-bit output: f32 image rows
+    // per thread, NCX windows: the largest item's diff_dst and diff_src rows
+    // (set with the plan, so a cached plan does not walk the items again)
+    int64_t window_dd_rows = 0, window_dst_rows = 0;
 };
 
 struct DataPlan {

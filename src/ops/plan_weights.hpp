@@ -97,6 +97,9 @@ struct WeightsPlan {
     // transposes a chunk's rows of its channels into an NXC window (per
     // thread scratch) as the chunk starts, and the kernels read the window.
     bool ncx_windows = false;
+    // The largest chunk's windows: src rows and diff_dst rows (set with the
+    // plan, so a cached plan does not walk the chunks again).
+    int64_t window_src_rows = 0, window_dst_rows = 0;
     bool direct_weights = true;     // OC-contiguous user layout: kernels write it directly
     // 16-bit diff_weights that the kernels write rounded (WeightsKernelDesc::
     // store_dt): gemm plans on AVX-512 whose tiles each take one call over
