@@ -81,7 +81,9 @@ constexpr double kStreamingFlopsPerByte = 256.0;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 // NCX windows (DataPlan::ncx_windows): row groups of whole images where a
 // channel's diff_src plane is at most kWindowPlaneBytes, else of at least
-// kWindowRunBytes a channel.
+// kWindowRunBytes a channel. Both taken from the weight gradient's measured
+// threshold (WeightsCostModel::ncx_window_plane_bytes), not measured apart
+// for the data gradient.
 constexpr int64_t kWindowPlaneBytes = 4 << 10;
 constexpr int64_t kWindowRunBytes = 4 << 10;
 constexpr int64_t kRowTapsMinPhasePixels = 28;   // depthwise under a W stride, see make_data_plan

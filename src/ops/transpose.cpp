@@ -91,17 +91,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) inline void tile32_words_st
                             _mm512_permutex2var_epi16(a[j], low_words, b[j]));
 }
 
-// Every tile of the 16 rows from r0 (16-bit streaming: of the 32).
-__attribute__((target("avx512f,avx512bw,avx512vl"))) void row_block16(const char* s, char* d, int es, int64_t rows,
-                                                                  int64_t cols, int64_t r0, bool stream) {
-    if (es == 4)
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<4>(s, cols, d, rows, rows, cols, r0, c0, stream);
-    else if (stream)
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile32_words_stream(s, cols, d, rows, cols, r0, c0);
-    else
-        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<2>(s, cols, d, rows, rows, cols, r0, c0, false);
-}
-
 // Rows [r0, r0 + 32) of a rows x cols matrix (rows s_ld elements apart)
 // into its transpose (rows d_ld apart), scalar in 32 x 32 tiles.
 template <typename T>
@@ -111,6 +100,36 @@ void tiles32(const T* s, int64_t s_ld, T* d, int64_t d_ld, int64_t rows, int64_t
     for (int64_t c0 = 0; c0 < cols; c0 += kTile)
         for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c)
             for (int64_t r = r0; r < r1; ++r) d[c * d_ld + r] = s[r * s_ld + c];
+}
+
+// Rows a strip takes: AVX-512 tiles of 16 (16-bit streaming: 32, whole
+// lines), scalar tiles of 32.
+int64_t strip_rows(int es, bool stream, bool avx512) { return !avx512 ? 32 : stream && es == 2 ? 32 : 16; }
+
+// AVX-512: every tile of the strip of rows from r0 (16 rows; 16-bit
+// streaming: 32) of a rows x cols matrix (rows s_ld elements apart) into its
+// transpose (rows d_ld apart).
+__attribute__((target("avx512f,avx512bw,avx512vl"))) void strip16(const char* s, int64_t s_ld, char* d,
+                                                              int64_t d_ld, int es, int64_t rows, int64_t cols,
+                                                              int64_t r0, bool stream) {
+    if (es == 4)
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<4>(s, s_ld, d, d_ld, rows, cols, r0, c0, stream);
+    else if (stream)
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile32_words_stream(s, s_ld, d, d_ld, cols, r0, c0);
+    else
+        for (int64_t c0 = 0; c0 < cols; c0 += 16) tile16<2>(s, s_ld, d, d_ld, rows, cols, r0, c0, false);
+}
+
+// The strip of rows from r0 (strip_rows of them), on either path. `stream`
+// only with avx512 and rows a whole number of lines.
+void strip(const char* s, int64_t s_ld, char* d, int64_t d_ld, int es, int64_t rows, int64_t cols, int64_t r0,
+           bool stream, bool avx512) {
+    if (avx512)
+        strip16(s, s_ld, d, d_ld, es, rows, cols, r0, stream);
+    else if (es == 4)
+        tiles32(reinterpret_cast<const uint32_t*>(s), s_ld, reinterpret_cast<uint32_t*>(d), d_ld, rows, cols, r0);
+    else
+        tiles32(reinterpret_cast<const uint16_t*>(s), s_ld, reinterpret_cast<uint16_t*>(d), d_ld, rows, cols, r0);
 }
 
 }  // namespace
@@ -123,23 +142,15 @@ void transpose_images(const void* src, void* dst, int es, int64_t mb, int64_t ro
     // tiles of 16 rows, 16-bit ones of 32 (rows a multiple of either).
     const bool stream = avx512 && mb * rows * cols * es >= kStreamMinBytes &&
                         reinterpret_cast<uintptr_t>(dst) % 64 == 0 && rows % (64 / es) == 0;
-    const int64_t tile = !avx512 ? 32 : stream && es == 2 ? 32 : 16;
+    const int64_t tile = strip_rows(es, stream, avx512);
     const int64_t rt = (rows + tile - 1) / tile, items = mb * rt;
     const char* s8 = static_cast<const char*>(src);
     char* d8 = static_cast<char*>(dst);
     auto part = [&](int t) {
         const auto [it0, it1] = spread(items, threads, t);
         for (int64_t it = it0; it < it1; ++it) {
-            const int64_t n = it / rt, r0 = it % rt * tile;
-            const char* s = s8 + n * rows * cols * es;
-            char* d = d8 + n * rows * cols * es;
-            if (avx512)
-                row_block16(s, d, es, rows, cols, r0, stream);
-            else if (es == 4)
-                tiles32(reinterpret_cast<const uint32_t*>(s), cols, reinterpret_cast<uint32_t*>(d), rows, rows, cols, r0);
-            else
-                tiles32(reinterpret_cast<const uint16_t*>(s), cols, reinterpret_cast<uint16_t*>(d), rows, rows, cols,
-                        r0);
+            const int64_t n = it / rt, r0 = it % rt * tile, image = n * rows * cols * es;
+            strip(s8 + image, cols, d8 + image, rows, es, rows, cols, r0, stream, avx512);
         }
         _mm_sfence();
     };
@@ -148,34 +159,15 @@ void transpose_images(const void* src, void* dst, int es, int64_t mb, int64_t ro
 
 void transpose_block(const void* src, int64_t src_ld, void* dst, int64_t dst_ld, int es, int64_t rows, int64_t cols,
                      Isa isa, bool stream) {
-    const char* s = static_cast<const char*>(src);
-    char* d = static_cast<char*>(dst);
-    stream = stream && isa >= Isa::avx512_core && rows % (64 / es) == 0;
-    if (stream && es == 2) {  // whole lines: 32 rows a tile
-        for (int64_t r0 = 0; r0 < rows; r0 += 32)
-            for (int64_t c0 = 0; c0 < cols; c0 += 16) tile32_words_stream(s, src_ld, d, dst_ld, cols, r0, c0);
-        return;
-    }
-    if (isa >= Isa::avx512_core) {
-        // (Prefetching the rows 2-8 tiles of rows ahead as well: 0.89-1.01x
-        // on NCX depthwise windows of 14x14-28x28 planes. Columns outermost
-        // for the write-back, so each 16 planes are written in order: 0.99x.)
-        for (int64_t r0 = 0; r0 < rows; r0 += 16)
-            for (int64_t c0 = 0; c0 < cols; c0 += 16) {
-                if (es == 4)
-                    tile16<4>(s, src_ld, d, dst_ld, rows, cols, r0, c0, stream);
-                else
-                    tile16<2>(s, src_ld, d, dst_ld, rows, cols, r0, c0, false);
-            }
-        return;
-    }
-    for (int64_t r0 = 0; r0 < rows; r0 += 32) {
-        if (es == 4)
-            tiles32(reinterpret_cast<const uint32_t*>(s), src_ld, reinterpret_cast<uint32_t*>(d), dst_ld, rows, cols, r0);
-        else
-            tiles32(reinterpret_cast<const uint16_t*>(s), src_ld, reinterpret_cast<uint16_t*>(d), dst_ld, rows, cols,
-                    r0);
-    }
+    // (Prefetching the rows 2-8 tiles of rows ahead as well: 0.89-1.01x on
+    // NCX depthwise windows of 14x14-28x28 planes. Columns outermost for the
+    // write-back, so each 16 planes are written in order: 0.99x.)
+    const bool avx512 = isa >= Isa::avx512_core;
+    stream = stream && avx512 && rows % (64 / es) == 0;
+    const int64_t tile = strip_rows(es, stream, avx512);
+    for (int64_t r0 = 0; r0 < rows; r0 += tile)
+        strip(static_cast<const char*>(src), src_ld, static_cast<char*>(dst), dst_ld, es, rows, cols, r0, stream,
+              avx512);
 }
 
 namespace {
