@@ -1,6 +1,7 @@
 // convgrad-bench: convgrad's JIT path, its reference path (small shapes) and
-// oneDNN 2.6 (preferred blocked layouts, and fed convgrad's plain NXC / XIO
-// tensors with its reorders timed), interleaved per shape in one process.
+// oneDNN 2.6 (preferred blocked layouts, and fed convgrad's plain tensors,
+// NXC / XIO or as --data-format / --weights-format say, with its reorders
+// timed), interleaved per shape in one process.
 // See docs/bench.md. Usage:
 //   convgrad-bench [--benchmark_*] [DESCRIPTOR... | --batch=FILE] [--op=..]
 //                  [--dt=..] [--mb=N] [--threads=N] [--isa=..] [--peaks=FILE]
@@ -165,7 +166,7 @@ void bench_onednn(benchmark::State& state, const op_case& c, const conv_desc& d,
     onednn::set_threads(ctx.threads);
     const auto mode = impl == "onednn" ? onednn::layouts::preferred : onednn::layouts::plain;
     try {
-        onednn::backward_op o(d, c.kind, c.dt, mode);
+        onednn::backward_op o(d, c.kind, c.dt, mode, c.attrs.data_format, c.attrs.weights_format);
         const convgrad::op ours = c.make_op();
         tensor_buffer in0(c.dt, ours.input0_elems()), in1(c.dt, ours.input1_elems()), out(c.dt, ours.output_elems());
         fill_reals(in0, 1);
@@ -180,11 +181,9 @@ void bench_onednn(benchmark::State& state, const op_case& c, const conv_desc& d,
 }
 #endif
 
-// The descriptor oneDNN needs; only for cases in convgrad's default layouts.
+// The descriptor oneDNN needs (explicit pads: no auto_pad).
 bool onednn_desc(const op_case& c, conv_desc& d) {
-    if (c.descriptor.empty() || c.attrs.data_format != "NXC" || c.attrs.weights_format != "XIO" ||
-        c.attrs.auto_pad != "none")
-        return false;
+    if (c.descriptor.empty() || c.attrs.auto_pad != "none") return false;
     d = parse_descriptor(c.descriptor, descriptor_kind(c.kind));
     d.mb = c.minibatch();
     return true;

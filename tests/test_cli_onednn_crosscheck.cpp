@@ -1,6 +1,7 @@
 // convgrad against oneDNN 2.6 (when CMake found it): the same plain tensors
 // through both, in oneDNN's preferred and plain layouts, on small shapes
-// covering groups, dilation, strides, negative end padding and ConvTranspose.
+// covering groups, dilation, strides, negative end padding and ConvTranspose,
+// in every data and weights format convgrad takes.
 #include <catch2/catch.hpp>
 
 #include <cstdlib>
@@ -20,9 +21,10 @@ using convgrad::op_kind;
 
 namespace {
 
-// One descriptor through convgrad and through oneDNN (which must accept it).
-void cross_check(const conv_desc& d, op_kind kind, onednn::layouts mode) {
-    const op_case c = make_case(d, kind, data_type::f32, {});
+// One descriptor through convgrad and through oneDNN (which must accept it),
+// the tensors in the formats `lo` names.
+void cross_check(const conv_desc& d, op_kind kind, onednn::layouts mode, const layout_options& lo = {}) {
+    const op_case c = make_case(d, kind, data_type::f32, lo);
     REQUIRE(c.skip_reason.empty());
     const convgrad::op ours = c.make_op();
     tensor_buffer in0(data_type::f32, ours.input0_elems()), in1(data_type::f32, ours.input1_elems());
@@ -34,7 +36,7 @@ void cross_check(const conv_desc& d, op_kind kind, onednn::layouts mode) {
     const tensor_buffer abs0 = absolute(in0), abs1 = absolute(in1);
     ours.execute(abs0.data(), abs1.data(), abs_sum.data());
 
-    onednn::backward_op theirs(d, kind, data_type::f32, mode);
+    onednn::backward_op theirs(d, kind, data_type::f32, mode, c.attrs.data_format, c.attrs.weights_format);
     theirs.bind(in0.data(), in1.data(), got.data());
     theirs.execute();
     theirs.finish();
@@ -74,6 +76,19 @@ std::string random_descriptor(std::mt19937& rng, desc_kind kind) {
     return os.str();
 }
 
+// Formats for an op: NXC or NCX; XIO or OIX, and for ConvTranspose also
+// IOX and XOI.
+layout_options random_formats(std::mt19937& rng, op_kind kind) {
+    const char* conv[] = {"XIO", "OIX"};
+    const char* deconv[] = {"XIO", "OIX", "IOX", "XOI"};
+    const bool transpose = kind == op_kind::conv_transpose_bwd_weights;
+    layout_options lo;
+    lo.data_format = std::uniform_int_distribution<int>(0, 1)(rng) ? "NCX" : "NXC";
+    lo.weights_format = transpose ? deconv[std::uniform_int_distribution<int>(0, 3)(rng)]
+                                  : conv[std::uniform_int_distribution<int>(0, 1)(rng)];
+    return lo;
+}
+
 }  // namespace
 
 // CONVGRAD_CROSSCHECK_SEED / CONVGRAD_CROSSCHECK_CASES hunt further than the
@@ -81,7 +96,9 @@ std::string random_descriptor(std::mt19937& rng, desc_kind kind) {
 TEST_CASE("cli onednn: convgrad agrees with oneDNN on random small f32 problems", "[cli][onednn][random]") {
     const char* seed = std::getenv("CONVGRAD_CROSSCHECK_SEED");
     const char* count = std::getenv("CONVGRAD_CROSSCHECK_CASES");
-    std::mt19937 rng(seed ? static_cast<uint32_t>(std::strtoul(seed, nullptr, 10)) : 20261127u);
+    const uint32_t seed_value = seed ? static_cast<uint32_t>(std::strtoul(seed, nullptr, 10)) : 20261127u;
+    std::mt19937 rng(seed_value);
+    std::mt19937 format_rng(seed_value ^ 0x9e3779b9u);  // its own stream: the shapes drawn stay the seed's
     const int cases = count ? std::atoi(count) : 120;
     int checked = 0;
     for (int n = 0; n < cases; ++n) {
@@ -100,9 +117,11 @@ TEST_CASE("cli onednn: convgrad agrees with oneDNN on random small f32 problems"
         for (op_kind k : kinds) {
             // A negative end pad the spec cannot express (docs/sweep.md).
             if (!make_case(d, k, data_type::f32, {}).skip_reason.empty()) continue;
+            const layout_options lo = random_formats(format_rng, k);
             INFO("case " << n << ": " << text << " " << short_op_name(k)
-                         << (mode == onednn::layouts::plain ? " plain" : " preferred"));
-            cross_check(d, k, mode);
+                         << (mode == onednn::layouts::plain ? " plain " : " preferred ") << lo.data_format << " "
+                         << lo.weights_format);
+            cross_check(d, k, mode, lo);
             ++checked;
         }
     }
@@ -124,17 +143,25 @@ TEST_CASE("cli onednn: convgrad agrees with oneDNN on small f32 problems", "[cli
         "mb2ic4oc3ih4kh3sh2ph1",
         "mb2ic3oc5iw6kw3sw1dw1pw1",
     };
-    for (onednn::layouts mode : {onednn::layouts::preferred, onednn::layouts::plain}) {
-        for (const char* text : conv)
-            for (op_kind kind : {op_kind::conv_bwd_weights, op_kind::conv_bwd_data}) {
-                INFO(text << " " << short_op_name(kind) << (mode == onednn::layouts::plain ? " plain" : ""));
-                cross_check(parse_descriptor(text), kind, mode);
+    // (data format, conv weights format, ConvTranspose weights format)
+    const char* formats[][3] = {{"NXC", "XIO", "XIO"}, {"NCX", "OIX", "IOX"}, {"NCX", "XIO", "XOI"}, {"NXC", "OIX", "OIX"}};
+    for (onednn::layouts mode : {onednn::layouts::preferred, onednn::layouts::plain})
+        for (const auto& f : formats) {
+            layout_options lo;
+            lo.data_format = f[0];
+            lo.weights_format = f[1];
+            for (const char* text : conv)
+                for (op_kind kind : {op_kind::conv_bwd_weights, op_kind::conv_bwd_data}) {
+                    INFO(text << " " << short_op_name(kind) << (mode == onednn::layouts::plain ? " plain " : " ")
+                              << f[0] << " " << f[1]);
+                    cross_check(parse_descriptor(text), kind, mode, lo);
+                }
+            lo.weights_format = f[2];
+            for (const char* text : deconv) {
+                INFO(text << " deconv_bwd_w " << f[0] << " " << f[2]);
+                cross_check(parse_descriptor(text, desc_kind::deconv), op_kind::conv_transpose_bwd_weights, mode, lo);
             }
-        for (const char* text : deconv) {
-            INFO(text << " deconv_bwd_w");
-            cross_check(parse_descriptor(text, desc_kind::deconv), op_kind::conv_transpose_bwd_weights, mode);
         }
-    }
 }
 
 #else

@@ -30,39 +30,56 @@ memory::dims spatial(const std::array<int64_t, 3>& v, int nsp) {
     return memory::dims(v.end() - nsp, v.end());
 }
 
-// Logical (mb, c, x...) dims with NXC strides.
-memory::desc nxc_desc(int64_t mb, int64_t c, const memory::dims& x, memory::data_type dt) {
+// Logical (mb, c, x...) dims with NXC or NCX strides.
+memory::desc data_desc(int64_t mb, int64_t c, const memory::dims& x, memory::data_type dt, bool ncx) {
     memory::dims dims{mb, c}, strides(2 + x.size());
     dims.insert(dims.end(), x.begin(), x.end());
-    int64_t stride = c;
+    int64_t stride = ncx ? 1 : c;
     for (size_t a = x.size(); a-- > 0;) strides[2 + a] = stride, stride *= x[a];
-    strides[1] = 1;
+    if (ncx) {
+        strides[1] = stride;
+        stride *= c;
+    } else {
+        strides[1] = 1;
+    }
     strides[0] = stride;
     return memory::desc(dims, dt, strides);
 }
 
-// oneDNN weights dims ((g), o, i, k...) laid out as convgrad's XIO: kernel
-// axes outermost, then `inner` (an (i, o) pair flattened as below).
-// Conv XIO: (X..., IC/g, OC) with OC = g*ocg + o.
-// ConvTranspose XIO: (X..., IC, OC/g) with IC = g*icg + i.
-memory::desc xio_weights_desc(const conv_desc& d, bool transpose, memory::data_type dt) {
+// oneDNN weights dims ((g), o, i, k...) laid out as convgrad's weights
+// format (docs/SEMANTICS.md): per group g, output channel o and input
+// channel i of the group, the element's offset is g * sg + o * so + i * si
+// plus the kernel position's (row-major, `unit` for the last axis).
+// Conv (OC = g*ocg + o): XIO (X..., IC/g, OC), OIX (OC, IC/g, X...).
+// ConvTranspose (IC = g*icg + i): XIO (X..., IC, OC/g), IOX (IC, OC/g, X...),
+// XOI (X..., OC/g, IC), OIX (OC/g, IC, X...).
+memory::desc weights_desc(const conv_desc& d, bool transpose, const std::string& format, memory::data_type dt) {
     const int64_t g = d.g, ocg = d.oc / g, icg = d.ic / g;
     const memory::dims k = spatial(d.k, d.nsp);
-    const bool grouped = g > 1;
-    memory::dims dims, strides;
-    int64_t stride_g, stride_o, stride_i, kernel_inner;
-    if (transpose) {  // element (k, g*icg + i, o)
-        stride_o = 1, stride_i = ocg, stride_g = icg * ocg, kernel_inner = g * icg * ocg;
-    } else {  // element (k, i, g*ocg + o)
-        stride_o = 1, stride_i = g * ocg, stride_g = ocg, kernel_inner = icg * g * ocg;
+    int64_t ksize = 1;
+    for (int64_t v : k) ksize *= v;
+    int64_t sg = 0, so = 0, si = 0, unit = 0;
+    if (!transpose && format == "XIO") {
+        so = 1, sg = ocg, si = g * ocg, unit = icg * g * ocg;
+    } else if (!transpose && format == "OIX") {
+        si = ksize, so = icg * ksize, sg = ocg * icg * ksize, unit = 1;
+    } else if (transpose && format == "XIO") {
+        so = 1, si = ocg, sg = icg * ocg, unit = g * icg * ocg;
+    } else if (transpose && format == "IOX") {
+        so = ksize, si = ocg * ksize, sg = icg * ocg * ksize, unit = 1;
+    } else if (transpose && format == "XOI") {
+        si = 1, sg = icg, so = g * icg, unit = ocg * g * icg;
+    } else if (transpose && format == "OIX") {
+        si = ksize, sg = icg * ksize, so = g * icg * ksize, unit = 1;
+    } else {
+        throw std::runtime_error("oneDNN peer: no weights format " + format);
     }
-    if (grouped) dims.push_back(g), strides.push_back(stride_g);
-    dims.push_back(ocg * (grouped ? 1 : g));
-    strides.push_back(stride_o);
-    dims.push_back(icg * (grouped ? 1 : g));
-    strides.push_back(stride_i);
+    memory::dims dims, strides;
+    if (g > 1) dims.push_back(g), strides.push_back(sg);
+    dims.push_back(ocg), strides.push_back(so);
+    dims.push_back(icg), strides.push_back(si);
     std::vector<int64_t> kstr(k.size());
-    int64_t s = kernel_inner;
+    int64_t s = unit;
     for (size_t a = k.size(); a-- > 0;) kstr[a] = s, s *= k[a];
     dims.insert(dims.end(), k.begin(), k.end());
     strides.insert(strides.end(), kstr.begin(), kstr.end());
@@ -129,7 +146,8 @@ void build(backward_op::state& s, dnnl::algorithm alg, const std::array<memory::
 
 }  // namespace
 
-backward_op::backward_op(const conv_desc& d, op_kind kind, data_type dt, layouts mode)
+backward_op::backward_op(const conv_desc& d, op_kind kind, data_type dt, layouts mode,
+                         const std::string& data_format, const std::string& weights_format)
     : s_(std::make_unique<state>()) {
     using namespace dnnl;
     if (kind == op_kind::conv_transpose_bwd_weights ? d.kind != desc_kind::deconv : d.kind != desc_kind::conv)
@@ -137,9 +155,12 @@ backward_op::backward_op(const conv_desc& d, op_kind kind, data_type dt, layouts
     s_->mode = mode;
     const memory::data_type t = to_dnnl(dt);
     const bool transpose = kind == op_kind::conv_transpose_bwd_weights;
-    const memory::desc src = nxc_desc(d.mb, d.ic, spatial(d.i, d.nsp), t);
-    const memory::desc dst = nxc_desc(d.mb, d.oc, spatial(d.o, d.nsp), t);
-    const memory::desc wei = xio_weights_desc(d, transpose, t);
+    if (data_format != "NXC" && data_format != "NCX")
+        throw std::runtime_error("oneDNN peer: no data format " + data_format);
+    const bool ncx = data_format == "NCX";
+    const memory::desc src = data_desc(d.mb, d.ic, spatial(d.i, d.nsp), t, ncx);
+    const memory::desc dst = data_desc(d.mb, d.oc, spatial(d.o, d.nsp), t, ncx);
+    const memory::desc wei = weights_desc(d, transpose, weights_format.empty() ? "XIO" : weights_format, t);
     const geometry geo = geometry_of(d);
     const auto alg = transpose ? algorithm::deconvolution_direct : algorithm::convolution_direct;
     try {

@@ -2,8 +2,9 @@
 // bench and a cross-check for the tests. Compiled only when CMake found
 // oneDNN (then CONVGRAD_HAVE_DNNL is defined); this header needs no oneDNN.
 //
-// Buffers are convgrad's default layouts: NXC activations and XIO weights
-// (ConvTranspose XIO = (X..., IC, OC/g)), dense, bf16 as raw bits.
+// Buffers are in convgrad's layouts (docs/SEMANTICS.md): NXC (default) or
+// NCX activations, XIO (default) or OIX weights (ConvTranspose also IOX and
+// XOI), dense, bf16 as raw bits.
 #pragma once
 
 #include <convgrad/convgrad.hpp>
@@ -17,14 +18,17 @@ namespace convgrad::cli::onednn {
 
 enum class layouts {
     preferred,  // oneDNN picks blocked layouts; reorders happen outside execute()
-    plain,      // fed plain NXC / XIO tensors; the reorders are part of execute()
+    plain,      // fed the plain tensors as they are; the reorders are part of execute()
 };
 
 class backward_op {
 public:
-    // kind bwd_w / bwd_d read a conv descriptor, deconv_bwd_w a deconv one.
-    // Throws std::runtime_error when oneDNN has no implementation.
-    backward_op(const conv_desc& d, op_kind kind, data_type dt, layouts mode);
+    // kind bwd_w / bwd_d read a conv descriptor, deconv_bwd_w a deconv one;
+    // the plain buffers' formats as convgrad names them (empty weights
+    // format: XIO). Throws std::runtime_error when oneDNN has no
+    // implementation or a format is unknown.
+    backward_op(const conv_desc& d, op_kind kind, data_type dt, layouts mode, const std::string& data_format = "NXC",
+                const std::string& weights_format = "");
     ~backward_op();
     backward_op(backward_op&&) noexcept;
 
