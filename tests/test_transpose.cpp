@@ -1,9 +1,11 @@
 // ops/transpose: per-image transposes of activations, on both paths
 // (AVX-512 register tiles with masked edges, scalar tiles), against the
-// definition, for sizes around the tile edges and 2- and 4-byte elements.
+// definition, for sizes around the tile edges and 2- and 4-byte elements,
+// and results whose rows are 1-2 KiB apart (written in blocks of columns).
 #include <catch2/catch.hpp>
 #include <tbb/task_arena.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -24,8 +26,8 @@ TEST_CASE("transpose_images equals the definition on every path", "[transpose]")
     const int64_t mb = 3;
     for (const Isa isa : isas)
         for (const int es : {2, 4})
-            for (const int64_t rows : {1, 15, 16, 17, 33, 64})
-                for (const int64_t cols : {1, 2, 16, 31, 49}) {
+            for (const int64_t rows : {1, 15, 16, 17, 33, 64, 256, 512})
+                for (const int64_t cols : {1, 2, 16, 31, 49, 85}) {
                     const int64_t n = mb * rows * cols;
                     std::vector<uint8_t> src(static_cast<size_t>(n * es)), want(src.size());
                     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + i / 251);
@@ -83,12 +85,13 @@ TEST_CASE("transpose_images: results of 16 MiB and more, streamed when lines all
     // 2 images of 64 x 33000 f32 or 64 x 66000 16-bit elements (16.9 MB):
     // whole lines, streamed (16-bit in tiles of 32 rows); 63 or 48 rows
     // (rows end mid-line, or no whole tiles of 32) and a destination 4
-    // bytes off a line: stored as usual.
+    // bytes off a line: stored as usual. 1 KiB result rows (256 f32 / 512
+    // 16-bit rows, 8250 columns): streamed in blocks of columns.
     const int64_t mb = 2;
     for (const int es : {4, 2})
-        for (const int64_t rows : {int64_t(64), es == 4 ? int64_t(63) : int64_t(48)})
+        for (const int64_t rows : {int64_t(64), es == 4 ? int64_t(63) : int64_t(48), int64_t(1024 / es)})
             for (const size_t offset : {size_t(0), size_t(4)}) {
-                const int64_t cols = 33000 * 4 / es, n = mb * rows * cols;
+                const int64_t cols = 33000 * 4 / es * 64 / std::max<int64_t>(64, rows), n = mb * rows * cols;
                 std::vector<uint8_t> src(static_cast<size_t>(n * es));
                 for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
                 const size_t bytes = src.size() + 64 + offset;
