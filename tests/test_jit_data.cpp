@@ -76,7 +76,7 @@ void check_streaming(const DCase& c, const testutil::Buffer& dd, const testutil:
     INFO(jit.describe());
     CHECK(jit.describe().find("streaming stores") != std::string::npos);
     const size_t bytes = expect.bytes.size();
-    std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, bytes + 64)),
+    std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 64 + 63) / 64 * 64)),
                                                        &std::free);
     for (size_t offset : {0, 16}) {  // aligned: streaming; 16: the kernels without (dw: prefetching)
         std::memset(out.get(), 0x7f, bytes + 64);
@@ -1118,7 +1118,7 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
         const auto w = testutil::small_ints(dt, ref.input1_elems(), 22);
         const auto expect = testutil::run(ref, dd, w);
         const size_t bytes = expect.bytes.size();
-        std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, bytes + 64)),
+        std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 64 + 63) / 64 * 64)),
                                                            &std::free);
         for (size_t offset : {0, 16}) {
             std::memset(out.get(), 0x7f, bytes + 64);

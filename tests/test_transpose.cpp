@@ -95,8 +95,9 @@ TEST_CASE("transpose_images: results of 16 MiB and more, streamed when lines all
                 std::vector<uint8_t> src(static_cast<size_t>(n * es));
                 for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
                 const size_t bytes = src.size() + 64 + offset;
+                // (aligned_alloc takes a whole number of alignments)
                 std::unique_ptr<char, decltype(&std::free)> buf(
-                        static_cast<char*>(std::aligned_alloc(64, bytes + 64)), &std::free);
+                        static_cast<char*>(std::aligned_alloc(64, (bytes + 64 + 63) / 64 * 64)), &std::free);
                 char* dst = buf.get() + offset;
                 std::memset(buf.get(), 0xa5, bytes + 64);
                 tbb::task_arena arena(2);

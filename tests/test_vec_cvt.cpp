@@ -212,7 +212,7 @@ TEST_CASE("vec_cvt: streaming stores equal ordinary ones", "[vec_cvt]") {
             INFO(isa_name(isa) << " " << convgrad::dtype_name(dt));
             const auto want = convert(isa, data_type::f32, dt, bytes_of(in));
             const CvtKernel k(isa, Mode::convert_nt, data_type::f32, dt, 0);
-            std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, want.size())),
+            std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, (want.size() + 63) / 64 * 64)),
                                                                &std::free);
             k(in.data(), out.get(), static_cast<int64_t>(in.size()) / vlen(isa));
             int64_t bad = 0;
