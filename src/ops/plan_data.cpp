@@ -325,9 +325,12 @@ int vregs(const DataPlan& pl, const DataBlocking& b, int tail, const DataKernelT
 // tied blockings (m ascending within n), AMD Zen 5, 2 threads, ResNet-50 at
 // mb 32, min of 3 interleaved rounds: bf16 1.013x over 20 layers (res2a_branch1
 // m6 x n2 -> m6 x n4 1.13x), f32 / f16 1.014x over 40 cases (f16 1x1 layers
-// 1.07-1.10x).
+// 1.07-1.10x). AVX2 keeps the first of the tied (its 16 registers leave
+// few ties, and the ones it broke ran slower: ResNet-50 res4a_branch2a
+// m2 x n5 -> m4 x n3 0.96x, RegNetX-400MF s4 m4 x n2 -> m6 x n2 0.93-0.95x,
+// min of 5).
 double tie_weight(const DataPlan& pl, int m, int n, bool bcast_in_fma, bool w_in_l2) {
-    if (pl.path == DataPath::depthwise || pl.direct_row_taps) return 1;
+    if (pl.isa < Isa::avx512_core || pl.path == DataPath::depthwise || pl.direct_row_taps) return 1;
     constexpr double kPerLoadPerFma = 0.02, kWFromL2 = 0.01;
     const double loads_per_fma = double(n + (bcast_in_fma ? m * n : m)) / double(m * n);
     return 1 + kPerLoadPerFma * loads_per_fma + (w_in_l2 ? kWFromL2 : 0.0);
