@@ -818,6 +818,22 @@ std::vector<DCase> typed_cases() {
     return cs;
 }
 
+// o's output on the same random dt inputs at 1, 2 and 3 threads, each in its
+// own task_arena; `split`: each run must also use all of its arena's threads.
+std::vector<testutil::Buffer> outputs_at_1_2_3_threads(const convgrad::op& o, data_type dt, bool split) {
+    const auto dd = testutil::random_reals(dt, o.input0_elems(), 1);
+    const auto w = testutil::random_reals(dt, o.input1_elems(), 2);
+    std::vector<testutil::Buffer> outs;
+    for (int t : {1, 2, 3}) {
+        tbb::task_arena arena(t);
+        arena.execute([&] {
+            outs.push_back(testutil::run(o, dd, w));
+            if (split) CHECK(testutil::threads_used(o) == t);
+        });
+    }
+    return outs;
+}
+
 }  // namespace
 
 TEST_CASE("data bf16/f16: bitwise with small integers on every ISA", "[jit][data][dtype]") {
@@ -886,16 +902,8 @@ TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data
             // The smallest minibatch above kSerialMaxFlopsData, so the op runs on t threads.
             for (c.mb = 1; c.make("ref").flops() <= convgrad::detail::kSerialMaxFlopsData;) c.mb *= 2;
             const auto o = c.make(convgrad::max_isa());
-            const auto dd = testutil::random_reals(dt, o.input0_elems(), 1);
-            const auto w = testutil::random_reals(dt, o.input1_elems(), 2);
-            std::vector<testutil::Buffer> outs;
-            for (int t : {1, 2, 3}) {
-                tbb::task_arena arena(t);
-                arena.execute([&] {
-                    outs.push_back(testutil::run(o, dd, w));
-                    CHECK(testutil::threads_used(o) == t);  // large enough to split (op_threads)
-                });
-            }
+            // (large enough to split: op_threads)
+            const std::vector<testutil::Buffer> outs = outputs_at_1_2_3_threads(o, dt, true);
             INFO(o.describe());
             CHECK(testutil::bitwise_equal(outs[0], outs[1]));
             CHECK(testutil::bitwise_equal(outs[0], outs[2]));
@@ -1093,14 +1101,7 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
                 tbb::task_arena arena(threads);
                 arena.execute([&] { check_exact(t, kAllIsas); });
             }
-            const auto o = t.make(convgrad::max_isa());
-            const auto dd = testutil::random_reals(dt, o.input0_elems(), 1);
-            const auto w = testutil::random_reals(dt, o.input1_elems(), 2);
-            std::vector<testutil::Buffer> outs;
-            for (int threads : {1, 2, 3}) {
-                tbb::task_arena arena(threads);
-                arena.execute([&] { outs.push_back(testutil::run(o, dd, w)); });
-            }
+            const std::vector<testutil::Buffer> outs = outputs_at_1_2_3_threads(t.make(convgrad::max_isa()), dt, false);
             CHECK(testutil::bitwise_equal(outs[0], outs[1]));
             CHECK(testutil::bitwise_equal(outs[0], outs[2]));
         }
