@@ -25,6 +25,7 @@
 
 #include "jit/bwd_data_cvt.hpp"
 #include "jit/bwd_data_dot_kernel.hpp"
+#include "ops/dot_tile.hpp"
 #include "ops/executor.hpp"
 #include "ops/lane_sum.hpp"
 #include "ops/parallel.hpp"
@@ -96,24 +97,13 @@ bool make_dot_plan(const Problem& p, Isa isa, int threads, DotPlan* pl) {
     pl->compute = dot_compute(p.dt, isa);
     pl->isa = dot_kernel_isa(isa, pl->compute);
     pl->pixels = pixels;
-    const int regs = isa >= Isa::avx512_core ? 32 : 16;
     const int64_t steps = p.oc() / data_dot_step_oc(isa, pl->compute);
     // Displacements of a tile's last pixel and channel fit 32 bits.
     const int64_t row = p.oc() * es, w_row = p.wei_str.i * es;
-    bool found = false;
-    for (int tp = 1; tp <= kDotMaxPixelTile && tp <= pixels; ++tp)
-        for (int tc = 1; tc <= p.ic() && data_dot_vregs(isa, tp, tc) <= regs; ++tc) {
-            if ((tp - 1) * row > INT32_MAX || (tc - 1) * w_row > INT32_MAX) continue;
-            const double cost = dot_cost(pixels, p.ic(), steps + 1, tp, tc);
-            // Ties: the tile with fewer loads per FMA.
-            if (!found || cost < pl->est_cycles * 0.999 ||
-                (cost <= pl->est_cycles * 1.001 && (tp + tc) * pl->p * pl->c < (pl->p + pl->c) * tp * tc)) {
-                pl->p = tp;
-                pl->c = tc;
-                pl->est_cycles = cost;
-                found = true;
-            }
-        }
+    const bool found = choose_dot_tile(
+            isa, static_cast<int>(std::min<int64_t>(kDotMaxPixelTile, pixels)), p.ic(), row, w_row,
+            [&](int tp, int tc) { return dot_cost(pixels, p.ic(), steps + 1, tp, tc); }, &pl->p, &pl->c,
+            &pl->est_cycles);
     if (!found) return false;
     pl->span = div_up(kDotSpanChannels, pl->c) * pl->c;
     pl->spans = div_up(p.ic(), pl->span);

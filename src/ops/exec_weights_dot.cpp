@@ -44,6 +44,7 @@
 
 #include "jit/bwd_data_cvt.hpp"
 #include "jit/bwd_data_dot_kernel.hpp"
+#include "ops/dot_tile.hpp"
 #include "ops/executor.hpp"
 #include "ops/lane_sum.hpp"
 #include "ops/numeric.hpp"
@@ -129,7 +130,6 @@ bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, const Problem
     pl->chunk = div_up(all_steps, div_up(all_steps, fit)) * pl->step;
     if (pl->chunk < kWDotMinChunkSteps * pl->step) return false;
     const int64_t steps = div_up(pl->pixels, pl->step), calls = div_up(pl->pixels, pl->chunk);
-    const int regs = isa >= Isa::avx512_core ? 32 : 16;
     if (strided) {
         pl->sub = {strided->in, strided->out, strided->stride, static_cast<int>(es), isa >= Isa::avx512_core};
         pl->sub_plane = strided->src_str.c;
@@ -139,21 +139,10 @@ bool make_weights_dot_plan(const Problem& p, Isa isa, int threads, const Problem
         pl->sub_pitch = pl->chunk * es + (pl->chunk * es % 4096 == 0 ? 64 : 0);
     }
     const int64_t row = pl->sub_pitch > 0 ? pl->sub_pitch : p.in_sp() * es;  // bytes between src channel rows
-    bool found = false;
     double best = 0;
-    for (int tp = 1; tp <= 8 && tp <= p.ocg; ++tp)
-        for (int tc = 1; tc <= p.icg && data_dot_vregs(isa, tp, tc) <= regs; ++tc) {
-            if ((tp - 1) * row > INT32_MAX || (tc - 1) * row > INT32_MAX) continue;
-            const double cost = wdot_cost(p.ocg, p.icg, steps, calls, tp, tc);
-            // Ties: the tile with fewer loads per FMA.
-            if (!found || cost < best * 0.999 ||
-                (cost <= best * 1.001 && (tp + tc) * pl->p * pl->c < (pl->p + pl->c) * tp * tc)) {
-                pl->p = tp;
-                pl->c = tc;
-                best = cost;
-                found = true;
-            }
-        }
+    const bool found = choose_dot_tile(
+            isa, static_cast<int>(std::min<int64_t>(8, p.ocg)), p.icg, row, row,
+            [&](int tp, int tc) { return wdot_cost(p.ocg, p.icg, steps, calls, tp, tc); }, &pl->p, &pl->c, &best);
     if (!found) return false;
     pl->oc_tiles = div_up(p.ocg, pl->p);
     pl->ic_tiles = div_up(p.icg, pl->c);
