@@ -317,7 +317,7 @@ int vregs(const DataPlan& pl, const DataBlocking& b, int tail, const DataKernelT
 
 // The step cost is the maximum of the FMA, load, latency and L2 bounds, so
 // most direct blockings of a long reduction tie at the FMA bound (ResNet-50's
-// 1x1 layers: a dozen m × n within 0.1 %) though they do not run alike. Near
+// 1x1 layers: a dozen m × n within 0.5 %) though they do not run alike. Near
 // ties go to fewer loads per FMA (each is an issue slot and an L1 access the
 // bound does not count) and then to W served from L1. Weights of a blocking's
 // cost for the comparison only, at most a few percent apart, so a real
@@ -329,11 +329,11 @@ int vregs(const DataPlan& pl, const DataBlocking& b, int tail, const DataKernelT
 // few ties, and the ones it broke ran slower: ResNet-50 res4a_branch2a
 // m2 x n5 -> m4 x n3 0.96x, RegNetX-400MF s4 m4 x n2 -> m6 x n2 0.93-0.95x,
 // min of 5).
-double tie_weight(const DataPlan& pl, int m, int n, bool bcast_in_fma, bool w_in_l2) {
+double tie_weight(const Problem& p, const DataPlan& pl, const DataBlocking& b) {
     if (pl.isa < Isa::avx512_core || pl.path == DataPath::depthwise || pl.direct_row_taps) return 1;
     constexpr double kPerLoadPerFma = 0.02, kWFromL2 = 0.01;
-    const double loads_per_fma = double(n + (bcast_in_fma ? m * n : m)) / double(m * n);
-    return 1 + kPerLoadPerFma * loads_per_fma + (w_in_l2 ? kWFromL2 : 0.0);
+    const double loads_per_fma = double(b.n + (b.bcast_in_fma ? b.m * b.n : b.m)) / double(b.m * b.n);
+    return 1 + kPerLoadPerFma * loads_per_fma + (w_block_in_l2(p, pl, b) ? kWFromL2 : 0.0);
 }
 
 // Searches m × n (× broadcast form) for the lowest estimated cycles.
@@ -392,7 +392,7 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                 // (AMD Zen 4, 2 threads, f32 groups of 16: RegNetX-400MF
                 // 7x7 m7 x n1 165 -> 220 GFLOP/s).
                 const bool preferred = bif && n == 1;
-                const double key = c * tie_weight(*pl, m, n, bif, w_block_in_l2(p, *pl, b));
+                const double key = c * tie_weight(p, *pl, b);
                 if (best < 0 || key < best_key * 0.999 || (preferred && !best_preferred && key <= best_key * 1.001)) {
                     best = c;
                     best_key = key;
