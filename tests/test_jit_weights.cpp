@@ -39,6 +39,14 @@ void check_exact(const Case& c, uint32_t seed = 1) {
     }
 }
 
+// The R of describe()'s "rows=RxSpx": the reduction's rows, more than the
+// images once rows are cut into segments.
+int64_t described_rows(const std::string& d) {
+    const size_t at = d.find(" rows=");
+    REQUIRE(at != std::string::npos);
+    return std::atoll(d.c_str() + at + 6);
+}
+
 // Small integers of the case's type (exact in 16 bits too), every ISA
 // including the bf16 one: bitwise equal to the reference.
 void check_exact_any_type(const Case& c) {
@@ -697,16 +705,74 @@ TEST_CASE("weights: long rows read in place are cut into segments", "[jit][weigh
             const std::string d = c.make(isa).describe();
             INFO(label(c, isa) << "\n" << d);
             CHECK((d.find(" fold-kw") != std::string::npos) == c.d.empty());
-            // rows=RxSpx: more rows than images, a segment shorter than the output row
-            const size_t at = d.find(" rows=");
-            REQUIRE(at != std::string::npos);
-            const int64_t rows = std::atoll(d.c_str() + at + 6);
+            // More rows than images: a segment shorter than the output row.
             // AVX2 tiles carry fewer channels, so its chunks hold more
-            // pixels: these rows are under 4 chunks there (or staged, whole).
-            if (isa != "avx2") CHECK(rows > c.mb);
+            // pixels: these rows are under 4 chunks there.
+            if (isa != "avx2") CHECK(described_rows(d) > c.mb);
         }
         check_exact(c);
     }
+}
+
+TEST_CASE("weights: long staged rows are cut into segments", "[jit][weights]") {
+    // Staged gemm rows of 4+ chunks are cut too (each chunk stages the
+    // window of src its segment's taps read): a k3 s2 1D layer (wav2vec
+    // 2.0's second), a padded k5 layer in NCX with channel tails (the
+    // window crosses both W edges), the first one grouped, a dilated
+    // strided one. Exact on every ISA, and in bf16 / f16.
+    Case s2 = conv2d(128, 128, {3000}, {3});
+    s2.s = {2};
+    s2.mb = 2;
+    Case padded = conv2d(96, 136, {2500}, {5});
+    padded.pb = padded.pe = {2};
+    padded.nxc = false;
+    padded.wfmt = "OIX";
+    padded.mb = 2;
+    Case grouped = s2;
+    grouped.g = 2;
+    // Dilated and strided with pads: segment windows overlap and start
+    // inside the left pad.
+    Case dilated = conv2d(64, 80, {12000}, {9});
+    dilated.s = {5};
+    dilated.d = {2};
+    dilated.pb = {7};
+    dilated.pe = {2};
+    dilated.mb = 1;
+    // Rows staged whole for their row builders: kw windows (16 output
+    // channels), kw lanes (W stride 2); in f32 only on AVX-512 (16-bit
+    // pairs are plain staged rows, cut).
+    Case window = conv2d(16, 16, {30000}, {3});
+    window.pb = window.pe = {1};
+    Case lanes = window;
+    lanes.s = {2};
+    std::vector<Case> cases{s2, padded, grouped, dilated};
+    for (const Case& c : {window, lanes}) {
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            if (isa == "avx2") continue;
+            CHECK(d.find(c.s.empty() ? " kw-window" : " kw-lanes") != std::string::npos);
+            CHECK(described_rows(d) == c.mb);
+        }
+        check_exact(c);
+        Case h = c;
+        h.dt = convgrad::data_type::bf16;
+        check_exact_any_type(h);
+    }
+    for (const Case& c : cases) {
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            REQUIRE(d.find(" staged") != std::string::npos);
+            CHECK(described_rows(d) > c.mb);
+        }
+        check_exact(c);
+    }
+    for (convgrad::data_type dt : {convgrad::data_type::bf16, convgrad::data_type::f16})
+        for (Case c : {s2, grouped}) {
+            c.dt = dt;
+            check_exact_any_type(c);
+        }
 }
 
 TEST_CASE("weights: depthwise pre-pads src only for wide bf16 W-pair kernels", "[jit][weights]") {

@@ -368,10 +368,13 @@ private:
     void build_lane_rows(std::vector<WeightsRow>& out, const std::vector<RowPos>& chunk, const StagedChunk* st,
                          int64_t kd, int64_t kh) const;
     // Pixels of a staged src row: the input row (merged rows: a segment's
-    // pixels), or with fold_kw every pixel the taps read, W padding
-    // included as zeros, so the folded rows need no edges.
+    // pixels; staged segments: the window a segment's taps read, see
+    // src_row_first / src_row_width), or with fold_kw every pixel the taps
+    // read, W padding included as zeros, so the folded rows need no edges.
     int64_t staged_row_pixels() const {
         const WeightsGeometry& g = plan_.geo;
+        if (plan_.staged_segments())
+            return std::min(g.in[2], (g.segment - 1) * g.stride[2] + (g.k[2] - 1) * g.dil[2] + 1);
         return plan_.fold_kw > 1 ? (g.out[2] - 1) * g.stride[2] + g.k[2] : std::max(g.segment, g.in[2]);
     }
     // Staging (16-bit types).
@@ -575,18 +578,26 @@ void decode_rows(const WeightsGeometry& g, std::vector<RowPos>& out, int64_t q0,
 
 // A staged src row is one (image (pair), id, ih, segment): merged rows are
 // staged segment by segment (what the segment's pixels read, as taps and
-// strides are 1 there), the others whole.
+// strides are 1 there), as are staged segments (the window the segment's
+// taps read, src_row_first / src_row_width), the others whole.
 int64_t JitWeightsExecutor::src_key(const RowPos& r, int64_t id, int64_t ih) const {
     const WeightsGeometry& g = plan_.geo;
-    return ((r.n * g.in[0] + id) * g.in[1] + ih) * g.segs_per_row + (g.merged ? r.seg : 0);
+    return ((r.n * g.in[0] + id) * g.in[1] + ih) * g.segs_per_row + (g.merged || plan_.staged_segments() ? r.seg : 0);
 }
 
 int64_t JitWeightsExecutor::src_row_first(int64_t seg) const {
-    return plan_.geo.merged ? seg * plan_.geo.segment : 0;
+    const WeightsGeometry& g = plan_.geo;
+    if (plan_.staged_segments()) return std::max<int64_t>(0, seg * g.segment * g.stride[2] - g.pad[2]);
+    return g.merged ? seg * g.segment : 0;
 }
 
 int64_t JitWeightsExecutor::src_row_width(int64_t seg) const {
     const WeightsGeometry& g = plan_.geo;
+    if (plan_.staged_segments()) {  // through the last tap of the segment's last pixel
+        const int64_t last_ow = std::min(g.out[2], (seg + 1) * g.segment) - 1;
+        const int64_t end = std::min(g.in[2], last_ow * g.stride[2] - g.pad[2] + (g.k[2] - 1) * g.dil[2] + 1);
+        return std::max<int64_t>(0, end - src_row_first(seg));
+    }
     return g.merged ? std::min(g.segment, g.in[2] - seg * g.segment) : g.in[2];
 }
 
@@ -1310,7 +1321,16 @@ void JitWeightsExecutor::prefetch_chunk(Prefetch& pf, int64_t chunk, const char*
     for (int k = 0; k < images; ++k) {
         if (image(q1 - 1, k) >= p_.mb) continue;
         const int64_t row_bytes = g.in[2] * p_.ic() * es;
-        if (g.merged) {  // rows are pixel ranges
+        if (plan_.staged_segments()) {  // each segment's window of the input rows its taps read
+            for (int64_t q = q0; q < q1; ++q) {
+                const RowPos r = row_at(q);
+                const int64_t first = src_row_first(r.seg) * p_.ic() * es, bytes = src_row_width(r.seg) * p_.ic() * es;
+                for_each_src_row(r, [&](int64_t id, int64_t ih) {
+                    const char* row = src + ((image(q, k) * g.in[0] + id) * g.in[1] + ih) * row_bytes;
+                    pf.add(row + first, row + first + bytes);
+                });
+            }
+        } else if (g.merged) {  // rows are pixel ranges
             pf.add(src + dst_pixel(q0, k) * p_.ic() * es, src + (dst_pixel(q1 - 1, k) + last_len) * p_.ic() * es);
         } else if (g.k[0] > 1 || g.stride[1] <= (g.k[1] - 1) * g.dil[1] + 1) {
             // Every input row from the first tap's to the last's: 3D, and

@@ -716,17 +716,28 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     WeightsReduction& r = plan.red;
     const int64_t target = static_cast<int64_t>(chunk_pixels(plan, plan.blk.n));
     // Rows longer than a chunk are cut into segments: merged rows (pixel
-    // ranges), and gemm rows read in place (not staged), whose row lists
-    // take a segment's pixels per tap (1D speech encoders: wav2vec 2.0's
-    // first layer has rows of 3199 pixels, 6.4 MB of f32 diff_dst at 512
-    // channels, which every oc tile streamed from DRAM).
+    // ranges), and gemm rows read in place, whose row lists take a
+    // segment's pixels per tap (1D speech encoders: wav2vec 2.0's first
+    // layer has rows of 3199 pixels, 6.4 MB of f32 diff_dst at 512
+    // channels, which every oc tile streamed from DRAM), or plain staged
+    // rows (WeightsPlan::staged_segments: a chunk stages the src window of
+    // its segments, halo included) instead of whole rows of many MB:
+    // wav2vec 2.0's second layer (512 -> 512, k3 s2, 1599-pixel rows: 9.4
+    // MB chunks -> 1.9 MB) 1.39x f32 / 1.54x bf16, 1D layers of 3000-20000
+    // pixels 0.99-3.66x (k5 at 16000 pixels, 64 MB chunks: 3.66x), NCX
+    // 1.18-3.49x, 1D layers of 2-8 groups 1.35-1.82x (AMD Zen 5, 2 threads,
+    // min of 3; bench/shapes/long_1d); AVX2's blocked chunks (segments of
+    // 150-400 pixels) 1.03-1.23x. Rows staged in other shapes (folded kw
+    // taps, compressed W, kw windows and lanes) stay whole: their row
+    // builders take whole rows.
     // Those are cut only when a row holds several chunks, into equal
     // segments (U-Net's 256-pixel rows in 204 + 52 or 102 x 2 + 52 ran
     // 0.68-0.88x, as one row 67 KiB).
-    const bool in_place_gemm = plan.blk.kind == WeightsKernelKind::gemm && !plan.staged;
+    const bool plain_staged = plan.fold_kw == 1 && !plan.compress_w && plan.kw_phases == 0 && !plan.kw_lanes;
+    const bool cut_gemm = plan.blk.kind == WeightsKernelKind::gemm && (!plan.staged || plain_staged);
     if (g.merged)
         g.segment = std::min(g.out[2], target);
-    else if (in_place_gemm && g.out[2] > Cost::segment_min_chunks * target)
+    else if (cut_gemm && g.out[2] > Cost::segment_min_chunks * target)
         g.segment = div_up(g.out[2], div_up(g.out[2], target));
     g.segs_per_row = div_up(g.out[2], g.segment);
     r.rows = g.rows();

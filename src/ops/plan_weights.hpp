@@ -212,6 +212,10 @@ struct WeightsPlan {
     int64_t tile_slice_bytes(int64_t w) const { return (chunk_pixels() * w * 4 + 64 + 63) / 64 * 64; }
     // The output is 16-bit: the kernels sum into f32 scratch, rounded at the end.
     bool rounded() const { return dt != data_type::f32; }
+    // Staged rows cut into segments (not merged: plain staged rows, see
+    // choose_reduction): a chunk stages, per input row, only the window of
+    // pixels its segment's taps read.
+    bool staged_segments() const { return staged && !geo.merged && geo.segs_per_row > 1; }
     // Bytes per channel and pixel of the activations the kernels read: 4
     // (f32, staged f32 or bf16 pairs), or 2 (depthwise on 16-bit in place).
     int elem_bytes() const { return staged || dt == data_type::f32 ? 4 : 2; }
