@@ -719,7 +719,8 @@ TEST_CASE("weights: long staged rows are cut into segments", "[jit][weights]") {
     // window of src its segment's taps read): a k3 s2 1D layer (wav2vec
     // 2.0's second), a padded k5 layer in NCX with channel tails (the
     // window crosses both W edges), the first one grouped, a dilated
-    // strided one. Exact on every ISA, and in bf16 / f16.
+    // strided one, a 16-bit one with folded kw taps. Exact on every ISA,
+    // and in bf16 / f16.
     Case s2 = conv2d(128, 128, {3000}, {3});
     s2.s = {2};
     s2.mb = 2;
@@ -768,9 +769,22 @@ TEST_CASE("weights: long staged rows are cut into segments", "[jit][weights]") {
         }
         check_exact(c);
     }
+    // Folded kw taps staged (16-bit: a first layer of 1 channel, 10 taps,
+    // stride 5, padded): a segment's window holds its share of the W pads.
+    Case folded = conv2d(1, 128, {24000}, {10});
+    folded.s = {5};
+    folded.pb = {3};
+    folded.pe = {4};
     for (convgrad::data_type dt : {convgrad::data_type::bf16, convgrad::data_type::f16})
-        for (Case c : {s2, grouped}) {
+        for (Case c : {s2, grouped, folded}) {
             c.dt = dt;
+            if (c.ic == 1)
+                for (const std::string& isa : jit_isas(true)) {
+                    const std::string d = c.make(isa).describe();
+                    INFO(label(c, isa) << "\n" << d);
+                    CHECK(d.find(" fold-kw") != std::string::npos);
+                    CHECK(described_rows(d) > c.mb);
+                }
             check_exact_any_type(c);
         }
 }

@@ -727,13 +727,14 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     // pixels 0.99-3.66x (k5 at 16000 pixels, 64 MB chunks: 3.66x), NCX
     // 1.18-3.49x, 1D layers of 2-8 groups 1.35-1.82x (AMD Zen 5, 2 threads,
     // min of 3; bench/shapes/long_1d); AVX2's blocked chunks (segments of
-    // 150-400 pixels) 1.03-1.23x. Rows staged in other shapes (folded kw
-    // taps, compressed W, kw windows and lanes) stay whole: their row
-    // builders take whole rows.
+    // 150-400 pixels) 1.03-1.23x; 16-bit folded kw taps (wav2vec 2.0's
+    // first layer, 1 channel, k10 s5, staged with its W pads) 1.32-1.49x,
+    // AVX2 1.14-1.17x. Rows staged in other shapes (compressed W, kw
+    // windows and lanes) stay whole: their row builders take whole rows.
     // Those are cut only when a row holds several chunks, into equal
     // segments (U-Net's 256-pixel rows in 204 + 52 or 102 x 2 + 52 ran
     // 0.68-0.88x, as one row 67 KiB).
-    const bool plain_staged = plan.fold_kw == 1 && !plan.compress_w && plan.kw_phases == 0 && !plan.kw_lanes;
+    const bool plain_staged = !plan.compress_w && plan.kw_phases == 0 && !plan.kw_lanes;
     const bool cut_gemm = plan.blk.kind == WeightsKernelKind::gemm && (!plan.staged || plain_staged);
     if (g.merged)
         g.segment = std::min(g.out[2], target);
