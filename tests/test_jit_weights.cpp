@@ -719,8 +719,8 @@ TEST_CASE("weights: long staged rows are cut into segments", "[jit][weights]") {
     // window of src its segment's taps read): a k3 s2 1D layer (wav2vec
     // 2.0's second), a padded k5 layer in NCX with channel tails (the
     // window crosses both W edges), the first one grouped, a dilated
-    // strided one, a 16-bit one with folded kw taps. Exact on every ISA,
-    // and in bf16 / f16.
+    // strided one, a strided 1x1 one, a 16-bit one with folded kw taps.
+    // Exact on every ISA, and in bf16 / f16.
     Case s2 = conv2d(128, 128, {3000}, {3});
     s2.s = {2};
     s2.mb = 2;
@@ -746,7 +746,11 @@ TEST_CASE("weights: long staged rows are cut into segments", "[jit][weights]") {
     window.pb = window.pe = {1};
     Case lanes = window;
     lanes.s = {2};
-    std::vector<Case> cases{s2, padded, grouped, dilated};
+    // 1x1 with a W stride: compressed W rows (the staged row holds the
+    // output pixels' src pixels) and tile-major slices.
+    Case strided_1x1 = conv2d(192, 256, {8000}, {1});
+    strided_1x1.s = {2};
+    std::vector<Case> cases{s2, padded, grouped, dilated, strided_1x1};
     for (const Case& c : {window, lanes}) {
         for (const std::string& isa : jit_isas(false)) {
             const std::string d = c.make(isa).describe();
@@ -776,7 +780,7 @@ TEST_CASE("weights: long staged rows are cut into segments", "[jit][weights]") {
     folded.pb = {3};
     folded.pe = {4};
     for (convgrad::data_type dt : {convgrad::data_type::bf16, convgrad::data_type::f16})
-        for (Case c : {s2, grouped, folded}) {
+        for (Case c : {s2, grouped, folded, strided_1x1}) {
             c.dt = dt;
             if (c.ic == 1)
                 for (const std::string& isa : jit_isas(true)) {

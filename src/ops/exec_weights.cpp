@@ -375,7 +375,7 @@ private:
         const WeightsGeometry& g = plan_.geo;
         if (plan_.staged_segments()) {
             const int64_t reach = (g.segment - 1) * g.stride[2] + (g.k[2] - 1) * g.dil[2] + 1;
-            return plan_.fold_kw > 1 ? reach : std::min(g.in[2], reach);
+            return plan_.compress_w ? g.segment : plan_.fold_kw > 1 ? reach : std::min(g.in[2], reach);
         }
         return plan_.fold_kw > 1 ? (g.out[2] - 1) * g.stride[2] + g.k[2] : std::max(g.segment, g.in[2]);
     }
@@ -637,8 +637,10 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
             continue;
         }
         // Staged rows: [key index][width], [chunk row][segment].
-        const int64_t src_pix = staged_src_row(*st, r, id, ih) +
-                                (plan_.compress_w ? a : iw - src_row_first(r.seg) + (plan_.fold_kw > 1 ? g.pad[2] : 0));
+        const int64_t seg0 = plan_.staged_segments() ? r.seg * g.segment : 0;  // compressed: slot ow - seg0
+        const int64_t src_pix =
+            staged_src_row(*st, r, id, ih) +
+            (plan_.compress_w ? a - seg0 : iw - src_row_first(r.seg) + (plan_.fold_kw > 1 ? g.pad[2] : 0));
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
         add_row(out, src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, b - a);
     }
@@ -787,9 +789,12 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
                          plan_.src_pitch);
             continue;
         }
-        for (int64_t ow = valid[0]; ow < valid[1]; ++ow)  // iw = ow * stride - pad
+        // iw = ow * stride - pad; staged segments: the segment's pixels, from slot 0
+        const int64_t ow0 = plan_.staged_segments() ? seg * g.segment : 0;
+        const int64_t ow1 = plan_.staged_segments() ? ow0 + g.segment : g.out[2];
+        for (int64_t ow = std::max(valid[0], ow0); ow < std::min(valid[1], ow1); ++ow)
             stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + ow * g.stride[2] - g.pad[2], 1,
-                         to + ow * plan_.src_pitch);
+                         to + (ow - ow0) * plan_.src_pitch);
     }
 }
 

@@ -729,12 +729,14 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     // min of 3; bench/shapes/long_1d); AVX2's blocked chunks (segments of
     // 150-400 pixels) 1.03-1.23x; 16-bit folded kw taps (wav2vec 2.0's
     // first layer, 1 channel, k10 s5, staged with its W pads) 1.32-1.49x,
-    // AVX2 1.14-1.17x. Rows staged in other shapes (compressed W, kw
-    // windows and lanes) stay whole: their row builders take whole rows.
+    // AVX2 1.14-1.17x; strided 1x1 (compressed W rows, tile-major slices)
+    // 1.47-3.38x in 16 bits, 1.63x f32 at 256 -> 512, AVX2 1.16-4.36x. Rows
+    // of kw windows and kw lanes stay whole: their row builders take whole
+    // rows.
     // Those are cut only when a row holds several chunks, into equal
     // segments (U-Net's 256-pixel rows in 204 + 52 or 102 x 2 + 52 ran
     // 0.68-0.88x, as one row 67 KiB).
-    const bool plain_staged = !plan.compress_w && plan.kw_phases == 0 && !plan.kw_lanes;
+    const bool plain_staged = plan.kw_phases == 0 && !plan.kw_lanes;
     const bool cut_gemm = plan.blk.kind == WeightsKernelKind::gemm && (!plan.staged || plain_staged);
     if (g.merged)
         g.segment = std::min(g.out[2], target);
