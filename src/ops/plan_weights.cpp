@@ -731,8 +731,8 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     // first layer, 1 channel, k10 s5, staged with its W pads) 1.32-1.49x,
     // AVX2 1.14-1.17x; strided 1x1 (compressed W rows, tile-major slices)
     // 1.47-3.38x in 16 bits, 1.63x f32 at 256 -> 512, AVX2 1.16-4.36x. Rows
-    // of kw windows and kw lanes stay whole: their row builders take whole
-    // rows.
+    // of kw windows and kw lanes stay whole (their row builders take whole
+    // rows), so long rows leave those for the plain tiles (see plan_weights).
     // Those are cut only when a row holds several chunks, into equal
     // segments (U-Net's 256-pixel rows in 204 + 52 or 102 x 2 + 52 ran
     // 0.68-0.88x, as one row 67 KiB).
@@ -1103,11 +1103,20 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || kw_ic_rows_consecutive(p));
     plan.weights_elems = p.output_elems;
     if (fold_kw(p, plan)) plan.fold_kw = p.k[2];
-    if (kw_window_ok(p, plan)) {
+    // Staged rows long enough to be cut into segments (choose_reduction)
+    // leave kw windows and kw lanes, whose rows stay whole, for the plain
+    // tiles on segments: AMD Zen 5, 2 threads, f32, min of 3: 8 groups of
+    // 16 channels at 30000 samples (30 MB chunks) 2.71x, 16 channels 1.11x
+    // (30000 samples, k3) / 1.14x (15000, s2). Lane pairs (groups of 8)
+    // keep theirs: without them half the lanes idle (32 groups at 4000
+    // samples, s2, 0.91x).
+    const bool long_rows = plan.staged && !plan.geo.merged &&
+                           plan.geo.out[2] > Cost::segment_min_chunks * int64_t(chunk_pixels(plan, 1));
+    if (kw_window_ok(p, plan) && !long_rows) {
         plan.kw_phases = plan.geo.stride[2];
         for (int64_t r = 0; r < plan.kw_phases; ++r) plan.kw_phase[static_cast<size_t>(r)] = kw_phase(plan.geo, r);
     }
-    if (kw_lanes_ok(p, plan)) {
+    if (kw_lanes_ok(p, plan) && (!long_rows || lane_pairs_ok(p, plan.isa))) {
         plan.kw_phases = 0;
         plan.kw_lanes = true;
         plan.lanes = kw_lanes_geometry(plan.geo);
