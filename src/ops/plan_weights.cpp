@@ -736,8 +736,8 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     // Those are cut only when a row holds several chunks, into equal
     // segments (U-Net's 256-pixel rows in 204 + 52 or 102 x 2 + 52 ran
     // 0.68-0.88x, as one row 67 KiB).
-    const bool plain_staged = plan.kw_phases == 0 && !plan.kw_lanes;
-    const bool cut_gemm = plan.blk.kind == WeightsKernelKind::gemm && (!plan.staged || plain_staged);
+    const bool whole_rows = plan.kw_phases > 0 || plan.kw_lanes;  // staged or read in place
+    const bool cut_gemm = plan.blk.kind == WeightsKernelKind::gemm && !whole_rows;
     if (g.merged)
         g.segment = std::min(g.out[2], target);
     else if (cut_gemm && g.out[2] > Cost::segment_min_chunks * target)
