@@ -373,11 +373,10 @@ private:
     // read, W padding included as zeros, so the folded rows need no edges.
     int64_t staged_row_pixels() const {
         const WeightsGeometry& g = plan_.geo;
-        if (plan_.staged_segments()) {
-            const int64_t reach = (g.segment - 1) * g.stride[2] + (g.k[2] - 1) * g.dil[2] + 1;
-            return plan_.compress_w ? g.segment : plan_.fold_kw > 1 ? reach : std::min(g.in[2], reach);
-        }
-        return plan_.fold_kw > 1 ? (g.out[2] - 1) * g.stride[2] + g.k[2] : std::max(g.segment, g.in[2]);
+        const int64_t reach = (g.segment - 1) * g.stride[2] + (g.k[2] - 1) * g.dil[2] + 1;  // a segment's taps
+        if (plan_.fold_kw > 1) return reach;
+        if (plan_.staged_segments()) return plan_.compress_w ? g.segment : std::min(g.in[2], reach);
+        return std::max(g.segment, g.in[2]);
     }
     // Staging (16-bit types).
     int64_t src_key(const RowPos& r, int64_t id, int64_t ih) const;
@@ -587,25 +586,26 @@ int64_t JitWeightsExecutor::src_key(const RowPos& r, int64_t id, int64_t ih) con
     return ((r.n * g.in[0] + id) * g.in[1] + ih) * g.segs_per_row + (g.merged || plan_.staged_segments() ? r.seg : 0);
 }
 
-// Staged segments: the first src pixel the segment's taps read and how
-// many from there through its last pixel's last tap; folded kw rows count
-// in padded pixels (q = iw + pad, the padding staged as zeros).
+// The input pixels a staged row holds: from src_row_first, src_row_width
+// of them. Folded kw rows and staged segments: from the first tap of the
+// segment's (or row's) first pixel through the last tap of its last; a
+// folded row keeps the W padding (iw < 0 or >= IW, staged as zeros), the
+// others only the pixels inside the row.
 int64_t JitWeightsExecutor::src_row_first(int64_t seg) const {
     const WeightsGeometry& g = plan_.geo;
-    if (plan_.staged_segments()) {
-        const int64_t q = seg * g.segment * g.stride[2];
-        return plan_.fold_kw > 1 ? q : std::max<int64_t>(0, q - g.pad[2]);
+    if (plan_.fold_kw > 1 || plan_.staged_segments()) {
+        const int64_t iw = seg * g.segment * g.stride[2] - g.pad[2];
+        return plan_.fold_kw > 1 ? iw : std::max<int64_t>(0, iw);
     }
     return g.merged ? seg * g.segment : 0;
 }
 
 int64_t JitWeightsExecutor::src_row_width(int64_t seg) const {
     const WeightsGeometry& g = plan_.geo;
-    if (plan_.staged_segments()) {
+    if (plan_.fold_kw > 1 || plan_.staged_segments()) {
         const int64_t last_ow = std::min(g.out[2], (seg + 1) * g.segment) - 1;
-        const int64_t end = last_ow * g.stride[2] + (g.k[2] - 1) * g.dil[2] + 1;  // padded
-        if (plan_.fold_kw > 1) return end - src_row_first(seg);
-        return std::max<int64_t>(0, std::min(g.in[2], end - g.pad[2]) - src_row_first(seg));
+        const int64_t end = last_ow * g.stride[2] - g.pad[2] + (g.k[2] - 1) * g.dil[2] + 1;
+        return std::max<int64_t>(0, (plan_.fold_kw > 1 ? end : std::min(g.in[2], end)) - src_row_first(seg));
     }
     return g.merged ? std::min(g.segment, g.in[2] - seg * g.segment) : g.in[2];
 }
@@ -638,9 +638,7 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         }
         // Staged rows: [key index][width], [chunk row][segment].
         const int64_t seg0 = plan_.staged_segments() ? r.seg * g.segment : 0;  // compressed: slot ow - seg0
-        const int64_t src_pix =
-            staged_src_row(*st, r, id, ih) +
-            (plan_.compress_w ? a - seg0 : iw - src_row_first(r.seg) + (plan_.fold_kw > 1 ? g.pad[2] : 0));
+        const int64_t src_pix = staged_src_row(*st, r, id, ih) + (plan_.compress_w ? a - seg0 : iw - src_row_first(r.seg));
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
         add_row(out, src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, b - a);
     }
@@ -770,10 +768,9 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
         const int64_t key = st.src_keys[i], seg = key % g.segs_per_row, row = key / g.segs_per_row;
         const int64_t n = row / (g.in[0] * g.in[1]), plane_row = row % (g.in[0] * g.in[1]);
         char* to = st.src + static_cast<int64_t>(i) * row_pixels * plan_.src_pitch;
-        if (plan_.fold_kw > 1) {  // staged pixel q is iw = q - pad: zeros outside the input row
-            const int64_t q0 = plan_.staged_segments() ? src_row_first(seg) : 0;
-            const int64_t width = plan_.staged_segments() ? src_row_width(seg) : row_pixels;
-            copy_padded_run(q0 - g.pad[2], width, g.in[2], ic * 4, to, [&](int64_t first, int64_t count, char* at) {
+        if (plan_.fold_kw > 1) {  // zeros outside the input row
+            copy_padded_run(src_row_first(seg), src_row_width(seg), g.in[2], ic * 4, to,
+                            [&](int64_t first, int64_t count, char* at) {
                 stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + first, count, at);
             });
             continue;
@@ -1340,9 +1337,8 @@ void JitWeightsExecutor::prefetch_chunk(Prefetch& pf, int64_t chunk, const char*
         if (plan_.staged_segments()) {  // each segment's window of the input rows its taps read
             for (int64_t q = q0; q < q1; ++q) {
                 const RowPos r = row_at(q);
-                const int64_t pad = plan_.fold_kw > 1 ? g.pad[2] : 0;  // folded: padded pixels
-                const int64_t iw0 = std::max<int64_t>(0, src_row_first(r.seg) - pad);
-                const int64_t iw1 = std::min(g.in[2], src_row_first(r.seg) + src_row_width(r.seg) - pad);
+                const int64_t iw0 = std::max<int64_t>(0, src_row_first(r.seg));  // (folded: pads not read)
+                const int64_t iw1 = std::min(g.in[2], src_row_first(r.seg) + src_row_width(r.seg));
                 for_each_src_row(r, [&](int64_t id, int64_t ih) {
                     const char* row = src + ((image(q, k) * g.in[0] + id) * g.in[1] + ih) * row_bytes;
                     pf.add(row + iw0 * p_.ic() * es, row + iw1 * p_.ic() * es);

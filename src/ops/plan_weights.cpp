@@ -711,6 +711,10 @@ bool choose_row_block(WeightsPlan& plan) {
     return true;
 }
 
+// Rows long enough to cut into segments: more than segment_min_chunks
+// chunks of `target` pixels (see choose_reduction).
+bool long_rows(const WeightsGeometry& g, int64_t target) { return g.out[2] > Cost::segment_min_chunks * target; }
+
 void choose_reduction(WeightsPlan& plan, const Problem& p) {
     WeightsGeometry& g = plan.geo;
     WeightsReduction& r = plan.red;
@@ -740,7 +744,7 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     const bool cut_gemm = plan.blk.kind == WeightsKernelKind::gemm && !whole_rows;
     if (g.merged)
         g.segment = std::min(g.out[2], target);
-    else if (cut_gemm && g.out[2] > Cost::segment_min_chunks * target)
+    else if (cut_gemm && long_rows(g, target))
         g.segment = div_up(g.out[2], div_up(g.out[2], target));
     g.segs_per_row = div_up(g.out[2], g.segment);
     r.rows = g.rows();
@@ -1110,13 +1114,12 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // (30000 samples, k3) / 1.14x (15000, s2). Lane pairs (groups of 8)
     // keep theirs: without them half the lanes idle (32 groups at 4000
     // samples, s2, 0.91x).
-    const bool long_rows = plan.staged && !plan.geo.merged &&
-                           plan.geo.out[2] > Cost::segment_min_chunks * int64_t(chunk_pixels(plan, 1));
-    if (kw_window_ok(p, plan) && !long_rows) {
+    const bool cut = plan.staged && !plan.geo.merged && long_rows(plan.geo, int64_t(chunk_pixels(plan, 1)));
+    if (kw_window_ok(p, plan) && !cut) {
         plan.kw_phases = plan.geo.stride[2];
         for (int64_t r = 0; r < plan.kw_phases; ++r) plan.kw_phase[static_cast<size_t>(r)] = kw_phase(plan.geo, r);
     }
-    if (kw_lanes_ok(p, plan) && (!long_rows || lane_pairs_ok(p, plan.isa))) {
+    if (kw_lanes_ok(p, plan) && (!cut || lane_pairs_ok(p, plan.isa))) {
         plan.kw_phases = 0;
         plan.kw_lanes = true;
         plan.lanes = kw_lanes_geometry(plan.geo);
