@@ -1306,3 +1306,90 @@ TEST_CASE("data: row blocks of several rows", "[jit][data][dtype]") {
         CHECK(blocks >= 1);
     }
 }
+
+// Rows whose padded diff_dst rows exceed L2 are cut into segments, each
+// padding only the window of diff_dst its taps read (DataPlan::segments):
+// grouped 16-channel groups, a padded stride (windows overlap, phases of
+// unequal length), dilation with a stride and asymmetric pads (windows
+// reaching into both pads), 2D rows (three windows a row, kept across
+// rows), a causal depthwise layer, oc in several chunks (16-bit partial
+// sums), a W stride with a phase of inserted zeros and an H stride with
+// rows of them (16-bit: written apart, per segment), NCX. Bit for bit with small integers on every ISA
+// in f32, bf16 and f16; each cut on every ISA; a short row stays whole.
+TEST_CASE("data: long rows are cut into segments", "[jit][data][dtype]") {
+    auto one_d = [](int64_t g, int64_t ic, int64_t oc, int64_t iw, int64_t k) {
+        DCase c;
+        c.mb = 2;
+        c.g = g;
+        c.ic = ic;
+        c.oc = oc;
+        c.in = {iw};
+        c.k = {k};
+        c.s = {1};
+        c.d = {1};
+        c.pb = c.pe = {(k - 1) / 2};
+        return c;
+    };
+    std::vector<DCase> cs;
+    cs.push_back(one_d(8, 128, 128, 9000, 3));
+    DCase strided = one_d(1, 32, 96, 12000, 3);
+    strided.s = {2};
+    cs.push_back(strided);
+    DCase dilated = one_d(1, 32, 128, 22000, 5);
+    dilated.mb = 1;
+    dilated.s = {5};
+    dilated.d = {2};
+    dilated.pb = {7};
+    dilated.pe = {2};
+    cs.push_back(dilated);
+    DCase wide = one_d(1, 16, 64, 4100, 3);
+    wide.mb = 1;
+    wide.in = {3, 4100};
+    wide.k = {3, 3};
+    wide.s = wide.d = {1, 1};
+    wide.pb = wide.pe = {1, 1};
+    cs.push_back(wide);
+    DCase causal = one_d(64, 64, 64, 20001, 4);
+    causal.pb = {3};
+    causal.pe = {0};
+    cs.push_back(causal);
+    cs.push_back(one_d(1, 32, 1200, 600, 5));  // oc chunks (f32, f16)
+    DCase zeros = one_d(1, 32, 256, 8000, 2);  // phase 0 reads no tap, phase 1 the right pad
+    zeros.s = {3};
+    zeros.pb = {2};
+    zeros.pe = {0};
+    cs.push_back(zeros);
+    DCase zero_rows = one_d(1, 32, 256, 3000, 3);  // H stride 2: odd rows read no diff_dst row
+    zero_rows.in = {4, 3000};
+    zero_rows.k = {1, 3};
+    zero_rows.s = {2, 1};
+    zero_rows.d = {1, 1};
+    zero_rows.pb = zero_rows.pe = {0, 1};
+    cs.push_back(zero_rows);
+    DCase ncx = strided;
+    ncx.nxc = false;
+    ncx.wfmt = "OIX";
+    cs.push_back(ncx);
+    for (const DCase& base : cs)
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            DCase c = base;
+            c.dt = dt;
+            INFO(wtest::label(c, "") << " " << convgrad::dtype_name(dt));
+            for (const std::string& isa : kAllIsas) {
+                if (!runs(isa)) continue;
+                const std::string d = c.make(isa).describe();
+                INFO(d);
+                CHECK(d.find("for segment in ") != std::string::npos);
+            }
+            check_exact(c, kAllIsas);
+        }
+    DCase whole = one_d(8, 128, 128, 1500, 3);
+    CHECK(whole.make(convgrad::max_isa()).describe().find("segment") == std::string::npos);
+    check_exact(whole, kAllIsas);
+    // Streaming stores into segments' pixels, aligned and not.
+    const DCase& big = cs.front();
+    const auto ref = big.make("ref");
+    const auto dd = testutil::small_ints(big.dt, ref.input0_elems(), 41);
+    const auto w = testutil::small_ints(big.dt, ref.input1_elems(), 42);
+    check_streaming(big, dd, w, testutil::run(ref, dd, w));
+}

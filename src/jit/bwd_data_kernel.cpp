@@ -205,10 +205,15 @@ void DataKernel::block_loop() {
     jnz(l_block, T_NEAR);
     L(l_tail);
     if (d_.tail_m) {  // the partial block: the same body over tail_m pixels
+        Xbyak::Label l_no_tail;
+        mov(kTmp, arg(*this, &DataKernelArgs::tail));
+        test(kTmp, kTmp);
+        jz(l_no_tail, T_NEAR);
         const int m = d_.m;
         d_.m = d_.tail_m;
         block_body();
         d_.m = m;
+        L(l_no_tail);
     }
     const std::pair<int, int64_t DataKernelArgs::*> steps[] = {{kRepDd, &DataKernelArgs::dd_rep_bytes},
                                                                {kRepW, &DataKernelArgs::w_rep_bytes},

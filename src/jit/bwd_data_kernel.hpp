@@ -214,6 +214,9 @@ struct DataKernelArgs {
     // read through the same entries.
     int64_t nreps = 1;
     int64_t dd_rep_bytes = 0, w_rep_bytes = 0, dst_rep_bytes = 0, acc_rep_bytes = 0;
+    // Zero: the call leaves out the desc's partial block (tail_m), a row
+    // segment that ends before its phase does (DataPlan::segments).
+    int64_t tail = 1;
 };
 
 class DataKernel final : public JitKernel {

@@ -129,27 +129,55 @@ public:
             }
             return row;
         }
-        size_t slot = 0;
-        for (size_t i = 0; i < keys_.size(); ++i) {
-            if (keys_[i] == key) {
-                used_[i] = ++clock_;
-                return buf_.get() + int64_t(i) * row_bytes_ + left_bytes_;
-            }
-            if (used_[i] < used_[slot]) slot = i;
-        }
-        char* row = buf_.get() + int64_t(slot) * row_bytes_ + left_bytes_;
-        copy_pixels(src, es, pixels_, pixel_elems_, row, pixel_bytes_, dt_ == data_type::f32 ? nullptr : &widen_);
+        char* slot = nullptr;
+        if (find(key, &slot)) return slot + left_bytes_;
+        copy_pixels(src, es, pixels_, pixel_elems_, slot + left_bytes_, pixel_bytes_, converter());
         // Rows are fetched in order, and a row is short next to DRAM
         // latency: start the next one's lines on their way to L2 now.
-        const int64_t bytes = pixels_ * pixel_elems_ * es;
-        const char* next = src + bytes;
-        for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
-        keys_[slot] = key;
-        used_[slot] = ++clock_;
-        return row;
+        prefetch_next_row(src, pixels_ * pixel_elems_ * es, es);
+        return slot + left_bytes_;
+    }
+    // Segments (DataPlan::segments): pixels [w0, w1) of diff_dst row `key`
+    // from the slot's start, zeros outside the row's [0, OW) (src: the
+    // row's pixel 0). Windows are fetched row after row down a segment:
+    // the next row's window is prefetched.
+    const char* window(int64_t key, const char* src, int es, int64_t w0, int64_t w1) {
+        char* slot = nullptr;
+        if (find(key, &slot)) return slot;
+        const int64_t x0 = std::clamp<int64_t>(w0, 0, pixels_), x1 = std::clamp<int64_t>(w1, x0, pixels_);
+        std::memset(slot, 0, static_cast<size_t>((x0 - w0) * pixel_bytes_));
+        const char* from = src + x0 * pixel_elems_ * es;
+        copy_pixels(from, es, x1 - x0, pixel_elems_, slot + (x0 - w0) * pixel_bytes_, pixel_bytes_, converter());
+        std::memset(slot + (x1 - w0) * pixel_bytes_, 0, static_cast<size_t>((w1 - x1) * pixel_bytes_));
+        prefetch_next_row(from, (x1 - x0) * pixel_elems_ * es, es);
+        return slot;
     }
 
 private:
+    // The slot of `key`: true when it holds the row; else the least
+    // recently used one, now `key`'s (*slot its start).
+    bool find(int64_t key, char** slot) {
+        size_t lru = 0;
+        for (size_t i = 0; i < keys_.size(); ++i) {
+            if (keys_[i] == key) {
+                used_[i] = ++clock_;
+                *slot = buf_.get() + int64_t(i) * row_bytes_;
+                return true;
+            }
+            if (used_[i] < used_[lru]) lru = i;
+        }
+        keys_[lru] = key;
+        used_[lru] = ++clock_;
+        *slot = buf_.get() + int64_t(lru) * row_bytes_;
+        return false;
+    }
+    const ArrayConverter* converter() const { return dt_ == data_type::f32 ? nullptr : &widen_; }
+    // `bytes` from src one diff_dst row (of es-byte elements) further on, towards L2.
+    void prefetch_next_row(const char* src, int64_t bytes, int es) const {
+        const char* next = src + pixels_ * pixel_elems_ * es;
+        for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(next + off, _MM_HINT_T1);
+    }
+
     data_type dt_ = data_type::f32;  // f32: copy bytes as they are; else widen from dt_
     ArrayConverter widen_;
     int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, pixels_ = 0, pixel_elems_ = 0;
@@ -295,7 +323,7 @@ private:
     void pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t width, std::vector<int64_t>& src) const;
     void run_direct(const char* dd, const char* wp, char* dst, int threads) const;
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
-    void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb, int64_t reps,
+    void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t seg, int64_t cb, int64_t reps,
                      int64_t chunk, float* acc_row, ThreadCtx& ctx) const;
     DataKernelArgs rep_steps(int64_t reps) const;
     DataKernelArgs call_args(const DataKernelArgs& rep, int64_t noc, int64_t chunk, const ThreadCtx& ctx) const;
@@ -303,8 +331,13 @@ private:
     void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb, int64_t reps,
                         ThreadCtx& ctx) const;
     // Builds the entries of a phase's row and runs its kernel: nblocks full
-    // blocks, then the phase's partial block (the kernel's tail_m).
-    void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t nblocks,
+    // blocks, then (tail) the phase's partial block (the kernel's tail_m).
+    // Tap t's entry reads from pixel t.base + shift of the row taps' rows.
+    struct PhaseCall {
+        int64_t nblocks = 0, shift = 0;
+        bool tail = true;
+    };
+    void direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, const PhaseCall& pc,
                      const DataKernel& k, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
                      int64_t noc, int64_t chunk, const DataKernelArgs& reps, ThreadCtx& ctx) const;
     // Direct and depthwise (not row blocks, not col): W phase r's kernel.
@@ -349,6 +382,7 @@ private:
     ArrayConverter widen_, round_;  // 16-bit plans: rows to f32, f32 sums to the output type
     NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements
     std::vector<std::vector<PhaseTap>> phases_;
+    std::vector<std::pair<int64_t, int64_t>> seg_windows_;  // segments: seg_window of each
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
     std::vector<std::shared_ptr<const DataKernel>> phase_kernels_;  // see phase_kernel
     int built_ = 0, hits_ = 0;
@@ -363,6 +397,7 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
+    for (int64_t s = 0; plan_.segments > 1 && s < plan_.segments; ++s) seg_windows_.push_back(seg_window(plan_, s));
     win_dd_bytes_ = plan_.scratch.window_dd_rows * dd_str_.h * es_;
     win_dst_bytes_ = plan_.scratch.window_dst_rows * dst_str_.h * es_;
     if (p.dt != data_type::f32) {
@@ -783,6 +818,7 @@ void JitDataExecutor::close_windows(char* dst, const ItemWindow& w, const Thread
 // ctx.acc between chunks).
 void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int threads) const {
     const int64_t nruns = plan_.cb_runs(), rows = plan_.rows, group = plan_.group_rows;
+    const int64_t seg_items = div_up(rows, group) * nruns;  // items of a segment
     const int64_t row_elems = plan_.geo.in[2] * p_.ic();
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
@@ -810,20 +846,21 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
         char* item_dst = plan_.ncx_windows ? ctx.dst_win.get() : dst;
         const auto [lo, hi] = grid.range(t);
         for (int64_t i = lo; i < hi; ++i) {
-            const int64_t r0 = i / nruns * group, r1 = std::min(rows, r0 + group);
-            const auto [cb0, cb1] = plan_.cb_run(i % nruns);
+            const int64_t seg = i / seg_items, rest = i % seg_items;  // segment-major
+            const int64_t r0 = rest / nruns * group, r1 = std::min(rows, r0 + group);
+            const auto [cb0, cb1] = plan_.cb_run(rest % nruns);
             ItemWindow w;
             if (plan_.ncx_windows) {
                 w = item_window(r0, r1, cb0, cb1);
                 open_windows(dd, w, ctx);
             }
             if (plan_.row_blocks) {
-                row_block_item(item_dd, wp, item_dst, i / nruns, cb0, cb1 - cb0, ctx);
+                row_block_item(item_dd, wp, item_dst, rest / nruns, cb0, cb1 - cb0, ctx);
             } else {
                 for (int64_t ch = 0; ch < nchunks; ++ch)
                     for (int64_t row = r0; row < r1; ++row) {
                         float* acc_row = ctx.acc.get() ? ctx.acc.floats() + (row - r0) * row_elems : nullptr;
-                        direct_item(item_dd, wp, item_dst, row, cb0, cb1 - cb0, ch, acc_row, ctx);
+                        direct_item(item_dd, wp, item_dst, row, seg, cb0, cb1 - cb0, ch, acc_row, ctx);
                     }
             }
             if (plan_.ncx_windows) close_windows(dst, w, ctx);
@@ -936,20 +973,28 @@ DataKernelArgs JitDataExecutor::call_args(const DataKernelArgs& rep, int64_t noc
 // partial block. Every tap of every pixel
 // reads real memory: the row itself when no pixel reaches past an edge, else
 // its zero-padded copy.
-void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t cb,
+void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t seg, int64_t cb,
                                   int64_t reps, int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
     std::vector<RowTap>& rts = ctx.row_taps;
+    const int64_t segs = plan_.segments;
+    // Segments: the row taps' rows hold the segment's window from pixel w0.
+    const int64_t w0 = segs > 1 ? seg_windows_[static_cast<size_t>(seg)].first : 0;
     // The same row's taps serve its next channel block or oc chunk: no row
     // was fetched since, so the padded copies are still where they were.
-    if (ctx.row_taps_row != row) {
+    if (ctx.row_taps_row != row * segs + seg) {
         rts.clear();
         for_each_tap_row(g, row, [&](int64_t tap, int64_t dd_row) {
             const char* src = dd + (dd_row - ctx.dd_row0) * dd_str_.h * es_;
-            rts.push_back({tap, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
+            if (segs > 1) {
+                const auto [a, b] = seg_windows_[static_cast<size_t>(seg)];
+                rts.push_back({tap, ctx.rows.window(dd_row * segs + seg, src, es_, a, b)});
+            } else {
+                rts.push_back({tap, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
+            }
         });
-        ctx.row_taps_row = row;
+        ctx.row_taps_row = row * segs + seg;
     }
     const bool dw = plan_.path == DataPath::depthwise, last = cb % cbs.per_group + 1 == cbs.per_group;
     const int64_t grp = dw ? 0 : cb / cbs.per_group, blk = cb % cbs.per_group;
@@ -977,36 +1022,42 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const bool zeros_apart = es_ == 2;
     auto zero_phase = [&](int64_t r) { return rts.empty() || phases_[static_cast<size_t>(r)].empty(); };
     // (NCX windows: every item, into its own window.)
+    // (Segments: the segment's pixels, which are those of its phase ranges.)
     if (zeros_apart && (cb == 0 || plan_.ncx_windows) && chunk == 0) {
         char* row_dst = dst + row_off * es_;
         const int64_t px_bytes = p_.ic() * es_;
         if (rts.empty()) {
-            zero_bytes(row_dst, g.in[2] * px_bytes, ctx.nt, plan_.isa);
+            const int64_t x0 = seg * plan_.seg_pixels * g.stride[2];
+            const int64_t x1 = seg + 1 == segs ? g.in[2] : (seg + 1) * plan_.seg_pixels * g.stride[2];
+            zero_bytes(row_dst + x0 * px_bytes, (x1 - x0) * px_bytes, ctx.nt, plan_.isa);
         } else {
-            for (int64_t r = 0; r < g.stride[2]; ++r)
-                for (int64_t j = 0; zero_phase(r) && j < phase_pixel_count(g, r); ++j)
+            for (int64_t r = 0; r < g.stride[2]; ++r) {
+                const auto [j0, j1] = plan_.seg_range(r, seg);
+                for (int64_t j = j0; zero_phase(r) && j < j1; ++j)
                     zero_bytes(row_dst + (r + j * g.stride[2]) * px_bytes, px_bytes, ctx.nt, plan_.isa);
+            }
         }
     }
     for (int64_t r = 0; r < g.stride[2]; ++r) {
         if (zeros_apart && zero_phase(r)) continue;
-        const int64_t npx = phase_pixel_count(g, r);
+        const auto [j0, j1] = plan_.seg_range(r, seg);
         const std::vector<PhaseTap>& taps = phases_[static_cast<size_t>(r)];
         // One call: the phase's full blocks, then its partial block (the
-        // kernel's tail_m) in the same rep. Element offsets of the row's
-        // first pixel; the f32 partial sums use the same offsets in the
-        // per-thread row.
-        const int64_t off = chan_off + r * dst_str_.w;
+        // kernel's tail_m) in the same rep, unless a later segment has it.
+        // Element offsets of the first pixel; the f32 partial sums use the
+        // same offsets in the per-thread row.
+        const int64_t off = chan_off + (r + j0 * g.stride[2]) * dst_str_.w;
         float* acc = acc_row ? acc_row + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
-        direct_call(rts, taps, npx / m, phase_kernel(r, last, ctx.nt), wblock, chan_dd, dst + (row_off + off) * es_,
-                    acc, last, noc, chunk, rep, ctx);
+        const PhaseCall pc{(j1 - j0) / m, j0 - w0, seg + 1 == segs};
+        direct_call(rts, taps, pc, phase_kernel(r, last, ctx.nt), wblock, chan_dd, dst + (row_off + off) * es_, acc,
+                    last, noc, chunk, rep, ctx);
     }
 }
 
 // Builds the entries (every valid (kd, kh) row × W tap of the phase) from
 // the row's first pixel and calls the phase's kernel.
-void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps, int64_t nblocks,
-                                  const DataKernel& k, const char* wblock, int64_t chan_dd, char* dst, float* acc,
+void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vector<PhaseTap>& taps,
+                                  const PhaseCall& pc, const DataKernel& k, const char* wblock, int64_t chan_dd, char* dst, float* acc,
                                   bool last, int64_t noc, int64_t chunk, const DataKernelArgs& reps,
                                   ThreadCtx& ctx) const {
     const int64_t kw_n = plan_.geo.k[2];
@@ -1026,7 +1077,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
             const char* b = paired ? rts[i + 1].dd_row : nullptr;
             i += paired ? 2 : 1;
             for (const PhaseTap& pt : taps) {
-                const int64_t off = chan_dd * row_es + pt.base * pix_bytes;
+                const int64_t off = chan_dd * row_es + (pt.base + pc.shift) * pix_bytes;
                 const int64_t tap = (paired ? 0 : ksp) + a.tap_dh * kw_n + pt.kw;  // dwords of lanes
                 add_entry(ctx.entries, a.dd_row + off, wblock + tap * width * 4);
                 add_entry(ctx.entries, b ? b + off : nullptr, nullptr);
@@ -1037,14 +1088,15 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
         for (const RowTap& rt : rts)
             for (const PhaseTap& pt : taps) {
                 const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
-                add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + pt.base * pix_bytes, w);
+                add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + (pt.base + pc.shift) * pix_bytes, w);
                 if (plan_.dw_row_taps) break;  // the phase's first tap stands for the row's taps
             }
     }
     DataKernelArgs a = call_args(reps, noc, chunk, ctx);
     a.dst = dst;
     a.acc = acc;
-    a.nblocks = nblocks;
+    a.nblocks = pc.nblocks;
+    a.tail = pc.tail;
     k(a);
 }
 

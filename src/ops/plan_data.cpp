@@ -61,6 +61,11 @@ constexpr double kScatterCyclesPerLane = 0.2;
 // diff_dst rows it meets; all of W stays resident when it is this small.
 constexpr int64_t kWChunkBytes = 640 * 1024;
 constexpr int64_t kWResidentBytes = 512 * 1024;
+// Rows segmented (DataPlan::segments) when the diff_dst rows a diff_src
+// row reads take more than kLongRowBytes padded; a segment's windows take
+// about kSegmentBytes, beside a W chunk in L2.
+constexpr int64_t kLongRowBytes = 1 << 20;
+constexpr int64_t kSegmentBytes = 256 * 1024;
 // A row group covers at least this many diff_src pixels per channel block.
 constexpr int64_t kGroupPixels = 56;
 // Items a thread should get at least, where the plan can cut its work finer.
@@ -541,6 +546,36 @@ void size_scratch(const Problem& p, DataPlan* pl) {
     if (narrow_out && pl->path == DataPath::col) s.col_rows_floats = p.in_sp() * p.ic();
 }
 
+// Long rows: a diff_src row reads its (kd, kh) diff_dst rows, each padded
+// whole into per-thread scratch and kept there while every channel block
+// runs over it. Rows longer than L2 (1D layers over audio: 128 channels
+// of 30000 samples, 15 MB f32) made that a copy out to L3 / DRAM and a
+// read back per channel block. Segments of such rows are items of their
+// own: each pads just its window, which stays in L2 for the channel
+// blocks. Depthwise and grouped plans read a fraction of each pixel a
+// channel block, where the whole-row copy cost most.
+void choose_segments(DataPlan* pl) {
+    const DataGeometry& g = pl->geo;
+    const int64_t tap_rows = g.k[0] * g.k[1];
+    if (!pl->padded_rows || pl->row_blocks || pl->ncx_windows || pl->path == DataPath::col ||
+        tap_rows * pl->scratch.row_bytes <= kLongRowBytes)
+        return;
+    int64_t npx = INT64_MAX;
+    for (int64_t r = 0; r < g.stride[2]; ++r) npx = std::min(npx, phase_pixel_count(g, r));
+    const int64_t m = pl->blk.m;
+    const int64_t target = std::max<int64_t>(4 * m, kSegmentBytes / (tap_rows * pl->dd_pitch));
+    const int64_t segs = npx / target;
+    if (segs < 2) return;
+    pl->segments = segs;
+    pl->seg_pixels = npx / segs / m * m;
+    int64_t widest = 0;
+    for (int64_t s = 0; s < segs; ++s) {
+        const auto w = seg_window(*pl, s);
+        widest = std::max(widest, w.second - w.first);
+    }
+    pl->scratch.row_bytes = widest * pl->dd_pitch;
+}
+
 // Channel blocks per call (DataPlan::cb_reps): a depthwise plan's blocks,
 // or the groups of a direct plan with one block a group. Their calls are
 // short (a few taps of G or ocg reductions), and per call the executor
@@ -566,7 +601,7 @@ void choose_cb_reps(const Problem& p, DataPlan* pl) {
         run = cb.per_group - pl->last_block_alone();
     else if (cb.per_group == 1 && p.g > 1)
         run = cb.total;
-    const int64_t row_groups = div_up(pl->rows, pl->group_rows);
+    const int64_t row_groups = div_up(pl->rows, pl->group_rows) * pl->segments;
     const int64_t runs = div_up(kItemsPerThread * pl->grid.threads, row_groups);
     pl->cb_reps = std::max<int64_t>(1, div_up(run, runs));
 }
@@ -652,6 +687,25 @@ std::pair<int64_t, int64_t> DataPlan::cb_run(int64_t r) const {
     const int64_t g0 = r / per * cb.per_group, k = r % per;
     if (alone && k + 1 == per) return {g0 + full, g0 + cb.per_group};
     return {g0 + k * cb_reps, g0 + std::min(full, (k + 1) * cb_reps)};
+}
+
+std::pair<int64_t, int64_t> DataPlan::seg_range(int64_t r, int64_t s) const {
+    const int64_t npx = phase_pixel_count(geo, r);
+    if (segments == 1) return {0, npx};
+    return {std::min(npx, s * seg_pixels), s + 1 == segments ? npx : std::min(npx, (s + 1) * seg_pixels)};
+}
+
+std::pair<int64_t, int64_t> seg_window(const DataPlan& pl, int64_t s) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t r = 0; r < pl.geo.stride[2]; ++r) {
+        const auto [j0, j1] = pl.seg_range(r, s);
+        if (j0 == j1) continue;
+        for (const PhaseTap& t : phase_taps(pl.geo, r)) {
+            lo = std::min(lo, t.base + j0);
+            hi = std::max(hi, t.base + j1);
+        }
+    }
+    return lo < hi ? std::make_pair(lo, hi) : std::make_pair(int64_t(0), int64_t(0));
 }
 
 int64_t DataChannelBlocks::padded() const {
@@ -769,8 +823,10 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     size_scratch(p, pl);
     pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
+    choose_segments(pl);
     choose_cb_reps(p, pl);
-    pl->grid.items = pl->path == DataPath::col ? pl->rows : div_up(pl->rows, pl->group_rows) * pl->cb_runs();
+    pl->grid.items = pl->path == DataPath::col ? pl->rows
+                                               : pl->segments * div_up(pl->rows, pl->group_rows) * pl->cb_runs();
     // Streaming stores for outputs far bigger than the caches whose FMAs are
     // few per output byte (depthwise, 1x1 with a short reduction): there
     // the read of every line before it is written costs a third of the
@@ -884,17 +940,24 @@ std::string DataPlan::to_string() const {
                                 lane_name + "/group, tail " + std::to_string(cb.tail_n) + " vec " +
                                 std::to_string(cb.tail_lanes) + " lanes)" +
                                 (cb_reps > 1 ? ", up to " + std::to_string(cb_reps) + " a call" : "");
+        // Segments (items segment-major): one level more, the rest indented.
+        std::ostringstream nest;
+        const std::string items = "  [items split over threads]";
+        if (segments > 1)
+            os << "  for segment in " << segments << " of " << seg_pixels
+               << " pixels a W phase (the last: the rest), diff_dst windows padded per segment" << items << "\n";
+        const std::string row_items = segments > 1 ? "" : items;
         if (group_rows == 1) {
-            os << "  " << row << "  [items split over threads]\n"
+            nest << "  " << row << row_items << "\n"
                << "    " << cbl << "\n"
                << "      for oc chunk of " << oc_chunk << "\n";
         } else {
-            os << "  for group in " << div_up(rows, group_rows) << " groups of " << group_rows << " of the " << rows
-               << row_kind << "  [items split over threads]\n"
+            nest << "  for group in " << div_up(rows, group_rows) << " groups of " << group_rows << " of the " << rows
+               << row_kind << row_items << "\n"
                << "    " << cbl << "\n"
                << "      for oc chunk of " << oc_chunk << ", row in group\n";
         }
-        os
+        nest
            << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
            << (!row_blocks           ? ""
                : block_rows() > 1 ? " = " + std::to_string(block_rows()) + " rows, rows of a plane sharing their taps in one call"
@@ -906,6 +969,8 @@ std::string DataPlan::to_string() const {
            << (nt_store ? ", streaming stores\n" : pf_store ? ", diff_src lines prefetched for writing\n" : "\n")
            << (direct_row_taps ? "          for valid (kd, kh) row: " : "          for valid tap (kd, kh, kw): ")
            << body_text() << "\n";
+        std::istringstream lines(nest.str());
+        for (std::string line; std::getline(lines, line);) os << (segments > 1 ? "  " : "") << line << "\n";
     }
     return os.str();
 }

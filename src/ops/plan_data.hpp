@@ -185,6 +185,16 @@ struct DataPlan {
     int64_t cb_runs() const;
     bool last_block_alone() const;  // a group's last block narrower than the others
     std::pair<int64_t, int64_t> cb_run(int64_t r) const;
+    // Long rows (direct and depthwise plans on padded rows whose rows do
+    // not fit L2; see choose_segments): each row's W phases cut into
+    // `segments` segments of seg_pixels phase pixels (whole blocks; the
+    // last segment takes the rest and the partial block). An item is
+    // (segment, row group, run of channel blocks), segment-major; its rows
+    // read padded copies of just the diff_dst window the segment's taps
+    // reach (seg_window), which stay in L2 for every channel block.
+    int64_t segments = 1, seg_pixels = 0;
+    // Phase r's pixels [first, second) in segment s.
+    std::pair<int64_t, int64_t> seg_range(int64_t r, int64_t s) const;
     DataThreadGrid grid;
     DataScratch scratch;
     double est_cycles = 0;     // cost model, whole problem, one thread
@@ -224,6 +234,10 @@ std::vector<PhaseTap> phase_taps(const DataGeometry& g, int64_t r);
 inline int64_t phase_pixel_count(const DataGeometry& g, int64_t r) {
     return r < g.in[2] ? (g.in[2] - r + g.stride[2] - 1) / g.stride[2] : 0;
 }
+
+// The diff_dst pixels [first, second) of a W row that segment s of the
+// plan reads (before 0 or from OW on: zero pads).
+std::pair<int64_t, int64_t> seg_window(const DataPlan& pl, int64_t s);
 
 // The types of the plan's kernels: its compute form and lane group, and
 // for row-taps plans entries of `row_taps` taps (a phase's count).
