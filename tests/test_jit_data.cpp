@@ -1314,8 +1314,10 @@ TEST_CASE("data: row blocks of several rows", "[jit][data][dtype]") {
 // reaching into both pads), 2D rows (three windows a row, kept across
 // rows), a causal depthwise layer, oc in several chunks (16-bit partial
 // sums), a W stride with a phase of inserted zeros and an H stride with
-// rows of them (16-bit: written apart, per segment), NCX. Bit for bit with small integers on every ISA
-// in f32, bf16 and f16; each cut on every ISA; a short row stays whole.
+// rows of them (16-bit: written apart, per segment); each in NCX too
+// (grouped and depthwise plans: NXC windows of the segment's pixels).
+// Bit for bit with small integers on every ISA in f32, bf16 and f16; each
+// cut on every ISA; a short row stays whole.
 TEST_CASE("data: long rows are cut into segments", "[jit][data][dtype]") {
     auto one_d = [](int64_t g, int64_t ic, int64_t oc, int64_t iw, int64_t k) {
         DCase c;
@@ -1366,10 +1368,12 @@ TEST_CASE("data: long rows are cut into segments", "[jit][data][dtype]") {
     zero_rows.d = {1, 1};
     zero_rows.pb = zero_rows.pe = {0, 1};
     cs.push_back(zero_rows);
-    DCase ncx = strided;
-    ncx.nxc = false;
-    ncx.wfmt = "OIX";
-    cs.push_back(ncx);
+    for (size_t i = 0, n = cs.size(); i < n; ++i) {  // NCX: windows of segments (groups, depthwise) or transposes
+        DCase ncx = cs[i];
+        ncx.nxc = false;
+        ncx.wfmt = i % 2 ? "OIX" : "XIO";
+        cs.push_back(ncx);
+    }
     for (const DCase& base : cs)
         for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
             DCase c = base;

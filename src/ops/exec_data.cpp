@@ -71,16 +71,17 @@ struct RowTap {
     const char* dd_row;
 };
 
-// `pixels` dense pixels of `elems` elements (es bytes each) at src to `to`,
-// pixel_bytes apart there (plan.dd_pitch): one copy when that is dense,
-// else pixel by pixel (the gaps stay as they are). `widen` (if any) converts
-// to f32 on the way.
-void copy_pixels(const char* src, int64_t es, int64_t pixels, int64_t elems, char* to, int64_t pixel_bytes,
-                 const ArrayConverter* widen) {
+// `pixels` pixels of `elems` elements (es bytes each) at src, src_pitch
+// elements apart, to `to`, pixel_bytes apart there (plan.dd_pitch): one
+// copy when both are dense, else pixel by pixel (the gaps stay as they
+// are). `widen` (if any) converts to f32 on the way.
+void copy_pixels(const char* src, int64_t es, int64_t pixels, int64_t elems, int64_t src_pitch, char* to,
+                 int64_t pixel_bytes, const ArrayConverter* widen) {
     const int64_t to_es = widen ? 4 : es;
-    const int64_t runs = pixel_bytes == elems * to_es ? 1 : pixels, run_elems = pixels * elems / runs;
+    const bool dense = pixel_bytes == elems * to_es && src_pitch == elems;
+    const int64_t runs = dense ? 1 : pixels, run_elems = pixels * elems / runs;
     for (int64_t r = 0; r < runs; ++r) {
-        const char* s = src + r * elems * es;
+        const char* s = src + r * src_pitch * es;
         if (widen)
             (*widen)(s, to + r * pixel_bytes, run_elems);
         else
@@ -106,6 +107,8 @@ public:
         left_bytes_ = plan.pad_left * pixel_bytes_;
         pixels_ = plan.geo.out[2];
         pixel_elems_ = p.oc();
+        chan0_ = 0;
+        chan1_ = p.oc();
         direct_ = window_rows > 0;
         const int64_t slots = direct_ ? window_rows : plan.scratch.row_slots;
         keys_.assign(static_cast<size_t>(slots), -1);
@@ -114,9 +117,12 @@ public:
         std::memset(buf_.get(), 0, static_cast<size_t>(row_bytes_ * slots));
     }
     // Drops every cached row (their source changed); window rows from first_key.
-    void forget(int64_t first_key) {
+    // NCX windows: the item's channels [c0, c1) are all a copy takes.
+    void forget(int64_t first_key, int64_t c0, int64_t c1) {
         std::fill(keys_.begin(), keys_.end(), -1);
         first_key_ = first_key;
+        chan0_ = c0;
+        chan1_ = c1;
     }
     // Pixel ow = 0 of diff_dst row `key` (elements of dtype_size bytes at src).
     const char* get(int64_t key, const char* src, int es) {
@@ -124,32 +130,32 @@ public:
             const size_t i = static_cast<size_t>(key - first_key_);
             char* row = buf_.get() + int64_t(i) * row_bytes_ + left_bytes_;
             if (keys_[i] != key) {
-                copy_pixels(src, es, pixels_, pixel_elems_, row, pixel_bytes_, dt_ == data_type::f32 ? nullptr : &widen_);
+                copy_channels(src, es, pixels_, row);
                 keys_[i] = key;
             }
             return row;
         }
         char* slot = nullptr;
         if (find(key, &slot)) return slot + left_bytes_;
-        copy_pixels(src, es, pixels_, pixel_elems_, slot + left_bytes_, pixel_bytes_, converter());
+        copy_channels(src, es, pixels_, slot + left_bytes_);
         // Rows are fetched in order, and a row is short next to DRAM
         // latency: start the next one's lines on their way to L2 now.
         prefetch_next_row(src, pixels_ * pixel_elems_ * es, es);
         return slot + left_bytes_;
     }
     // Segments (DataPlan::segments): pixels [w0, w1) of diff_dst row `key`
-    // from the slot's start, zeros outside the row's [0, OW) (src: the
-    // row's pixel 0). Windows are fetched row after row down a segment:
-    // the next row's window is prefetched.
-    const char* window(int64_t key, const char* src, int es, int64_t w0, int64_t w1) {
+    // from the slot's start, zeros outside the row's [0, OW) (first: the
+    // row's pixel max(w0, 0)). Windows are fetched row after row down a
+    // segment: the next row's window is prefetched (not in NCX windows,
+    // which are in cache).
+    const char* window(int64_t key, const char* first, int es, int64_t w0, int64_t w1) {
         char* slot = nullptr;
         if (find(key, &slot)) return slot;
         const int64_t x0 = std::clamp<int64_t>(w0, 0, pixels_), x1 = std::clamp<int64_t>(w1, x0, pixels_);
         std::memset(slot, 0, static_cast<size_t>((x0 - w0) * pixel_bytes_));
-        const char* from = src + x0 * pixel_elems_ * es;
-        copy_pixels(from, es, x1 - x0, pixel_elems_, slot + (x0 - w0) * pixel_bytes_, pixel_bytes_, converter());
+        copy_channels(first, es, x1 - x0, slot + (x0 - w0) * pixel_bytes_);
         std::memset(slot + (x1 - w0) * pixel_bytes_, 0, static_cast<size_t>((w1 - x1) * pixel_bytes_));
-        prefetch_next_row(from, (x1 - x0) * pixel_elems_ * es, es);
+        if (!direct_) prefetch_next_row(first, (x1 - x0) * pixel_elems_ * es, es);
         return slot;
     }
 
@@ -172,6 +178,13 @@ private:
         return false;
     }
     const ArrayConverter* converter() const { return dt_ == data_type::f32 ? nullptr : &widen_; }
+    // Channels [chan0_, chan1_) of `pixels` pixels at src (pixel 0 of a
+    // run, es-byte elements) to `to`.
+    void copy_channels(const char* src, int es, int64_t pixels, char* to) const {
+        const int64_t to_es = converter() ? 4 : es;
+        copy_pixels(src + chan0_ * es, es, pixels, chan1_ - chan0_, pixel_elems_, to + chan0_ * to_es, pixel_bytes_,
+                    converter());
+    }
     // `bytes` from src one diff_dst row (of es-byte elements) further on, towards L2.
     void prefetch_next_row(const char* src, int64_t bytes, int es) const {
         const char* next = src + pixels_ * pixel_elems_ * es;
@@ -181,6 +194,7 @@ private:
     data_type dt_ = data_type::f32;  // f32: copy bytes as they are; else widen from dt_
     ArrayConverter widen_;
     int64_t row_bytes_ = 0, pixel_bytes_ = 0, left_bytes_ = 0, pixels_ = 0, pixel_elems_ = 0;
+    int64_t chan0_ = 0, chan1_ = 0;  // the channels copies take
     std::vector<int64_t> keys_, used_;
     int64_t clock_ = 0;
     bool direct_ = false;  // a slot per window row
@@ -203,6 +217,11 @@ struct ThreadCtx {
     // rows in NXC, and the (n, id, ih) rows their first rows are.
     ScratchLease dd_win, dst_win;
     int64_t dd_row0 = 0, dst_row0 = 0;
+    // Where the rows the kernels read and write lie: elements from one row
+    // to the next, and the pixel a row starts with (NCX windows of a
+    // segment: its pixels; else whole rows of the tensor from pixel 0).
+    int64_t dd_row_elems = 0, dst_row_elems = 0, dd_px0 = 0, dst_px0 = 0;
+    int64_t dd_c0 = 0, dd_c1 = 0;  // the diff_dst channels padded copies take (windows: the item's)
 };
 
 // NCX windows: an item's diff_dst rows [dd_lo, dd_hi) and diff_src rows
@@ -212,6 +231,9 @@ struct ThreadCtx {
 struct ItemWindow {
     int64_t dd_lo = 0, dd_hi = 0, dst_lo = 0, dst_hi = 0;
     int64_t dd_c0 = 0, dd_c1 = 0, dst_c0 = 0, dst_c1 = 0;
+    // Segments: the pixels [x0, x1) of those rows (diff_dst: the window
+    // inside the row); else x1 = 0, whole rows.
+    int64_t dd_x0 = 0, dd_x1 = 0, dst_x0 = 0, dst_x1 = 0;
 };
 
 // f(kd * KH + kh, diff_dst row) for each (kd, kh) row of diff_src row
@@ -370,10 +392,15 @@ private:
     // NCX windows: the rows item rows [r0, r1) reads and writes; channels
     // [c0, c1) of diff_dst rows into ctx.dd_win (before the item), of
     // ctx.dst_win into the user's diff_src (after it).
-    ItemWindow item_window(int64_t r0, int64_t r1, int64_t cb0, int64_t cb1) const;
+    ItemWindow item_window(int64_t r0, int64_t r1, int64_t seg, int64_t cb0, int64_t cb1) const;
     void open_windows(const char* dd, const ItemWindow& w, ThreadCtx& ctx) const;
     void close_windows(char* dst, const ItemWindow& w, const ThreadCtx& ctx) const;
     int64_t win_dd_bytes_ = 0, win_dst_bytes_ = 0;  // the largest item's windows
+    // The first diff_src pixel of segment `seg` (of the row's end for seg
+    // = segments): the phases' pixels from seg_range(r, seg).first on.
+    int64_t seg_dst_first(int64_t seg) const {
+        return seg >= plan_.segments ? plan_.geo.in[2] : seg * plan_.seg_pixels * plan_.geo.stride[2];
+    }
 
     Problem p_;
     DataPlan plan_;
@@ -398,8 +425,8 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
     for (int64_t s = 0; plan_.segments > 1 && s < plan_.segments; ++s) seg_windows_.push_back(seg_window(plan_, s));
-    win_dd_bytes_ = plan_.scratch.window_dd_rows * dd_str_.h * es_;
-    win_dst_bytes_ = plan_.scratch.window_dst_rows * dst_str_.h * es_;
+    win_dd_bytes_ = plan_.scratch.window_dd_rows * plan_.scratch.window_dd_px * p_.oc() * es_;
+    win_dst_bytes_ = plan_.scratch.window_dst_rows * plan_.scratch.window_dst_px * p_.ic() * es_;
     if (p.dt != data_type::f32) {
         widen_ = ArrayConverter(plan_.isa, p.dt, data_type::f32);
         round_ = ArrayConverter(plan_.isa, data_type::f32, p.dt);
@@ -776,9 +803,17 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
     });
 }
 
-ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1, int64_t cb0, int64_t cb1) const {
+ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1, int64_t seg, int64_t cb0, int64_t cb1) const {
     const DataChannelBlocks& cbs = plan_.cb;
     ItemWindow w = item_rows(plan_, r0, r1);
+    if (plan_.segments > 1) {
+        const DataGeometry& g = plan_.geo;
+        const auto [a, b] = seg_windows_[static_cast<size_t>(seg)];
+        w.dd_x0 = std::clamp<int64_t>(a, 0, g.out[2]);
+        w.dd_x1 = std::clamp<int64_t>(b, w.dd_x0, g.out[2]);
+        w.dst_x0 = seg_dst_first(seg);
+        w.dst_x1 = seg_dst_first(seg + 1);
+    }
     if (plan_.path == DataPath::depthwise) {  // one group in the geometry; a lane group within a block
         w.dst_c0 = w.dd_c0 = cb0 * cbs.block;
         w.dst_c1 = w.dd_c1 = std::min(p_.ic(), cb1 * cbs.block);
@@ -796,20 +831,28 @@ ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1, int64_t cb0, int
 void JitDataExecutor::open_windows(const char* dd, const ItemWindow& w, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     ncx_rows_to_window(dd, ctx.dd_win.get(),
-                       {es_, p_.oc(), g.out[0] * g.out[1], g.out[2], w.dd_c0, w.dd_c1, w.dd_lo, w.dd_hi}, plan_.isa);
+                       {es_, p_.oc(), g.out[0] * g.out[1], g.out[2], w.dd_c0, w.dd_c1, w.dd_lo, w.dd_hi, w.dd_x0, w.dd_x1},
+                       plan_.isa);
     ctx.dd_row0 = w.dd_lo;
     ctx.dst_row0 = w.dst_lo;
+    ctx.dd_px0 = w.dd_x0;
+    ctx.dst_px0 = w.dst_x0;
+    ctx.dd_row_elems = (w.dd_x1 ? w.dd_x1 - w.dd_x0 : g.out[2]) * p_.oc();
+    ctx.dst_row_elems = (w.dst_x1 ? w.dst_x1 - w.dst_x0 : g.in[2]) * p_.ic();
+    ctx.dd_c0 = w.dd_c0;
+    ctx.dd_c1 = w.dd_c1;
     // Copies made from the previous window (row taps point into it).
     ctx.slab_plane = -1;
     ctx.row_taps_row = -1;
-    if (plan_.padded_rows) ctx.rows.forget(w.dd_lo);
+    if (plan_.padded_rows) ctx.rows.forget(w.dd_lo, w.dd_c0, w.dd_c1);
 }
 
 void JitDataExecutor::close_windows(char* dst, const ItemWindow& w, const ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     window_to_ncx_rows(ctx.dst_win.get(), dst,
-                       {es_, p_.ic(), g.in[0] * g.in[1], g.in[2], w.dst_c0, w.dst_c1, w.dst_lo, w.dst_hi}, plan_.isa,
-                       plan_.window_nt);
+                       {es_, p_.ic(), g.in[0] * g.in[1], g.in[2], w.dst_c0, w.dst_c1, w.dst_lo, w.dst_hi, w.dst_x0,
+                        w.dst_x1},
+                       plan_.isa, plan_.window_nt);
 }
 
 // Items are (row group, channel block) pairs, group-major; each thread
@@ -827,6 +870,9 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
         ctx.nt = nt;
+        ctx.dd_c1 = p_.oc();
+        ctx.dd_row_elems = dd_str_.h;
+        ctx.dst_row_elems = dst_str_.h;
         ctx.entries.reserve(static_cast<size_t>(2 * p_.k_sp()));  // row pairs: two a row
         if (plan_.scratch.acc_floats)
             ctx.acc = ScratchLease(Scratch::data_acc, plan_.scratch.acc_floats * 4);
@@ -851,7 +897,7 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
             const auto [cb0, cb1] = plan_.cb_run(rest % nruns);
             ItemWindow w;
             if (plan_.ncx_windows) {
-                w = item_window(r0, r1, cb0, cb1);
+                w = item_window(r0, r1, seg, cb0, cb1);
                 open_windows(dd, w, ctx);
             }
             if (plan_.row_blocks) {
@@ -877,7 +923,9 @@ void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) 
     for (int64_t oh = 0; oh < g.out[1]; ++oh) {
         const char* src = dd + (plane * g.out[1] + oh - ctx.dd_row0) * dd_str_.h * es_;
         char* row = ctx.slab.get() + oh * row_bytes + plan_.pad_left * plan_.dd_pitch;
-        copy_pixels(src, es_, g.out[2], p_.oc(), row, plan_.dd_pitch, plan_.widen_rows ? &widen_ : nullptr);
+        const int64_t to_es = plan_.widen_rows ? 4 : es_;
+        copy_pixels(src + ctx.dd_c0 * es_, es_, g.out[2], ctx.dd_c1 - ctx.dd_c0, p_.oc(), row + ctx.dd_c0 * to_es,
+                    plan_.dd_pitch, plan_.widen_rows ? &widen_ : nullptr);
     }
     ctx.slab_plane = plane;
 }
@@ -986,10 +1034,12 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     if (ctx.row_taps_row != row * segs + seg) {
         rts.clear();
         for_each_tap_row(g, row, [&](int64_t tap, int64_t dd_row) {
-            const char* src = dd + (dd_row - ctx.dd_row0) * dd_str_.h * es_;
+            const char* src = dd + (dd_row - ctx.dd_row0) * ctx.dd_row_elems * es_;
             if (segs > 1) {
                 const auto [a, b] = seg_windows_[static_cast<size_t>(seg)];
-                rts.push_back({tap, ctx.rows.window(dd_row * segs + seg, src, es_, a, b)});
+                const int64_t first = std::clamp<int64_t>(a, 0, g.out[2]);  // the first pixel inside the row
+                rts.push_back({tap, ctx.rows.window(dd_row * segs + seg, src + (first - ctx.dd_px0) * p_.oc() * es_, es_,
+                                                    a, b)});
             } else {
                 rts.push_back({tap, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
             }
@@ -1005,7 +1055,9 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const char* wblock = wp + (grp * cbs.padded() * ksp * ocg_w + blk * cbs.block * ksp * ocg_w + oc0 * width) *
                                       plan_.w_elem_bytes;
     const int64_t chan_dd = dw ? blk * cbs.block : grp * ocg + oc0;
-    const int64_t row_off = (row - ctx.dst_row0) * dst_str_.h;  // dense (n, id, ih) rows
+    // Elements of the row's pixel 0 (NCX windows of a segment: before the
+    // window's start; every offset from it lies inside).
+    const int64_t row_off = (row - ctx.dst_row0) * ctx.dst_row_elems - ctx.dst_px0 * dst_str_.w;
     const int64_t chan_off = dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block;
     const int64_t m = plan_.blk.m;
     const DataKernelArgs rep = rep_steps(reps);
@@ -1024,17 +1076,14 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     // (NCX windows: every item, into its own window.)
     // (Segments: the segment's pixels, which are those of its phase ranges.)
     if (zeros_apart && (cb == 0 || plan_.ncx_windows) && chunk == 0) {
-        char* row_dst = dst + row_off * es_;
         const int64_t px_bytes = p_.ic() * es_;
+        auto zero = [&](int64_t x, int64_t n) { zero_bytes(dst + (row_off * es_ + x * px_bytes), n * px_bytes, ctx.nt, plan_.isa); };
         if (rts.empty()) {
-            const int64_t x0 = seg * plan_.seg_pixels * g.stride[2];
-            const int64_t x1 = seg + 1 == segs ? g.in[2] : (seg + 1) * plan_.seg_pixels * g.stride[2];
-            zero_bytes(row_dst + x0 * px_bytes, (x1 - x0) * px_bytes, ctx.nt, plan_.isa);
+            zero(seg_dst_first(seg), seg_dst_first(seg + 1) - seg_dst_first(seg));
         } else {
             for (int64_t r = 0; r < g.stride[2]; ++r) {
                 const auto [j0, j1] = plan_.seg_range(r, seg);
-                for (int64_t j = j0; zero_phase(r) && j < j1; ++j)
-                    zero_bytes(row_dst + (r + j * g.stride[2]) * px_bytes, px_bytes, ctx.nt, plan_.isa);
+                for (int64_t j = j0; zero_phase(r) && j < j1; ++j) zero(r + j * g.stride[2], 1);
             }
         }
     }
@@ -1248,6 +1297,17 @@ void size_windows(DataPlan* pl) {
         const ItemWindow w = item_rows(*pl, r0, std::min(pl->rows, r0 + pl->group_rows));
         pl->scratch.window_dd_rows = std::max(pl->scratch.window_dd_rows, w.dd_hi - w.dd_lo);
         pl->scratch.window_dst_rows = std::max(pl->scratch.window_dst_rows, w.dst_hi - w.dst_lo);
+    }
+    const DataGeometry& g = pl->geo;
+    pl->scratch.window_dd_px = pl->segments > 1 ? 0 : g.out[2];
+    pl->scratch.window_dst_px = pl->segments > 1 ? 0 : g.in[2];
+    for (int64_t s = 0; pl->segments > 1 && s < pl->segments; ++s) {
+        const auto [a, b] = seg_window(*pl, s);
+        const int64_t x0 = std::clamp<int64_t>(a, 0, g.out[2]), x1 = std::clamp<int64_t>(b, x0, g.out[2]);
+        const int64_t d0 = s * pl->seg_pixels * g.stride[2];
+        const int64_t d1 = s + 1 == pl->segments ? g.in[2] : (s + 1) * pl->seg_pixels * g.stride[2];
+        pl->scratch.window_dd_px = std::max(pl->scratch.window_dd_px, x1 - x0);
+        pl->scratch.window_dst_px = std::max(pl->scratch.window_dst_px, d1 - d0);
     }
 }
 

@@ -66,6 +66,11 @@ constexpr int64_t kWResidentBytes = 512 * 1024;
 // about kSegmentBytes, beside a W chunk in L2.
 constexpr int64_t kLongRowBytes = 1 << 20;
 constexpr int64_t kSegmentBytes = 256 * 1024;
+// NCX windows of segments: a channel's run at least this long (AMD Zen 5,
+// 2 threads, 1D depthwise and grouped layers in NCX: runs of 512 / 1024 /
+// 2048 bytes 1.08 / 1.11 / 1.04x against segments sized for L2 alone,
+// 44-pixel windows of 1536 channels were 0.55-0.87x whole rows).
+constexpr int64_t kWindowSegmentRunBytes = 1024;
 // A row group covers at least this many diff_src pixels per channel block.
 constexpr int64_t kGroupPixels = 56;
 // Items a thread should get at least, where the plan can cut its work finer.
@@ -553,17 +558,26 @@ void size_scratch(const Problem& p, DataPlan* pl) {
 // read back per channel block. Segments of such rows are items of their
 // own: each pads just its window, which stays in L2 for the channel
 // blocks. Depthwise and grouped plans read a fraction of each pixel a
-// channel block, where the whole-row copy cost most.
-void choose_segments(DataPlan* pl) {
+// channel block, where the whole-row copy cost most. NCX windows (see
+// DataPlan::ncx_windows) of segments hold just the segment's pixels of
+// the item's rows: 1D layers of groups and depthwise layers in NCX had
+// transposed whole rows into windows as wide as the tensor's pixels
+// (8-16 MB a row at 512-1536 channels, of which an item's channels touch
+// a few lines per pixel: L2 sets aliased) and ran 4-8x slower than in NXC;
+// with segments 1.03-4.5x faster (see PERFORMANCE.md).
+void choose_segments(const Problem& p, DataPlan* pl) {
     const DataGeometry& g = pl->geo;
     const int64_t tap_rows = g.k[0] * g.k[1];
-    if (!pl->padded_rows || pl->row_blocks || pl->ncx_windows || pl->path == DataPath::col ||
+    if (!pl->padded_rows || pl->row_blocks || pl->path == DataPath::col ||
         tap_rows * pl->scratch.row_bytes <= kLongRowBytes)
         return;
     int64_t npx = INT64_MAX;
     for (int64_t r = 0; r < g.stride[2]; ++r) npx = std::min(npx, phase_pixel_count(g, r));
     const int64_t m = pl->blk.m;
-    const int64_t target = std::max<int64_t>(4 * m, kSegmentBytes / (tap_rows * pl->dd_pitch));
+    int64_t target = std::max<int64_t>(4 * m, kSegmentBytes / (tap_rows * pl->dd_pitch));
+    // NCX windows: the transposes read and write runs of each channel of
+    // at least kWindowSegmentRunBytes.
+    if (pl->ncx_windows) target = std::max<int64_t>(target, kWindowSegmentRunBytes / int64_t(dtype_size(p.dt)));
     const int64_t segs = npx / target;
     if (segs < 2) return;
     pl->segments = segs;
@@ -823,7 +837,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     size_scratch(p, pl);
     pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
-    choose_segments(pl);
+    choose_segments(p, pl);
     choose_cb_reps(p, pl);
     pl->grid.items = pl->path == DataPath::col ? pl->rows
                                                : pl->segments * div_up(pl->rows, pl->group_rows) * pl->cb_runs();

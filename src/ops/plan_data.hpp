@@ -100,6 +100,9 @@ struct DataScratch {
     // per thread, NCX windows: the largest item's diff_dst and diff_src rows
     // (set with the plan, so a cached plan does not walk the items again)
     int64_t window_dd_rows = 0, window_dst_rows = 0;
+    // and the pixels of their rows (whole rows, or a segment's: the diff_dst
+    // window inside the row, the segment's diff_src pixels)
+    int64_t window_dd_px = 0, window_dst_px = 0;
 };
 
 struct DataPlan {
@@ -191,7 +194,8 @@ struct DataPlan {
     // last segment takes the rest and the partial block). An item is
     // (segment, row group, run of channel blocks), segment-major; its rows
     // read padded copies of just the diff_dst window the segment's taps
-    // reach (seg_window), which stay in L2 for every channel block.
+    // reach (seg_window), which stay in L2 for every channel block. NCX
+    // windows hold the segment's pixels of their rows.
     int64_t segments = 1, seg_pixels = 0;
     // Phase r's pixels [first, second) in segment s.
     std::pair<int64_t, int64_t> seg_range(int64_t r, int64_t s) const;

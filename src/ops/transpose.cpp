@@ -203,6 +203,15 @@ void for_each_image_run(const NcxRows& r, F&& f) {
 
 void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa) {
     const int64_t plane = r.rows_per_image * r.row_px;
+    if (const int64_t px = (r.x1 ? r.x1 : r.row_px) - r.x0; px < r.row_px) {  // a run per row
+        for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
+            for (int64_t row = a; row < z; ++row)
+                transpose_block(ncx + ((n * r.channels + r.c0) * plane + (row - n * r.rows_per_image) * r.row_px + r.x0) * r.es,
+                                plane, window + ((row - r.lo) * px * r.channels + r.c0) * r.es, r.channels, r.es,
+                                r.c1 - r.c0, px, isa);
+        });
+        return;
+    }
     for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
         transpose_block(ncx + ((n * r.channels + r.c0) * plane + (a - n * r.rows_per_image) * r.row_px) * r.es, plane,
                         window + ((a - r.lo) * r.row_px * r.channels + r.c0) * r.es, r.channels, r.es, r.c1 - r.c0,
@@ -212,6 +221,17 @@ void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa
 
 void window_to_ncx_rows(const char* window, char* ncx, const NcxRows& r, Isa isa, bool stream) {
     const int64_t plane = r.rows_per_image * r.row_px;
+    if (const int64_t px = (r.x1 ? r.x1 : r.row_px) - r.x0; px < r.row_px) {  // a run per row
+        for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
+            for (int64_t row = a; row < z; ++row) {
+                char* to = ncx + ((n * r.channels + r.c0) * plane + (row - n * r.rows_per_image) * r.row_px + r.x0) * r.es;
+                const bool lines = reinterpret_cast<uintptr_t>(to) % 64 == 0 && plane * r.es % 64 == 0 && px * r.es % 64 == 0;
+                transpose_block(window + ((row - r.lo) * px * r.channels + r.c0) * r.es, r.channels, to, plane, r.es, px,
+                                r.c1 - r.c0, isa, stream && lines);
+            }
+        });
+        return;
+    }
     for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
         char* to = ncx + ((n * r.channels + r.c0) * plane + (a - n * r.rows_per_image) * r.row_px) * r.es;
         const int64_t px = (z - a) * r.row_px;

@@ -65,6 +65,9 @@ struct NcxRows {
     int64_t channels, rows_per_image, row_px;
     int64_t c0, c1;
     int64_t lo, hi;
+    // Pixels [x0, x1) of each row (x1 = 0: the whole row); a window row
+    // holds those, pixel x0 first.
+    int64_t x0 = 0, x1 = 0;
 };
 void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa);
 // `stream`: streaming stores for the image runs whose rows are whole
