@@ -145,9 +145,10 @@ public:
     }
     // Segments (DataPlan::segments): pixels [w0, w1) of diff_dst row `key`
     // from the slot's start, zeros outside the row's [0, OW) (first: the
-    // row's pixel max(w0, 0)). Windows are fetched row after row down a
-    // segment: the next row's window is prefetched (not in NCX windows,
-    // which are in cache).
+    // row's pixel max(w0, 0)). No prefetch of the next row's window, unlike
+    // whole rows: a window is 256 KB of lines issued at once, and without
+    // them the copies ran 1.08-1.31x faster on causal depthwise layers,
+    // 1.00-1.05x on the other long_1d layers (AMD Zen 5, 2 threads).
     const char* window(int64_t key, const char* first, int es, int64_t w0, int64_t w1) {
         char* slot = nullptr;
         if (find(key, &slot)) return slot;
@@ -155,7 +156,6 @@ public:
         std::memset(slot, 0, static_cast<size_t>((x0 - w0) * pixel_bytes_));
         copy_channels(first, es, x1 - x0, slot + (x0 - w0) * pixel_bytes_);
         std::memset(slot + (x1 - w0) * pixel_bytes_, 0, static_cast<size_t>((w1 - x1) * pixel_bytes_));
-        if (!direct_) prefetch_next_row(first, (x1 - x0) * pixel_elems_ * es, es);
         return slot;
     }
 
