@@ -1262,3 +1262,48 @@ TEST_CASE("weights: describe and verbose cache lines", "[jit][weights]") {
     REQUIRE(plan_miss != std::string::npos);
     CHECK(log.find("convgrad,plan_cache,weights,hit", plan_miss) != std::string::npos);
 }
+
+TEST_CASE("weights: NCX depthwise long rows are cut into segments", "[jit][weights]") {
+    // Depthwise rows in NCX windows: a chunk transposes only its segment's
+    // pixels (and the src its taps read) into the window, each in its
+    // place. A padded k3 layer, a causal dilated strided one (windows
+    // starting inside the left pad), a 2D one (three src rows a chunk row);
+    // f32 and 16-bit on every ISA, exact; a short row stays whole.
+    auto dw = [](int64_t c, dims in, dims k) {
+        Case x = conv2d(c, c, in, k);
+        x.g = c;
+        x.nxc = false;
+        x.mb = 2;
+        return x;
+    };
+    Case padded = dw(64, {5000}, {3});
+    padded.pb = padded.pe = {1};
+    Case causal = dw(48, {9001}, {4});
+    causal.s = {2};
+    causal.d = {2};
+    causal.pb = {6};
+    causal.pe = {0};
+    Case wide = dw(128, {3, 3000}, {3, 3});
+    wide.pb = wide.pe = {1, 1};
+    wide.mb = 1;
+    Case short_row = padded;
+    short_row.in = {900};
+    for (const Case& c : {padded, causal, wide, short_row}) {
+        const int64_t rows = c.mb * (c.in.size() == 2 ? 3 : 1);
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            REQUIRE(d.find("ncx->nxc(windows)") != std::string::npos);
+            if (c.in.back() < 1000)
+                CHECK(described_rows(d) == rows);
+            else
+                CHECK(described_rows(d) > rows);
+        }
+        check_exact(c);
+        for (convgrad::data_type dt : {convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case h = c;
+            h.dt = dt;
+            check_exact_any_type(h);
+        }
+    }
+}

@@ -1290,10 +1290,25 @@ void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, con
     const WeightsGeometry& g = plan_.geo;
     const int64_t es = user_es_;
     const int e = static_cast<int>(es);
-    ncx_rows_to_window(src, src_win, {e, p_.ic(), g.in[0] * g.in[1], g.in[2], ch[0], ch[1], w.src_lo, w.src_hi},
-                       plan_.isa);
-    ncx_rows_to_window(diff_dst, dst_win,
-                       {e, p_.oc(), g.out[0] * g.out[1], g.out[2], ch[0], ch[1], w.dst_lo, w.dst_hi}, plan_.isa);
+    NcxRows s{e, p_.ic(), g.in[0] * g.in[1], g.in[2], ch[0], ch[1], w.src_lo, w.src_hi};
+    NcxRows d{e, p_.oc(), g.out[0] * g.out[1], g.out[2], ch[0], ch[1], w.dst_lo, w.dst_hi};
+    if (g.segs_per_row > 1) {  // the chunk's segments: their pixels, each in its place
+        int64_t a = g.out[2], b = 0;
+        for (const RowPos& r : ts.chunk) {
+            a = std::min(a, r.seg * g.segment);
+            b = std::max(b, std::min(g.out[2], (r.seg + 1) * g.segment));
+        }
+        if (a < b) {
+            d.x0 = a;
+            d.x1 = b;
+            s.x0 = std::clamp<int64_t>(a * g.stride[2] - g.pad[2], 0, g.in[2]);
+            s.x1 = std::clamp<int64_t>((b - 1) * g.stride[2] - g.pad[2] + (g.k[2] - 1) * g.dil[2] + 1, s.x0, g.in[2]);
+            s.whole_rows = d.whole_rows = true;
+            if (s.x0 == s.x1) s.lo = s.hi;  // every tap outside src
+        }
+    }
+    ncx_rows_to_window(src, src_win, s, plan_.isa);
+    ncx_rows_to_window(diff_dst, dst_win, d, plan_.isa);
     ts.src_shift = w.src_lo * g.in[2] * p_.ic() * es;
     ts.dst_shift = w.dst_lo * g.out[2] * p_.oc() * es;
 }

@@ -740,12 +740,21 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     // Those are cut only when a row holds several chunks, into equal
     // segments (U-Net's 256-pixel rows in 204 + 52 or 102 x 2 + 52 ran
     // 0.68-0.88x, as one row 67 KiB).
+    // Depthwise rows in NCX windows are cut too, into segments whose
+    // channel runs are at least Cost::ncx_segment_run_bytes: a chunk of a
+    // whole 1D row transposed every channel of it into the window (8 MB
+    // at 512 channels of 4000 samples), out to L3 / DRAM, before the
+    // kernels read it back; a segment's window stays in L2 (see
+    // PERFORMANCE.md).
     const bool whole_rows = plan.kw_phases > 0 || plan.kw_lanes;  // staged or read in place
     const bool cut_gemm = plan.blk.kind == WeightsKernelKind::gemm && !whole_rows;
+    const int64_t ncx_target = std::max(target, Cost::ncx_segment_run_bytes / plan.elem_bytes());
     if (g.merged)
         g.segment = std::min(g.out[2], target);
     else if (cut_gemm && long_rows(g, target))
         g.segment = div_up(g.out[2], div_up(g.out[2], target));
+    else if (plan.blk.kind == WeightsKernelKind::depthwise && plan.ncx_windows && long_rows(g, ncx_target))
+        g.segment = div_up(g.out[2], div_up(g.out[2], ncx_target));
     g.segs_per_row = div_up(g.out[2], g.segment);
     r.rows = g.rows();
     r.chunk_rows = std::clamp<int64_t>((target + g.segment / 2) / g.segment, 1, r.rows);

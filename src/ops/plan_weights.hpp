@@ -339,6 +339,9 @@ struct WeightsCostModel {
     static constexpr double dw_prepad_interior_min = 0.25;
     static constexpr double dw_prepad_interior_max = 0.95;
     static constexpr int64_t segment_min_chunks = 4;  // in-place gemm rows cut when this many chunks long
+    // Depthwise rows in NCX windows: segments whose channel runs are at
+    // least this long (choose_reduction).
+    static constexpr int64_t ncx_segment_run_bytes = 1024;
     static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
     static constexpr int max_prefetch_lines = 16;
 };

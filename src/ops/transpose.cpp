@@ -204,11 +204,12 @@ void for_each_image_run(const NcxRows& r, F&& f) {
 void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa) {
     const int64_t plane = r.rows_per_image * r.row_px;
     if (const int64_t px = (r.x1 ? r.x1 : r.row_px) - r.x0; px < r.row_px) {  // a run per row
+        const int64_t pitch = r.whole_rows ? r.row_px : px, at = r.whole_rows ? r.x0 : 0;
         for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
             for (int64_t row = a; row < z; ++row)
                 transpose_block(ncx + ((n * r.channels + r.c0) * plane + (row - n * r.rows_per_image) * r.row_px + r.x0) * r.es,
-                                plane, window + ((row - r.lo) * px * r.channels + r.c0) * r.es, r.channels, r.es,
-                                r.c1 - r.c0, px, isa);
+                                plane, window + (((row - r.lo) * pitch + at) * r.channels + r.c0) * r.es, r.channels,
+                                r.es, r.c1 - r.c0, px, isa);
         });
         return;
     }

@@ -66,8 +66,10 @@ struct NcxRows {
     int64_t c0, c1;
     int64_t lo, hi;
     // Pixels [x0, x1) of each row (x1 = 0: the whole row); a window row
-    // holds those, pixel x0 first.
+    // holds those, pixel x0 first, or (whole_rows) keeps every pixel's
+    // place in a row of row_px pixels.
     int64_t x0 = 0, x1 = 0;
+    bool whole_rows = false;
 };
 void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa);
 // `stream`: streaming stores for the image runs whose rows are whole
