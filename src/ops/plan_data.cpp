@@ -563,7 +563,8 @@ void size_scratch(const Problem& p, DataPlan* pl) {
 // the item's rows: 1D layers of groups and depthwise layers in NCX had
 // transposed whole rows into windows as wide as the tensor's pixels
 // (8-16 MB a row at 512-1536 channels, of which an item's channels touch
-// a few lines per pixel: L2 sets aliased) and ran 4-8x slower than in NXC;
+// a few lines per pixel, spread over the whole row) and ran 4-8x slower
+// than in NXC;
 // with segments 1.03-4.5x faster (see PERFORMANCE.md).
 void choose_segments(const Problem& p, DataPlan* pl) {
     const DataGeometry& g = pl->geo;
