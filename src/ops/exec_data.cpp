@@ -22,6 +22,7 @@
 #include <memory>
 #include <numeric>
 #include <sstream>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -396,11 +397,6 @@ private:
     void open_windows(const char* dd, const ItemWindow& w, ThreadCtx& ctx) const;
     void close_windows(char* dst, const ItemWindow& w, const ThreadCtx& ctx) const;
     int64_t win_dd_bytes_ = 0, win_dst_bytes_ = 0;  // the largest item's windows
-    // The first diff_src pixel of segment `seg` (of the row's end for seg
-    // = segments): the phases' pixels from seg_range(r, seg).first on.
-    int64_t seg_dst_first(int64_t seg) const {
-        return seg >= plan_.segments ? plan_.geo.in[2] : seg * plan_.seg_pixels * plan_.geo.stride[2];
-    }
 
     Problem p_;
     DataPlan plan_;
@@ -409,7 +405,8 @@ private:
     ArrayConverter widen_, round_;  // 16-bit plans: rows to f32, f32 sums to the output type
     NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements
     std::vector<std::vector<PhaseTap>> phases_;
-    std::vector<std::pair<int64_t, int64_t>> seg_windows_;  // segments: seg_window of each
+    // Segments: seg_window of each, and the part of it inside the row.
+    std::vector<std::pair<int64_t, int64_t>> seg_windows_, seg_inside_;
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
     std::vector<std::shared_ptr<const DataKernel>> phase_kernels_;  // see phase_kernel
     int built_ = 0, hits_ = 0;
@@ -424,7 +421,10 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       dst_str_(nxc_strides(plan.geo.in, p.ic())) {
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
-    for (int64_t s = 0; plan_.segments > 1 && s < plan_.segments; ++s) seg_windows_.push_back(seg_window(plan_, s));
+    for (int64_t s = 0; plan_.segments > 1 && s < plan_.segments; ++s) {
+        seg_windows_.push_back(seg_window(plan_, s));
+        seg_inside_.push_back(seg_window_inside(plan_, s));
+    }
     win_dd_bytes_ = plan_.scratch.window_dd_rows * plan_.scratch.window_dd_px * p_.oc() * es_;
     win_dst_bytes_ = plan_.scratch.window_dst_rows * plan_.scratch.window_dst_px * p_.ic() * es_;
     if (p.dt != data_type::f32) {
@@ -807,12 +807,9 @@ ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1, int64_t seg, int
     const DataChannelBlocks& cbs = plan_.cb;
     ItemWindow w = item_rows(plan_, r0, r1);
     if (plan_.segments > 1) {
-        const DataGeometry& g = plan_.geo;
-        const auto [a, b] = seg_windows_[static_cast<size_t>(seg)];
-        w.dd_x0 = std::clamp<int64_t>(a, 0, g.out[2]);
-        w.dd_x1 = std::clamp<int64_t>(b, w.dd_x0, g.out[2]);
-        w.dst_x0 = seg_dst_first(seg);
-        w.dst_x1 = seg_dst_first(seg + 1);
+        std::tie(w.dd_x0, w.dd_x1) = seg_inside_[static_cast<size_t>(seg)];
+        w.dst_x0 = plan_.seg_first(seg);
+        w.dst_x1 = plan_.seg_first(seg + 1);
     }
     if (plan_.path == DataPath::depthwise) {  // one group in the geometry; a lane group within a block
         w.dst_c0 = w.dd_c0 = cb0 * cbs.block;
@@ -1037,9 +1034,9 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
             const char* src = dd + (dd_row - ctx.dd_row0) * ctx.dd_row_elems * es_;
             if (segs > 1) {
                 const auto [a, b] = seg_windows_[static_cast<size_t>(seg)];
-                const int64_t first = std::clamp<int64_t>(a, 0, g.out[2]);  // the first pixel inside the row
-                rts.push_back({tap, ctx.rows.window(dd_row * segs + seg, src + (first - ctx.dd_px0) * p_.oc() * es_, es_,
-                                                    a, b)});
+                const int64_t first = seg_inside_[static_cast<size_t>(seg)].first;
+                const char* from = src + (first - ctx.dd_px0) * p_.oc() * es_;
+                rts.push_back({tap, ctx.rows.window(dd_row * segs + seg, from, es_, a, b)});
             } else {
                 rts.push_back({tap, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
             }
@@ -1077,9 +1074,11 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     // (Segments: the segment's pixels, which are those of its phase ranges.)
     if (zeros_apart && (cb == 0 || plan_.ncx_windows) && chunk == 0) {
         const int64_t px_bytes = p_.ic() * es_;
-        auto zero = [&](int64_t x, int64_t n) { zero_bytes(dst + (row_off * es_ + x * px_bytes), n * px_bytes, ctx.nt, plan_.isa); };
+        auto zero = [&](int64_t x, int64_t n) {
+            zero_bytes(dst + (row_off * es_ + x * px_bytes), n * px_bytes, ctx.nt, plan_.isa);
+        };
         if (rts.empty()) {
-            zero(seg_dst_first(seg), seg_dst_first(seg + 1) - seg_dst_first(seg));
+            zero(plan_.seg_first(seg), plan_.seg_first(seg + 1) - plan_.seg_first(seg));
         } else {
             for (int64_t r = 0; r < g.stride[2]; ++r) {
                 const auto [j0, j1] = plan_.seg_range(r, seg);
@@ -1302,12 +1301,9 @@ void size_windows(DataPlan* pl) {
     pl->scratch.window_dd_px = pl->segments > 1 ? 0 : g.out[2];
     pl->scratch.window_dst_px = pl->segments > 1 ? 0 : g.in[2];
     for (int64_t s = 0; pl->segments > 1 && s < pl->segments; ++s) {
-        const auto [a, b] = seg_window(*pl, s);
-        const int64_t x0 = std::clamp<int64_t>(a, 0, g.out[2]), x1 = std::clamp<int64_t>(b, x0, g.out[2]);
-        const int64_t d0 = s * pl->seg_pixels * g.stride[2];
-        const int64_t d1 = s + 1 == pl->segments ? g.in[2] : (s + 1) * pl->seg_pixels * g.stride[2];
+        const auto [x0, x1] = seg_window_inside(*pl, s);
         pl->scratch.window_dd_px = std::max(pl->scratch.window_dd_px, x1 - x0);
-        pl->scratch.window_dst_px = std::max(pl->scratch.window_dst_px, d1 - d0);
+        pl->scratch.window_dst_px = std::max(pl->scratch.window_dst_px, pl->seg_first(s + 1) - pl->seg_first(s));
     }
 }
 

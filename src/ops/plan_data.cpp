@@ -564,8 +564,7 @@ void size_scratch(const Problem& p, DataPlan* pl) {
 // transposed whole rows into windows as wide as the tensor's pixels
 // (8-16 MB a row at 512-1536 channels, of which an item's channels touch
 // a few lines per pixel, spread over the whole row) and ran 4-8x slower
-// than in NXC;
-// with segments 1.03-4.5x faster (see PERFORMANCE.md).
+// than in NXC; with segments 1.03-4.5x faster (see PERFORMANCE.md).
 void choose_segments(const Problem& p, DataPlan* pl) {
     const DataGeometry& g = pl->geo;
     const int64_t tap_rows = g.k[0] * g.k[1];
@@ -721,6 +720,12 @@ std::pair<int64_t, int64_t> seg_window(const DataPlan& pl, int64_t s) {
         }
     }
     return lo < hi ? std::make_pair(lo, hi) : std::make_pair(int64_t(0), int64_t(0));
+}
+
+std::pair<int64_t, int64_t> seg_window_inside(const DataPlan& pl, int64_t s) {
+    const auto [a, b] = seg_window(pl, s);
+    const int64_t x0 = std::clamp<int64_t>(a, 0, pl.geo.out[2]);
+    return {x0, std::clamp<int64_t>(b, x0, pl.geo.out[2])};
 }
 
 int64_t DataChannelBlocks::padded() const {

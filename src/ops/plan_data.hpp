@@ -199,6 +199,11 @@ struct DataPlan {
     int64_t segments = 1, seg_pixels = 0;
     // Phase r's pixels [first, second) in segment s.
     std::pair<int64_t, int64_t> seg_range(int64_t r, int64_t s) const;
+    // The diff_src pixel segment s starts at (s = segments: the row's end);
+    // its pixels are every phase's seg_range.
+    int64_t seg_first(int64_t s) const {
+        return s >= segments ? geo.in[2] : s * seg_pixels * geo.stride[2];
+    }
     DataThreadGrid grid;
     DataScratch scratch;
     double est_cycles = 0;     // cost model, whole problem, one thread
@@ -242,6 +247,8 @@ inline int64_t phase_pixel_count(const DataGeometry& g, int64_t r) {
 // The diff_dst pixels [first, second) of a W row that segment s of the
 // plan reads (before 0 or from OW on: zero pads).
 std::pair<int64_t, int64_t> seg_window(const DataPlan& pl, int64_t s);
+// The part of seg_window inside the row, [0, OW).
+std::pair<int64_t, int64_t> seg_window_inside(const DataPlan& pl, int64_t s);
 
 // The types of the plan's kernels: its compute form and lane group, and
 // for row-taps plans entries of `row_taps` taps (a phase's count).
