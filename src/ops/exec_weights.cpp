@@ -382,6 +382,18 @@ private:
     int64_t src_key(const RowPos& r, int64_t id, int64_t ih) const;
     int64_t src_row_first(int64_t seg) const;
     int64_t src_row_width(int64_t seg) const;
+    // The input pixels [first, end) of a row that output pixels [ow0, ow1)
+    // read through their taps: from the first tap of ow0 through the last
+    // of ow1 - 1, inside the row [0, IW) unless `padded`.
+    std::pair<int64_t, int64_t> src_span(int64_t ow0, int64_t ow1, bool padded) const {
+        const WeightsGeometry& g = plan_.geo;
+        const int64_t first = ow0 * g.stride[2] - g.pad[2];
+        const int64_t end = (ow1 - 1) * g.stride[2] - g.pad[2] + (g.k[2] - 1) * g.dil[2] + 1;
+        if (padded) return {first, end};
+        return {std::max<int64_t>(0, first), std::min(g.in[2], end)};
+    }
+    // Segment seg's output pixels.
+    int64_t seg_end(int64_t seg) const { return std::min(plan_.geo.out[2], (seg + 1) * plan_.geo.segment); }
     // Blocked plans scatter each pixel run into the tile slices (16-bit
     // runs widened in row_buf first).
     void stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
@@ -593,19 +605,16 @@ int64_t JitWeightsExecutor::src_key(const RowPos& r, int64_t id, int64_t ih) con
 // others only the pixels inside the row.
 int64_t JitWeightsExecutor::src_row_first(int64_t seg) const {
     const WeightsGeometry& g = plan_.geo;
-    if (plan_.fold_kw > 1 || plan_.staged_segments()) {
-        const int64_t iw = seg * g.segment * g.stride[2] - g.pad[2];
-        return plan_.fold_kw > 1 ? iw : std::max<int64_t>(0, iw);
-    }
+    if (plan_.fold_kw > 1 || plan_.staged_segments())
+        return src_span(seg * g.segment, seg_end(seg), plan_.fold_kw > 1).first;
     return g.merged ? seg * g.segment : 0;
 }
 
 int64_t JitWeightsExecutor::src_row_width(int64_t seg) const {
     const WeightsGeometry& g = plan_.geo;
     if (plan_.fold_kw > 1 || plan_.staged_segments()) {
-        const int64_t last_ow = std::min(g.out[2], (seg + 1) * g.segment) - 1;
-        const int64_t end = last_ow * g.stride[2] - g.pad[2] + (g.k[2] - 1) * g.dil[2] + 1;
-        return std::max<int64_t>(0, (plan_.fold_kw > 1 ? end : std::min(g.in[2], end)) - src_row_first(seg));
+        const auto [first, end] = src_span(seg * g.segment, seg_end(seg), plan_.fold_kw > 1);
+        return std::max<int64_t>(0, end - first);
     }
     return g.merged ? std::min(g.segment, g.in[2] - seg * g.segment) : g.in[2];
 }
@@ -1296,13 +1305,14 @@ void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, con
         int64_t a = g.out[2], b = 0;
         for (const RowPos& r : ts.chunk) {
             a = std::min(a, r.seg * g.segment);
-            b = std::max(b, std::min(g.out[2], (r.seg + 1) * g.segment));
+            b = std::max(b, seg_end(r.seg));
         }
         if (a < b) {
             d.x0 = a;
             d.x1 = b;
-            s.x0 = std::clamp<int64_t>(a * g.stride[2] - g.pad[2], 0, g.in[2]);
-            s.x1 = std::clamp<int64_t>((b - 1) * g.stride[2] - g.pad[2] + (g.k[2] - 1) * g.dil[2] + 1, s.x0, g.in[2]);
+            const auto [first, end] = src_span(a, b, false);
+            s.x0 = std::min(first, g.in[2]);
+            s.x1 = std::max(s.x0, end);
             s.whole_rows = d.whole_rows = true;
             if (s.x0 == s.x1) s.lo = s.hi;  // every tap outside src
         }
