@@ -1039,7 +1039,7 @@ TEST_CASE("weights: NCX depthwise reads per-chunk NXC windows", "[jit][weights]"
     c = dw(18, {4, 5, 6}, {3, 3, 3});  // 3D
     c.pb = c.pe = {1, 1, 1};
     cases.push_back({c, whole_images});
-    c = dw(32, {1200}, {3});  // 1D, unpadded (merged rows)
+    c = dw(32, {250}, {3});  // 1D, unpadded (merged rows; longer rows: ops/exec_dw_rows.cpp)
     cases.push_back({c, any});
     c = dw(33, {30, 40}, {3, 3});  // ConvTranspose
     c.pb = c.pe = {1, 1};
@@ -1266,9 +1266,10 @@ TEST_CASE("weights: describe and verbose cache lines", "[jit][weights]") {
 TEST_CASE("weights: NCX depthwise long rows are cut into segments", "[jit][weights]") {
     // Depthwise rows in NCX windows: a chunk transposes only its segment's
     // pixels (and the src its taps read) into the window, each in its
-    // place. A padded k3 layer, a causal dilated strided one (windows
-    // starting inside the left pad), a 2D one (three src rows a chunk row);
-    // f32 and 16-bit on every ISA, exact; a short row stays whole.
+    // place. A padded k3 layer, a causal dilated one (windows starting
+    // inside the left pad), a 2D one (three src rows a chunk row); f32 and
+    // 16-bit on every ISA, exact; a short row stays whole. All strided
+    // along W: unit W strides run along the rows (test_jit_dw_rows.cpp).
     auto dw = [](int64_t c, dims in, dims k) {
         Case x = conv2d(c, c, in, k);
         x.g = c;
@@ -1277,6 +1278,7 @@ TEST_CASE("weights: NCX depthwise long rows are cut into segments", "[jit][weigh
         return x;
     };
     Case padded = dw(64, {5000}, {3});
+    padded.s = {2};
     padded.pb = padded.pe = {1};
     Case causal = dw(48, {9001}, {4});
     causal.s = {2};
@@ -1284,6 +1286,7 @@ TEST_CASE("weights: NCX depthwise long rows are cut into segments", "[jit][weigh
     causal.pb = {6};
     causal.pe = {0};
     Case wide = dw(128, {3, 3000}, {3, 3});
+    wide.s = {1, 2};
     wide.pb = wide.pe = {1, 1};
     wide.mb = 1;
     Case short_row = padded;

@@ -1312,6 +1312,7 @@ void size_windows(DataPlan* pl) {
 std::unique_ptr<Executor> make_jit_data_executor(const Problem& p, Isa isa, std::string* why) {
     if (auto dot = make_jit_data_dot_executor(p, isa)) return dot;
     if (auto ncx = make_jit_data_ncx_executor(p, isa)) return ncx;
+    if (auto dw = make_jit_dw_rows_executor(p, isa)) return dw;
     const int threads = op_threads(p);
     DataPlan plan;
     if (!find_or_make_plan(data_plan_cache(), "data", p, isa, threads, &plan, [&](DataPlan* made) {

@@ -1567,6 +1567,7 @@ std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, s
         return nullptr;
     }
     if (auto dot = make_jit_weights_dot_executor(p, isa)) return dot;
+    if (auto dw = make_jit_dw_rows_executor(p, isa)) return dw;
     const int threads = op_threads(p);
     WeightsPlan plan;
     find_or_make_plan(weights_plan_cache(), "weights", p, isa, threads, &plan, [&](WeightsPlan* made) {

@@ -64,6 +64,9 @@ std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa is
 // The data gradient of 1x1 layers in NCX in place (exec_data_ncx.cpp),
 // tried by make_jit_data_executor after the inner-product path.
 std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);
+// Depthwise layers in NCX with unit stride along W, vectorised along the
+// rows (exec_dw_rows.cpp), both gradients: tried after the paths above.
+std::unique_ptr<Executor> make_jit_dw_rows_executor(const Problem& p, Isa isa);
 // A strided 1x1 layer in NCX (no begin padding, every pixel read inside
 // src) as the unit-stride problem *q on subsampled src / spread diff_src
 // (exec_unstrided.cpp): false when p is not one. The executor runs `inner`

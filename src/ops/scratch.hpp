@@ -41,6 +41,9 @@ enum class Scratch {
     folded_images,   // dispatch.cpp: images in the weights' channel order
     folded_weights,  // dispatch.cpp: dense weights of a permuted fold
     ncx_w,           // exec_data_ncx.cpp: W packed (bf16: oc pairs)
+    dw_rows_w,       // exec_dw_rows.cpp: W widened to f32
+    dw_rows_lines,   // exec_dw_rows.cpp: a thread's padded line copies
+    dw_rows_acc,     // exec_dw_rows.cpp: a channel's tap vectors
     count
 };
 
