@@ -3,8 +3,12 @@
 // reference on every ISA and type (planes copied whole and long rows in
 // pieces; pads past the taps' reach, dilations, strides along H and D, 1D
 // to 3D, every weights format and the ConvTranspose weight gradient), no
-// access past any tensor, and thread-count independence.
+// access past any tensor, thread-count independence, and streaming stores.
 #include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -219,6 +223,44 @@ TEST_CASE("dw rows: AVX2 takes shorter rows", "[jit][dw_rows]") {
                 INFO(isa << " " << convgrad::dtype_name(dt) << ": " << o.describe());
                 CHECK((o.describe().find(kNote) != std::string::npos) == (isa == std::string("avx2")));
                 CHECK(testutil::bitwise_equal(testutil::run(o, a, b), expect));
+            }
+        }
+}
+
+TEST_CASE("dw rows: large data gradients stream whole lines", "[jit][dw_rows]") {
+    // diff_src of 8 MB and more (f32: 32 MB) is written with streaming
+    // stores where it is 64-byte aligned: into an aligned output and one
+    // 32 bytes off (ordinary stores), both starting as 0x7f bytes, bit for
+    // bit the reference. Rows of 8192 pixels (whole lines). The causal pad
+    // leaves pieces [0, 4096), [4096, 8189) and [8189, 8192): the second
+    // ends mid-line (its 16-bit tail shares a line with a whole vector),
+    // the third starts there; the pad at the end leaves [0, 3), [3, 4099)
+    // and [4099, 8192), whose whole vectors start mid-line.
+    for (const data_type dt : kTypes)
+        for (const bool causal : {true, false}) {
+            wtest::Case c = dw(dt == data_type::f32 ? 128 : 64, {8192}, {4});
+            c.mb = 8;
+            c.pb = {causal ? 3 : 0};
+            c.pe = {causal ? 0 : 3};
+            c.dt = dt;
+            const auto ref = dottest::data_op(c, "ref");
+            const auto dd = testutil::small_ints(dt, ref.input0_elems(), 51);
+            const auto w = testutil::small_ints(dt, ref.input1_elems(), 52);
+            const auto expect = testutil::run(ref, dd, w);
+            const size_t bytes = expect.bytes.size();
+            std::unique_ptr<uint8_t, decltype(&std::free)> out(
+                    static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 64 + 63) / 64 * 64)), &std::free);
+            for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
+                if (!dottest::runs(isa)) continue;
+                const auto o = dottest::data_op(c, isa);
+                INFO(isa << " " << convgrad::dtype_name(dt) << ": " << o.describe());
+                REQUIRE(o.describe().find(kNote) != std::string::npos);
+                CHECK(o.describe().find("streaming stores of whole lines") != std::string::npos);
+                for (const size_t offset : {0, 32}) {
+                    std::memset(out.get(), 0x7f, bytes + 64);
+                    o.execute(dd.data(), w.data(), out.get() + offset);
+                    CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);
+                }
             }
         }
 }

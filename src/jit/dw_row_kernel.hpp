@@ -50,7 +50,7 @@ struct DwRowDesc {
     int32_t rest = 0;     // vectors after the steps (0 .. n)
     int32_t tail = 0;     // pixels of the last of them (0: whole)
     int32_t taps = 1;     // kw taps of the call
-    int32_t reserved = 0;
+    int32_t stream = 0;   // data gradient: streaming stores of the whole vectors (aligned to their size)
     int64_t tap_bytes = 0;  // bytes between taps in a line (dilation · element size)
 };
 static_assert(sizeof(DwRowDesc) == 40, "DwRowDesc must have no padding");
