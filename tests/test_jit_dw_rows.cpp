@@ -78,6 +78,12 @@ TEST_CASE("dw rows: planes of short rows copied whole", "[jit][dw_rows]") {
         h.wfmt = f;
         check(h, true, true);
     }
+    // Nine (kd, kh) rows a diff_dst row: weight-gradient calls of up to 8
+    // src rows (3 on AVX2) and the rest.
+    wtest::Case tall = dw(2, {12, 270}, {9, 3});
+    tall.pb = {4, 1};
+    tall.pe = {4, 1};
+    check(tall, true, true);
     // 3D, unpadded along W.
     wtest::Case v = dw(3, {3, 2, 259}, {2, 2, 3});
     v.pb = {1, 0, 0};

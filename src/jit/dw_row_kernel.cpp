@@ -1,9 +1,11 @@
 #include "jit/dw_row_kernel.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "jit/kernel_cache.hpp"
 #include "jit/vec_cvt.hpp"
@@ -16,15 +18,16 @@ using namespace Xbyak::util;  // register names
 int dw_row_vlen(Isa isa) { return isa >= Isa::avx512_core ? 16 : 8; }
 
 // Vector registers: data calls n accumulators, a broadcast, a load and
-// (AVX2) the tail mask; weight calls `taps` accumulators, n diff_dst
+// (AVX2) the tail mask; weight calls rows · taps accumulators, n diff_dst
 // vectors, a load and the mask.
 int dw_row_max_taps(Isa isa, int n) { return (isa >= Isa::avx512_core ? 32 : 16) - n - 2; }
+int dw_row_max_rows(Isa isa, int n, int taps) { return std::min(kDwRowMaxRows, dw_row_max_taps(isa, n) / taps); }
 
 DwRowKernel::DwRowKernel(const DwRowDesc& d)
     : JitKernel("dw_rows_" + std::string(d.weights ? "bwd_w_" : "bwd_d_") + isa_name(static_cast<Isa>(d.isa)) + "_" +
                 dtype_name(static_cast<data_type>(d.dt)) + "_n" + std::to_string(d.n) + "_r" + std::to_string(d.rest) +
                 "t" + std::to_string(d.tail) + "_k" + std::to_string(d.taps) + "_tb" + std::to_string(d.tap_bytes) +
-                (d.stream ? "_nt" : "")),
+                (d.weights ? "_rows" + std::to_string(d.rows) : "") + (d.stream ? "_nt" : "")),
       d_(d) {}
 
 void DwRowKernel::generate() {
@@ -36,19 +39,21 @@ void DwRowKernel::generate() {
 
 namespace {
 int32_t disp(int64_t bytes) { return static_cast<int32_t>(bytes); }
+// The weight gradient's src lines, one a row (kMaxRows).
+const Xbyak::Reg64 kLineRegs[] = {r9, r10, r11, r12, r13, r14, r15, rsi, rdx};
+static_assert(sizeof(kLineRegs) / sizeof(kLineRegs[0]) == kDwRowMaxRows, "a register a src row");
 }  // namespace
 
-// rcx steps of n vectors, each advancing a and b by step_bytes, then the
+// rcx steps of n vectors, each advancing `regs` by step_bytes, then the
 // `rest` vectors.
-void DwRowKernel::run_steps(const std::function<void(int, int)>& step, const Xbyak::Reg64& a, const Xbyak::Reg64& b,
+void DwRowKernel::run_steps(const std::function<void(int, int)>& step, const std::vector<Xbyak::Reg64>& regs,
                             int step_bytes) {
     Xbyak::Label l_step, l_steps_done;
     test(rcx, rcx);
     jz(l_steps_done);
     L(l_step);
     step(d_.n, 0);
-    add(a, step_bytes);
-    add(b, step_bytes);
+    for (const Xbyak::Reg64& r : regs) add(r, step_bytes);
     dec(rcx);
     jnz(l_step);
     L(l_steps_done);
@@ -125,15 +130,16 @@ void DwRowKernel::generate_data() {
                 cvt.store(a, vi.vreg(j), dt, t, x, j < streamed);
         }
     };
-    run_steps(step, rsi, r10, d_.n * vin);
+    run_steps(step, {rsi, r10}, d_.n * vin);
     postamble();
     cvt.emit_constants();
 }
 
-// Register contract: rdi the arguments, r8 diff_dst, r9 the src line, r10
-// the accumulators in memory, rcx steps left, rax scratch. Vregs [0, taps)
-// accumulators, then n diff_dst vectors, the widened load, the last (AVX2)
-// the tail mask.
+// Register contract: rdi the arguments, r8 diff_dst, rbx the (line,
+// accumulators) pairs of the `rows` src rows, the lines in kLineRegs, rcx
+// steps left, rax an accumulator pointer. Vregs [0, rows · taps)
+// accumulators (row-major), then n diff_dst vectors, the widened load, the
+// last (AVX2) the tail mask.
 void DwRowKernel::generate_weights() {
     const Isa isa = static_cast<Isa>(d_.isa);
     const data_type dt = static_cast<data_type>(d_.dt);
@@ -141,16 +147,22 @@ void DwRowKernel::generate_weights() {
     VecCvt cvt(*this, vi, isa);
     const int es = VecCvt::elem_bytes(dt);
     const int vin = vi.vlen() * es;
-    auto acc = [&](int k) { return vi.vreg(k); };
-    auto ddv = [&](int j) { return vi.vreg(d_.taps + j); };
-    const Xbyak::Xmm x = vi.vreg(d_.taps + d_.n);
-    preamble(0);
+    const int accs = d_.rows * d_.taps;
+    auto acc = [&](int r, int k) { return vi.vreg(r * d_.taps + k); };
+    auto ddv = [&](int j) { return vi.vreg(accs + j); };
+    const Xbyak::Xmm x = vi.vreg(accs + d_.n);
+    preamble(5);
     mov(r8, ptr[rdi + offsetof(DwRowArgs, dd)]);
-    mov(r9, ptr[rdi + offsetof(DwRowArgs, line)]);
-    mov(r10, ptr[rdi + offsetof(DwRowArgs, acc)]);
+    mov(rbx, ptr[rdi + offsetof(DwRowArgs, rows)]);
     mov(rcx, ptr[rdi + offsetof(DwRowArgs, steps)]);
     if (d_.tail > 0) vi.set_tail(d_.tail, rax, vi.num_vregs() - 1);
-    for (int k = 0; k < d_.taps; ++k) vi.load(acc(k), ptr[r10 + k * vi.vbytes()]);
+    std::vector<Xbyak::Reg64> moving{r8};
+    for (int r = 0; r < d_.rows; ++r) {
+        mov(kLineRegs[r], ptr[rbx + 16 * r]);
+        moving.push_back(kLineRegs[r]);
+        mov(rax, ptr[rbx + 16 * r + 8]);
+        for (int k = 0; k < d_.taps; ++k) vi.load(acc(r, k), ptr[rax + k * vi.vbytes()]);
+    }
     auto step = [&](int vecs, int tail) {
         for (int j = 0; j < vecs; ++j) {
             const Xbyak::Address a = ptr[r8 + j * vin];
@@ -161,13 +173,17 @@ void DwRowKernel::generate_weights() {
         }
         // The src lanes past the tail are not read (their diff_dst lanes
         // are zero).
-        for (int k = 0; k < d_.taps; ++k)
-            for (int j = 0; j < vecs; ++j)
-                fma_load(vi, cvt, acc(k), ddv(j), ptr[r9 + disp(k * d_.tap_bytes + j * vin)], j == vecs - 1 ? tail : 0,
-                         x);
+        for (int r = 0; r < d_.rows; ++r)
+            for (int k = 0; k < d_.taps; ++k)
+                for (int j = 0; j < vecs; ++j)
+                    fma_load(vi, cvt, acc(r, k), ddv(j), ptr[kLineRegs[r] + disp(k * d_.tap_bytes + j * vin)],
+                             j == vecs - 1 ? tail : 0, x);
     };
-    run_steps(step, r8, r9, d_.n * vin);
-    for (int k = 0; k < d_.taps; ++k) vi.store(ptr[r10 + k * vi.vbytes()], acc(k));
+    run_steps(step, moving, d_.n * vin);
+    for (int r = 0; r < d_.rows; ++r) {
+        mov(rax, ptr[rbx + 16 * r + 8]);
+        for (int k = 0; k < d_.taps; ++k) vi.store(ptr[rax + k * vi.vbytes()], acc(r, k));
+    }
     postamble();
     cvt.emit_constants();
 }

@@ -14,13 +14,15 @@
 // pointer pairs: one output row sums the (kd, kh) rows that reach it. The
 // sums are final: stored once (16-bit types: rounded once).
 //
-// Weight gradient (`weights` = 1): a call adds, for taps t of a chunk,
+// Weight gradient (`weights` = 1): a call adds, for `rows` src rows r and
+// every tap t,
 //
-//   acc[t][lane] += sum over x ≡ lane of dd[x] · line[x + t · dil]
+//   acc_r[t][lane] += sum over x ≡ lane of dd[x] · line_r[x + t · dil]
 //
-// over `len` consecutive output pixels x of one diff_dst row, line the src
-// row seen from the pixel tap 0 of x = 0 reads. acc holds one f32 vector a
-// tap; the caller sums its lanes once at the end.
+// over `len` consecutive output pixels x of one diff_dst row, line_r a src
+// row seen from the pixel tap 0 of x = 0 reads (the (kd, kh) rows that
+// diff_dst row reaches). acc_r holds one f32 vector a tap; the caller sums
+// its lanes once at the end.
 //
 // A call runs `steps` steps of n vectors, then `rest` vectors of which the
 // last holds `tail` pixels (0: whole): the pixels past len are neither read
@@ -30,6 +32,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "convgrad/convgrad.hpp"
 #include "jit/isa.hpp"
@@ -51,29 +54,30 @@ struct DwRowDesc {
     int32_t tail = 0;     // pixels of the last of them (0: whole)
     int32_t taps = 1;     // kw taps of the call
     int32_t stream = 0;   // data gradient: streaming stores of the whole vectors (aligned to their size)
+    int32_t rows = 0;     // weight gradient: src rows of the call
+    int32_t reserved = 0;
     int64_t tap_bytes = 0;  // bytes between taps in a line (dilation · element size)
 };
-static_assert(sizeof(DwRowDesc) == 40, "DwRowDesc must have no padding");
+static_assert(sizeof(DwRowDesc) == 48, "DwRowDesc must have no padding");
 
 // Arguments in memory (one pointer to them is the call's only argument).
 struct DwRowArgs {
-    // Data gradient: `rows` pairs (line, f32 taps); the line at the call's
-    // first pixel.
+    // Data gradient: `nrows` pairs (line, f32 taps); weight gradient: the
+    // desc's `rows` pairs (src line, accumulators: `taps` f32 vectors, added
+    // to). Lines at the call's first pixel.
     const void* const* rows = nullptr;
     int64_t nrows = 0;
     void* out = nullptr;
-    // Weight gradient: diff_dst and the src line at the call's first pixel;
-    // acc: `taps` f32 vectors, added to.
-    const void* dd = nullptr;
-    const void* line = nullptr;
-    float* acc = nullptr;
+    const void* dd = nullptr;  // weight gradient: diff_dst at the call's first pixel
     int64_t steps = 0;  // steps of n vectors before the `rest` ones
 };
 
 // f32 lanes of the ISA's vectors; the most taps a weight-gradient call of
-// n vectors a step can take.
+// n vectors a step can take, and the most src rows of `taps` taps.
 int dw_row_vlen(Isa isa);
 int dw_row_max_taps(Isa isa, int n);
+int dw_row_max_rows(Isa isa, int n, int taps);
+inline constexpr int kDwRowMaxRows = 9;  // a general register a src row
 
 class DwRowKernel final : public JitKernel {
 public:
@@ -87,8 +91,7 @@ private:
     void generate() override;
     void generate_data();
     void generate_weights();
-    void run_steps(const std::function<void(int, int)>& step, const Xbyak::Reg64& a, const Xbyak::Reg64& b,
-                   int step_bytes);
+    void run_steps(const std::function<void(int, int)>& step, const std::vector<Xbyak::Reg64>& regs, int step_bytes);
     void fma_load(VecIsa& vi, VecCvt& cvt, const Xbyak::Xmm& acc, const Xbyak::Xmm& m, const Xbyak::Address& a,
                   int tail, const Xbyak::Xmm& x);
     DwRowDesc d_;
