@@ -205,7 +205,7 @@ TEST_CASE("dw rows: the plan names its loop", "[jit][dw_rows]") {
     CHECK(d.find("piece in 4 pieces of 5000 pixels (4998 read in place") != std::string::npos);
     CHECK(d.find("for step of 128 pixels") != std::string::npos);
     CHECK(w.find("for block of 64 of 8 channels") != std::string::npos);
-    CHECK(w.find("12 FMAs into 3 vectors, one a kw tap") != std::string::npos);
+    CHECK(w.find("12 FMAs a src row into 3 vectors, one a kw tap") != std::string::npos);
     c.in = {700};
     CHECK(dottest::data_op(c, "avx512_core").describe().find("planes") != std::string::npos);
 }

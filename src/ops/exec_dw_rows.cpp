@@ -12,9 +12,10 @@
 //
 // The lines a call reads (diff_dst for the data gradient, src for the
 // weight gradient) need their padding written out only where taps reach
-// past them. Planes of short rows (at most kPlaneRowPixels, the plane's
-// copy at most kPlaneBytes) are copied whole into per-thread rows, each
-// line once, the padding columns zeroed once a run: one call a row. Longer
+// past them. Planes of short rows (at most kPlaneRowPixels, weight
+// gradients kPlaneRowPixelsWeights; the plane's copy at most kPlaneBytes)
+// are copied whole into per-thread rows, each line once, the padding
+// columns zeroed once a run: one call a row. Longer
 // rows are cut into pieces of at most kPiecePixels: the pixels whose taps
 // all read inside the line read it in place; the ones at either end read a
 // per-thread copy of their part of the line with the padding as zeros.
@@ -23,9 +24,10 @@
 // planes, contiguous ranges over the threads; a call sums every (kd, kh)
 // diff_dst row that reaches its row, so each pixel is stored once, final.
 // Weight gradient: work items are channels, run in blocks image by image;
-// a channel's calls add into one f32 vector a tap in a fixed order (image,
-// output row, kd, kh, piece), whose lanes are summed at the end. Neither
-// result depends on the thread count.
+// a call takes the (kd, kh) src rows one diff_dst row reaches (as many as
+// the registers hold) and adds into one f32 vector a tap in a fixed order
+// (image, output row, piece, kd, kh), whose lanes are summed at the end.
+// Neither result depends on the thread count.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -67,8 +69,8 @@ constexpr int64_t kChannelBlock = 64;
 // most kPlaneBytes are copied whole, each line once, into per-thread rows
 // with the padding written out: one call a row, no pieces.
 constexpr int64_t kPlaneRowPixels = 1024;
-// Weight gradients copy planes of rows shorter than kPlaneRowPixelsWeights:
-// rows of 1024 pixels read in place ran 1.01-1.38x (1D, 2D 3x3), of 256-512
+// Weight gradients copy planes of rows of at most kPlaneRowPixelsWeights:
+// rows of 1024 pixels read in place ran 1.13-1.38x (1D, 2D 3x3), of 256-512
 // pixels 0.65-0.89x (1D).
 constexpr int64_t kPlaneRowPixelsWeights = 512;
 constexpr int64_t kPlaneBytes = int64_t(512) << 10;
@@ -478,9 +480,10 @@ std::string DwRowExecutor::describe() const {
         os << "  for block of " << kChannelBlock << " of " << p_.oc() << " channels  [contiguous ranges over threads]\n"
            << "    for image in " << p_.mb << ", channel in the block\n"
            << (plan_.planes ? "      " + planes : "") << "      for diff_dst row in " << p_.out[0] * p_.out[1]
-           << ", (kd, kh) in " << p_.k[0] * p_.k[1] << " (src rows inside), piece in " << pieces << "\n"
+           << ", piece in " << pieces << ", call of up to " << plan_.max_rows << " of the " << p_.k[0] * p_.k[1]
+           << " (kd, kh) src rows inside\n"
            << "        for step of " << step << " pixels: " << plan_.n << " diff_dst loads, " << p_.k[2] * plan_.n
-           << " FMAs into " << p_.k[2] << " vectors, one a kw tap\n"
+           << " FMAs a src row into " << p_.k[2] << " vectors, one a kw tap\n"
            << "  each channel's lanes summed" << (p_.dt == data_type::f32 ? "" : ", rounded") << " into the weights";
     } else {
         if (plan_.planes)
