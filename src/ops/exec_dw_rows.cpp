@@ -40,6 +40,7 @@
 
 #include "jit/dw_row_kernel.hpp"
 #include "ops/executor.hpp"
+#include "ops/lane_sum.hpp"
 #include "ops/numeric.hpp"
 #include "ops/parallel.hpp"
 #include "ops/problem.hpp"
@@ -85,7 +86,7 @@ constexpr int64_t kStreamingF32Bytes = int64_t(32) << 20;
 struct Piece {
     int64_t x0 = 0, x1 = 0;  // pixels of the row the calls write (data) or walk (weights)
     bool inside = true;      // every tap reads inside the line: read in place
-    int kernel = 0;          // its first kernel (weights: one a tap chunk, in order)
+    int kernel = 0;          // its length's kernels: kernel(kernel, ...)
 };
 
 struct DwRowPlan {
@@ -195,7 +196,11 @@ private:
     // `to`, the pixels outside the line zero.
     void copy_line(const char* line, const Piece& pc, char* to) const;
     int64_t line_copy_bytes() const { return (plan_.max_piece + plan_.halo) * es_; }
-    const DwRowKernel& kernel(int i) const { return *kernels_[static_cast<size_t>(i)]; }
+    // A piece's kernel: weight gradients by their src rows a call (1 ..
+    // max_rows), data gradients with streaming stores or not.
+    const DwRowKernel& kernel(const Piece& pc, int rows, bool nt) const {
+        return *(nt ? kernels_nt_ : kernels_)[static_cast<size_t>(pc.kernel * plan_.max_rows + rows - 1)];
+    }
     // Row (d, h) of channel c of image img of an activation tensor.
     template <typename T>
     T* row(T* base, const DataStrides& str, int64_t img, int64_t c, int64_t d, int64_t h) const {
@@ -276,9 +281,9 @@ void DwRowExecutor::run_data(const char* dd, const float* w, char* out, int64_t 
                              plan_.planes ? plan_.lines * plan_.line_pitch * es_ : kdh * line_copy_bytes());
     if (plan_.planes) zero_pads(lines.get());
     std::vector<const void*> rows(static_cast<size_t>(2 * kdh));
-    // Diff_src row (id, ih) of channel c of image img, piece pc: line(od,
-    // oh) the diff_dst row's line at the piece's first pixel, or null to
-    // copy the piece's part of it.
+    // Diff_src row (id, ih) of channel c of image img, piece pc:
+    // line_at(od, oh, n) the line of diff_dst row (od, oh), the call's n-th,
+    // at the piece's first pixel (a padded copy where the piece needs one).
     auto run_row = [&](int64_t img, int64_t c, int64_t id, int64_t ih, const Piece& pc, auto&& line_at) {
         // The diff_dst rows that reach row (id, ih): od · s = id + pad - kd · dil.
         int64_t nrows = 0;
@@ -298,8 +303,7 @@ void DwRowExecutor::run_data(const char* dd, const float* w, char* out, int64_t 
         a.nrows = nrows;
         a.out = row(out, p_.src_str, img, c, id, ih) + pc.x0 * es_;
         a.steps = (pc.x1 - pc.x0) / (int64_t(plan_.n) * plan_.vlen);
-        const bool stream = nt && pc.x0 * es_ % kCacheLineBytes == 0;
-        (*(stream ? kernels_nt_ : kernels_)[static_cast<size_t>(pc.kernel)])(a);
+        kernel(pc, 1, nt && pc.x0 * es_ % kCacheLineBytes == 0)(a);
     };
     if (plan_.planes) {
         const Piece& pc = plan_.pieces[0];
@@ -332,8 +336,8 @@ void DwRowExecutor::run_data(const char* dd, const float* w, char* out, int64_t 
 }
 
 // Channels [begin, end) in blocks of kChannelBlock: each channel's taps
-// summed in f32 vectors in a fixed order (image, diff_dst row, kd, kh,
-// piece), their lanes summed and rounded once into the user's weights. A
+// summed in f32 vectors in a fixed order (image, diff_dst row, piece, kd,
+// kh), their lanes summed and rounded once into the user's weights. A
 // block runs image by image, so that its channels' rows are read in memory
 // order (channel-major with the images inner jumped a whole image between
 // rows: Mamba-style causal k4, 1536 channels x 2048 samples, f32 0.66x).
@@ -396,7 +400,7 @@ void DwRowExecutor::add_channel(const char* src, const char* dd, int64_t img, in
                 for (int r0 = 0; r0 < nrows; r0 += plan_.max_rows) {
                     const int rows = std::min(plan_.max_rows, nrows - r0);
                     a.rows = pairs + 2 * r0;
-                    kernel(pc.kernel * plan_.max_rows + rows - 1)(a);
+                    kernel(pc, rows, false)(a);
                 }
             }
         }
@@ -408,14 +412,9 @@ void DwRowExecutor::store_channel(const float* v, int64_t c, char* out) const {
     for (int64_t kd = 0; kd < p_.k[0]; ++kd)
         for (int64_t kh = 0; kh < p_.k[1]; ++kh)
             for (int64_t kw = 0; kw < p_.k[2]; ++kw) {
-                const float* lanes = v + ((kd * p_.k[1] + kh) * p_.k[2] + kw) * vlen;
-                float sum = 0;
-                for (int64_t l = 0; l < vlen; ++l) sum += lanes[l];
+                const float sum = lane_sum(v + ((kd * p_.k[1] + kh) * p_.k[2] + kw) * vlen, static_cast<int>(vlen));
                 const int64_t e = c * p_.wei_str.o + kd * p_.wei_str.k[0] + kh * p_.wei_str.k[1] + kw * p_.wei_str.k[2];
-                if (p_.dt == data_type::f32)
-                    reinterpret_cast<float*>(out)[e] = sum;
-                else
-                    reinterpret_cast<uint16_t*>(out)[e] = p_.dt == data_type::bf16 ? f64_to_bf16(sum) : f64_to_f16(sum);
+                store_elem(out, e, p_.dt, sum);
             }
 }
 
@@ -441,14 +440,7 @@ void DwRowExecutor::run(const void* in0, const void* in1, void* out) const {
                 for (int64_t kw = 0; kw < p_.k[2]; ++kw) {
                     const int64_t e =
                             ch * p_.wei_str.o + kd * p_.wei_str.k[0] + kh * p_.wei_str.k[1] + kw * p_.wei_str.k[2];
-                    float x;
-                    if (p_.dt == data_type::f32)
-                        x = static_cast<const float*>(in1)[e];
-                    else if (p_.dt == data_type::bf16)
-                        x = bf16_to_f32(static_cast<const uint16_t*>(in1)[e]);
-                    else
-                        x = f16_to_f32(static_cast<const uint16_t*>(in1)[e]);
-                    w[((ch * p_.k[0] + kd) * p_.k[1] + kh) * p_.k[2] + kw] = x;
+                    w[((ch * p_.k[0] + kd) * p_.k[1] + kh) * p_.k[2] + kw] = load_elem(in1, e, p_.dt);
                 }
     const char* dd = static_cast<const char*>(in0);
     const bool nt = plan_.stream && reinterpret_cast<uintptr_t>(out) % kCacheLineBytes == 0;
