@@ -537,7 +537,9 @@ TEST_CASE("weights: depthwise edges run the taps and kernel rows that read insid
 
 // Grouped f32 layers with a spatial kernel read the user's tensors in place
 // on AVX-512 (a tile takes ICg / OCg of each pixel's channels), unless the
-// pixels of a row crowd one L1 set, which keep staging. Groups of 16 with a
+// pixels of a row crowd one L1 set, which keep staging; kw windows and kw
+// lanes (groups of up to 16) read in place at any pitch, and from 256-byte
+// pixels their calls prefetch the next group's lines. Groups of 16 with a
 // W stride and with unit stride, an odd group count and channel tails
 // (ICg 12, OCg 20), ConvTranspose, NCX, every weights format, 1-4 threads.
 TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]") {
@@ -582,14 +584,34 @@ TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]
         CHECK(used == t);
         CHECK(testutil::bitwise_equal(got, want));
     }
-    // 512 channels in groups of 16, 28 -> 14 with stride 2: src pixels 4 KiB
-    // apart, the 14 of a row in one L1 set: staged.
-    Case crowded = conv2d(512, 512, {28, 28}, {3, 3});
-    crowded.mb = 1;
-    crowded.g = 32;
-    crowded.s = {2, 2};
-    crowded.pb = {1, 1};
-    crowded.pe = {0, 0};
+    // 32 groups, 3x3 s2 with pads 1 / 0 (ResNeXt-50's strided blocks).
+    auto strided = [](int64_t channels, int64_t hw, int64_t mb) {
+        Case k = conv2d(channels, channels, {hw, hw}, {3, 3});
+        k.mb = mb;
+        k.g = 32;
+        k.s = {2, 2};
+        k.pb = {1, 1};
+        k.pe = {0, 0};
+        return k;
+    };
+    // 512 channels in groups of 16, 28 -> 14: src pixels 4 KiB apart, the 14
+    // of a row in one L1 set; kw lanes read them in place, the calls of each
+    // group (of a thread's range, 1-3 threads, more than one chunk)
+    // prefetching the next one's lines.
+    const Case lanes = strided(512, 28, 3);
+    if (avx512) {
+        const std::string d = lanes.make("avx512_core").describe();
+        INFO(d);
+        CHECK(d.find(" staged ") == std::string::npos);
+        CHECK(d.find(" kw-lanes ") != std::string::npos);
+        CHECK(d.find(" prefetch next group") != std::string::npos);
+    }
+    for (int t : {1, 2, 3}) {
+        tbb::task_arena arena(t);
+        arena.execute([&] { check_exact(lanes); });
+    }
+    // Groups of 32 (m x n tiles) at that pitch keep staging.
+    const Case crowded = strided(1024, 14, 1);
     if (avx512) CHECK(crowded.make("avx512_core").describe().find(" staged ") != std::string::npos);
     check_exact(crowded);
 }
@@ -602,7 +624,8 @@ TEST_CASE("weights: staged grouped rows are spread a line apart", "[jit][weights
     struct Shape {
         int64_t ic, oc, g, h, stride;
     };
-    const Shape shapes[] = {{512, 512, 32, 9, 1}, {512, 512, 32, 13, 2}, {128, 256, 8, 7, 1}, {1024, 512, 64, 6, 2}};
+    const Shape shapes[] = {{512, 512, 32, 9, 1},  {512, 512, 32, 13, 2}, {128, 256, 8, 7, 1},
+                             {1024, 512, 64, 6, 2}, {1024, 1024, 32, 6, 2}};
     for (const Shape& s : shapes)
         for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
             Case c = conv2d(s.ic, s.oc, {s.h, s.h + 1}, {3, 3});
@@ -614,9 +637,12 @@ TEST_CASE("weights: staged grouped rows are spread a line apart", "[jit][weights
             for (const std::string& isa : jit_isas(true)) {
                 const std::string d = c.make(isa).describe();
                 INFO(label(c, isa) << "\n" << d);
-                // 2 KiB pitches are staged (16-bit gemm always is); 128 -> 256
-                // in groups of 16 f32 reads in place on AVX-512.
-                const bool staged = dt != convgrad::data_type::f32 || isa == "avx2" || s.ic * 4 % 2048 == 0;
+                // 2 KiB pitches are staged (16-bit gemm always is) but for
+                // groups of up to 16 on AVX-512 (kw windows / lanes): 128 ->
+                // 256 in groups of 16 f32 reads in place too.
+                const bool lanes = isa != "avx2" && s.ic / s.g <= 16 && s.oc / s.g <= 16;
+                const bool staged =
+                        dt != convgrad::data_type::f32 || isa == "avx2" || (s.ic * 4 % 2048 == 0 && !lanes);
                 CHECK((d.find(" pitch+64") != std::string::npos) == staged);
             }
             check_exact_any_type(c);

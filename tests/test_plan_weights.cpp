@@ -170,24 +170,24 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "        for row, px: acc[11 kw.ic][2v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
           " * diff_dst[px][oc]\n"
           "  sum slices in order");
-    Case g16 = resnet(512, 512, 14, 3);  // ResNeXt-50 conv4: 16 channels a group
+    Case g16 = resnet(512, 512, 14, 3);  // ResNeXt-50 conv4: 16 channels a group, read in place
     g16.g = 32;
     CHECK(plan_weights(problem(g16), Isa::avx512_core, 2).to_string() ==
-          "gemm staged m8n1x16 tiles=192 (ic 2x8 last 8, oc 1x1v last 1v tail 0) rows=448x14px chunk=25 rows "
-          "(18 chunks, 2800 KiB) slices=2 grid=1x2 pitch+64 kw-window direct est=2304cyc/px\n"
-          "  parallel slice<2 (2 thr) x tile<192 (1 thr):\n"
-          "    for chunk in slice (25 rows):\n"
+          "gemm m8n1x16 tiles=192 (ic 2x8 last 8, oc 1x1v last 1v tail 0) rows=448x14px chunk=18 rows "
+          "(25 chunks, 2016 KiB) slices=1 grid=2x1 kw-window direct prefetch next group est=2304cyc/px\n"
+          "  parallel slice<1 (1 thr) x tile<192 (2 thr):\n"
+          "    for chunk in slice (18 rows):\n"
           "      for g<32 oc_tile<1 kd<1 kh<3 ic_tile<2:\n"
           "        for row, src px q: acc[3 kw][8 ic][1v] += bcast(src[q][ic]) * diff_dst[q+pad-kw][oc] (q<14, edges "
           "1+1 px)\n"
-          "  sum slices in order");
+          "  no reduction");
     Case g16s2 = resnet(512, 512, 28, 3, 2);  // its strided first block: kw lanes
     g16s2.g = 32;
     CHECK(plan_weights(problem(g16s2), Isa::avx512_core, 2).to_string() ==
-          "gemm staged m8n1x16 tiles=192 (oc 2x8 last 8, ic 1x1v last 1v tail 0) rows=448x14px chunk=19 rows "
-          "(24 chunks, 3724 KiB) slices=8 grid=1x2 pitch+64 kw-lanes direct est=2304cyc/px\n"
+          "gemm m8n1x16 tiles=192 (oc 2x8 last 8, ic 1x1v last 1v tail 0) rows=448x14px chunk=14 rows "
+          "(32 chunks, 2744 KiB) slices=8 grid=1x2 kw-lanes direct prefetch next group est=2304cyc/px\n"
           "  parallel slice<8 (2 thr) x tile<192 (1 thr):\n"
-          "    for chunk in slice (19 rows):\n"
+          "    for chunk in slice (14 rows):\n"
           "      for g<32 oc_tile<2 kd<1 kh<3:\n"
           "        for row, output px t (14 from 0, edges 1+0): acc[3 kw][8 oc][1v ic] += bcast(diff_dst[t][oc]) * "
           "src[s*t - pad + kw][ic]\n"

@@ -232,6 +232,11 @@ struct ThreadState {
     std::vector<RowPos> chunk;
     std::vector<std::vector<WeightsRow>> tap_rows;  // gemm: one list per tap
     std::vector<uint8_t> tap_built;
+    // group_prefetch: the windows of this chunk and the next, the thread's
+    // first and last group, the group whose calls hold the walk.
+    ChunkWindow win_cur, win_next;
+    bool has_next = false;
+    int64_t first_grp = 0, last_grp = 0, pf_grp = -1;
     // Tile-major chunks: the row list by which operands come from the user's
     // tensors (WeightsStage bits), and (stage_in_kernel) which ic / oc tile
     // slices this thread has filled in this chunk.
@@ -959,6 +964,26 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
     const int64_t ic0 = plan_.kw_lanes ? 0 : it * tile_m;
     const int64_t oc0 = grp * g.ocg + (plan_.kw_lanes ? it * tile_m : ot * b.n * b.vlen);
     const int64_t src_tile = grp * b.m_tiles + it, dst_tile = grp * b.n_tiles + ot;
+    if (plan_.group_prefetch && ts.pf_grp != grp) {
+        // The next group's lines (one a pixel), which this group's calls
+        // prefetch: after the thread's last group, the next chunk's first.
+        ts.pf_grp = grp;
+        pf.clear();
+        pf.lines = 1;
+        int64_t next = grp + (plan_.lane_pairs ? 2 : 1);
+        const ChunkWindow* w = &ts.win_cur;
+        if (next > ts.last_grp) {
+            next = ts.first_grp;
+            w = ts.has_next ? &ts.win_next : nullptr;
+        }
+        if (w) {
+            const int64_t es = user_elem_bytes(), ic = p_.ic(), oc = p_.oc();
+            pf.add_strided(src + (w->src_lo * g.in[2] * ic + next * g.icg) * es, ic * es,
+                           (w->src_hi - w->src_lo) * g.in[2]);
+            pf.add_strided(diff_dst + (w->dst_lo * g.out[2] * oc + next * g.ocg) * es, oc * es,
+                           (w->dst_hi - w->dst_lo) * g.out[2]);
+        }
+    }
     int stage = 0;
     if (plan_.stage_in_kernel) {
         if (!ts.src_filled[src_tile]) stage |= kCopySrc;
@@ -1209,7 +1234,12 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         diff_dst = dst_win.get();
         channels = thread_channels(tiles);
     }
-    Prefetch pf;  // the next chunk's memory, while this one runs
+    Prefetch pf;  // the next chunk's memory (group_prefetch: the next group's), while this one runs
+    if (plan_.group_prefetch && tiles[1] > tiles[0]) {
+        const int64_t per = plan_.lane_pairs ? 2 : 1;
+        ts.first_grp = per * gemm_tile(tiles[0]).grp;
+        ts.last_grp = per * gemm_tile(tiles[1] - 1).grp;
+    }
     for (int64_t s = slices[0]; s < slices[1]; ++s) {
         float* out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
         const auto chunks = spread(red.chunks, red.slices, s);
@@ -1237,6 +1267,15 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             if (has_next && plan_.stage_in_kernel) {
                 prefetch_first_call(pf, ts, c + 1, tiles[0], tiles[1] - tiles[0],
                                     (q1 - q0) * g.segment, src, diff_dst);
+            } else if (plan_.group_prefetch) {
+                ts.win_cur = chunk_window(ts.chunk);
+                ts.has_next = has_next;
+                if (has_next) {
+                    const int64_t n0 = c + 1 < chunks[1] ? c + 1 : spread(red.chunks, red.slices, s + 1)[0];
+                    decode_rows(ts.next_chunk, n0 * red.chunk_rows, std::min(red.rows, (n0 + 1) * red.chunk_rows));
+                    ts.win_next = chunk_window(ts.next_chunk);
+                }
+                ts.pf_grp = -1;
             } else if (has_next && !plan_.ncx_windows) {
                 // (Windows: the transposes prefetch as they read. The
                 // kernels also walking the next chunk's NCX runs, a line

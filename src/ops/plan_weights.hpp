@@ -116,6 +116,10 @@ struct WeightsPlan {
     // Staged rows (not tile-major): bytes between staged pixels, IC (OC)
     // f32 elements or one line more (see staged_pitch in plan_weights.cpp).
     int64_t src_pitch = 0, dst_pitch = 0;
+    // Grouped tiles in place: each group's calls prefetch the next group's
+    // lines of the chunk (src and diff_dst rows, one line a pixel; after the
+    // thread's last group, the next chunk's first), not the next chunk.
+    bool group_prefetch = false;
     // Staged unpadded 1x1 (one src pixel per output pixel) with a pixel
     // stride of tile_major_stride_bytes or more: each chunk is staged tile-major, every ic tile's src as [pixel][m] and every oc
     // tile's diff_dst as [pixel][n vectors], so a kernel call streams two
@@ -312,6 +316,8 @@ struct WeightsCostModel {
     static constexpr double src_block_bytes = 512 << 10;
     static constexpr double flush_chunk_pixels = 384;
     static constexpr double stage_budget_max = 8 << 20;
+    static constexpr int64_t lane_in_place_max_w = 256;  // see lane_tiles_in_place
+    static constexpr int64_t group_prefetch_min_pitch = 256;  // bytes a pixel, see group_prefetch_ok
     // Blocked chunks: bytes of one oc tile's diff_dst slice plus one ic
     // tile's src slice (a fraction of L1d: the flushes and the next slice
     // come through too).
