@@ -386,7 +386,27 @@ TEST_CASE("data: narrow groups take the direct path with one vector", "[jit][dat
     }
 }
 
+// With AVX512-BF16, bf16 columns multiply diff_dst's output-channel pairs
+// by W packed in pairs (vdpbf16ps; an odd last output channel pairs with
+// zero), f16 and the other ISAs widen to f32.
 TEST_CASE("data: small input channels use the column path", "[jit][data]") {
+    // pairs: bf16 stays on col with AVX512-BF16 (else direct vdpbf16ps
+    // kernels win by the model; never col widened where pairs exist).
+    auto check_col = [](const DCase& base, bool pairs_col) {
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            DCase c = base;
+            c.dt = dt;
+            check_exact(c, kAllIsas);
+            const std::string d = c.make("avx512_core").describe();
+            INFO(d);
+            CHECK(d.find(" col ") != std::string::npos);
+            if (dt != data_type::bf16 || !runs("avx512_core_bf16")) continue;
+            const std::string pairs = c.make("avx512_core_bf16").describe();
+            INFO(pairs);
+            CHECK((pairs.find(" col ") != std::string::npos) == pairs_col);
+            CHECK(pairs.find("vdpbf16ps on oc pairs") != std::string::npos);
+        }
+    };
     DCase c;  // a first layer in miniature: ic 3, 7x7 stride 2 pad 3
     c.ic = 3;
     c.oc = 20;
@@ -395,9 +415,10 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     c.s = {2, 2};
     c.pb = {3, 3};
     c.pe = {2, 3};
-    check_exact(c);
-    CHECK(c.make("avx512_core").describe().find(" col ") != std::string::npos);
-    c.g = 2;  // grouped, dilated, 3D
+    check_col(c, true);
+    c.oc = 17;  // an odd last output channel
+    check_col(c, true);
+    c.g = 2;  // grouped (3 output channels a group), dilated, 3D: a run per group and kw
     c.ic = 4;
     c.oc = 6;
     c.in = {5, 6, 9};
@@ -406,11 +427,10 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     c.d = {2, 1, 2};
     c.pb = {1, 1, 2};
     c.pe = {0, 2, 1};
-    check_exact(c);
-    CHECK(c.make("avx512_core").describe().find(" col ") != std::string::npos);  // a run per group and kw
+    check_col(c, false);
     c.nxc = false;
     c.wfmt = "OIX";
-    check_exact(c);
+    check_col(c, false);
     // A kernel only in D (3x1x1, a (2+1)D temporal layer): H and W carry no
     // tap, and the col path must still write every (n, id, ih) row.
     DCase t;
@@ -420,8 +440,18 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     t.k = {3, 1, 1};
     t.pb = {1, 0, 0};
     t.pe = {0, 0, 0};
-    check_exact(t, kAllIsas);
-    CHECK(t.make("avx512_core").describe().find(" col ") != std::string::npos);
+    check_col(t, false);
+    // The path is chosen on the widened cost: a small dilated plane keeps its
+    // row blocks in bf16 (col with pairs ran 0.37x there).
+    DCase small;
+    static_cast<wtest::Case&>(small) = wtest::conv2d(8, 8, {8, 5}, {3, 3});
+    small.mb = 20;
+    small.d = {1, 3};
+    small.pb = {1, 3};
+    small.pe = {1, 0};
+    small.dt = data_type::bf16;
+    check_exact(small, kAllIsas);
+    if (runs("avx512_core_bf16")) CHECK(small.make("avx512_core_bf16").describe().find(" col ") == std::string::npos);
 }
 
 TEST_CASE("data: data and weight formats", "[jit][data]") {

@@ -1206,7 +1206,7 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
                     for (int64_t b = 0; b < cb.per_group; ++b) {
                         const bool last = b + 1 == cb.per_group;
                         const DataEntry e{dd_row + (ow0 * oc + grp * p.ocg) * es_,
-                                          wp + (grp * padded * p.ocg + b * cb.block * p.ocg) * 4};
+                                          wp + (grp * padded + b * cb.block) * plan_.ocg_w * plan_.w_elem_bytes};
                         DataKernelArgs a;
                         a.entries = &e;
                         a.nentries = 1;

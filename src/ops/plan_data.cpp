@@ -310,7 +310,8 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
 double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb) {
     const bool l2 = w_block_in_l2(p, pl, b);
     auto channel_block = [&](int n) {  // per_group - 1 blocks of n vectors, the last of tail_n
-        return step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, l2) / b.m * p.ocg;
+        const double lat = is_dot(pl) ? kDotLatency : kFmaLatency;
+        return step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, l2, lat) / b.m * reduction_steps(p, pl);
     };
     double per_pixel = double(cb.per_group - 1) * channel_block(b.n) + channel_block(cb.tail_n);
     // Runs per pixel: a target row's taps are one run when they are adjacent
@@ -421,7 +422,7 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
     switch (pl.path) {
         case DataPath::direct: return p.g * padded * p.k_sp() * pl.ocg_w;
         case DataPath::depthwise: return padded * p.k_sp() * (pl.dw_row_pairs() ? 4 : pl.lane_group);
-        case DataPath::col: return p.g * padded * p.ocg;
+        case DataPath::col: return p.g * padded * pl.ocg_w;
     }
     return 0;
 }
@@ -636,7 +637,7 @@ void choose_types(const Problem& p, Isa isa, DataPlan* pl) {
     if (p.dt == data_type::f32)
         pl->types.compute = DataCompute::f32;
     else if (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 &&
-             (pl->path == DataPath::direct || (dw && (pl->lane_group >= 2 || step < g.k[1]))))
+             (pl->path != DataPath::depthwise || pl->lane_group >= 2 || step < g.k[1]))
         pl->types.compute = DataCompute::bf16_dot;
     else
         pl->types.compute = DataCompute::widen;
@@ -826,9 +827,15 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
             // The col executor walks the Problem's own (n, id, ih) rows: a
             // folded H (3D, kernel only in D) would leave rows unwritten.
             col.geo = make_geometry(p, 0);
-            choose_types(p, isa, &col);
-            if (choose_blocking(p, &col) && (!ok || col.est_cycles < pl->est_cycles)) {
-                *pl = col;
+            // Chosen on its f32 / widened cost: bf16 pairs (the compute
+            // where the CPU has vdpbf16ps) halve the column GEMM but not the
+            // scatter, and with the GEMM halved the model took col over row
+            // blocks on small planes that then ran 0.37x (8x5 pixels).
+            DataPlan judged = col;
+            choose_types(p, std::min(isa, Isa::avx512_core), &judged);
+            if (choose_blocking(p, &judged) && (!ok || judged.est_cycles < pl->est_cycles)) {
+                choose_types(p, isa, &col);
+                *pl = is_dot(col) && choose_blocking(p, &col) ? col : judged;
                 ok = true;
             }
         }
@@ -948,8 +955,9 @@ std::string DataPlan::to_string() const {
            << "    for dd row touching it, g, " << col_pixels << "-pixel chunk\n"
            << "      for lane block in " << cb.per_group << " (" << cb.lanes << " " << lane_name << ", tail "
            << cb.tail_n << " vec)\n"
-           << "        for " << blk.m << "-pixel block: for oc in " << oc_chunk << ": " << blk.n << " W loads, "
-           << blk.m << " bcasts, " << blk.m * blk.n << " FMAs\n"
+           << "        for " << blk.m << "-pixel block: "
+           << (is_dot(*this) ? "for oc pair in " + std::to_string(div_up(oc_chunk, 2)) : "for oc in " + std::to_string(oc_chunk))
+           << ": " << blk.n << " W loads, " << blk.m << " bcasts, " << blk.m * blk.n << " FMAs\n"
            << "      col2im: add columns into diff_src rows\n";
     } else {
         const std::string row_kind = geo.images_per_row > 1 ? " rows of " + std::to_string(geo.images_per_row) + " images"
