@@ -418,6 +418,17 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     check_col(c, true);
     c.oc = 17;  // an odd last output channel
     check_col(c, true);
+    // Rows of several column chunks (100 pixels in chunks of 48, the last
+    // partial), three images: each chunk's run list is kept from row to
+    // row and image to image, and rebuilt where the rows' (kd, kh) taps
+    // change (the top and bottom rows).
+    c.mb = 3;
+    c.oc = 64;
+    c.in = {13, 200};  // the top and bottom rows reach 4 taps each, not the same
+    c.pe = {3, 2};
+    check_col(c, true);
+    CHECK(c.make("avx512_core").describe().find("48-pixel chunk") != std::string::npos);
+    c.mb = 2;
     c.g = 2;  // grouped (3 output channels a group), dilated, 3D: a run per group and kw
     c.ic = 4;
     c.oc = 6;
