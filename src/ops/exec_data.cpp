@@ -385,6 +385,7 @@ private:
     }
     void col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
                   float* colbuf, float* cvt, std::vector<ColRuns>& runs) const;
+    int64_t col_row_chunks() const { return (p_.out[2] + plan_.col_pixels - 1) / plan_.col_pixels; }
     void scatter_columns(const float* col, int64_t px, int64_t ow0, int64_t grp,
                          const std::vector<ColTarget>& targets, ColRuns& runs) const;
     // oc rows of packed W per tap (depthwise: the G of a lane group; row
@@ -1177,7 +1178,7 @@ void JitDataExecutor::run_col(const char* dd, const char* wp, char* dst, int thr
         const ScratchLease cvt(Scratch::data_cvt, plan_.scratch.cvt_floats * 4);
         // One run list per (group, chunk of a row), each kept from row to
         // row (and image to image) while its pattern holds.
-        std::vector<ColRuns> runs(static_cast<size_t>(p_.g * ((p_.out[2] + plan_.col_pixels - 1) / plan_.col_pixels)));
+        std::vector<ColRuns> runs(static_cast<size_t>(p_.g * col_row_chunks()));
         const auto [lo, hi] = grid.range(t);
         for (int64_t n = lo / per_image; n * per_image < hi; ++n) {
             const int64_t ra = std::max(lo, n * per_image) - n * per_image;
@@ -1205,7 +1206,7 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
     const DataChannelBlocks& cb = plan_.cb;
     const int64_t padded = cb.padded(), m = plan_.blk.m;
     std::vector<ColTarget> targets;
-    const int64_t row_chunks = (p.out[2] + plan_.col_pixels - 1) / plan_.col_pixels;
+    const int64_t row_chunks = col_row_chunks();
     for (int64_t od = 0; od < p.out[0]; ++od)
         for (int64_t oh = 0; oh < p.out[1]; ++oh) {
             targets.clear();
@@ -1270,11 +1271,12 @@ void JitDataExecutor::scatter_columns(const float* col, int64_t px, int64_t ow0,
     const int64_t spread = std::min(px, (reach + p.stride[2] * ic - 1) / (p.stride[2] * ic));
     runs.rows.clear();
     for (const ColTarget& t : targets) runs.rows.push_back(t.row);
-    const std::vector<int64_t> key_head{ow0, px, grp};
-    bool same = runs.key.size() == 3 + targets.size() && std::equal(key_head.begin(), key_head.end(), runs.key.begin());
-    for (size_t i = 0; same && i < targets.size(); ++i) same = runs.key[3 + i] == targets[i].tap_dh;
+    const std::array<int64_t, 3> head{ow0, px, grp};
+    bool same = runs.key.size() == head.size() + targets.size() &&
+                std::equal(head.begin(), head.end(), runs.key.begin());
+    for (size_t i = 0; same && i < targets.size(); ++i) same = runs.key[head.size() + i] == targets[i].tap_dh;
     if (!same) {
-        runs.key = key_head;
+        runs.key.assign(head.begin(), head.end());
         for (const ColTarget& t : targets) runs.key.push_back(t.tap_dh);
         // At most a run per (pixel, target, kw); written field by field (a
         // temporary copied in whole stalls on its own stores).

@@ -956,7 +956,8 @@ std::string DataPlan::to_string() const {
            << "      for lane block in " << cb.per_group << " (" << cb.lanes << " " << lane_name << ", tail "
            << cb.tail_n << " vec)\n"
            << "        for " << blk.m << "-pixel block: "
-           << (is_dot(*this) ? "for oc pair in " + std::to_string(div_up(oc_chunk, 2)) : "for oc in " + std::to_string(oc_chunk))
+           << (is_dot(*this) ? "for oc pair in " + std::to_string(div_up(oc_chunk, 2))
+                             : "for oc in " + std::to_string(oc_chunk))
            << ": " << blk.n << " W loads, " << blk.m << " bcasts, " << blk.m * blk.n << " FMAs\n"
            << "      col2im: add columns into diff_src rows\n";
     } else {

@@ -892,23 +892,6 @@ bool prepad_src(const Problem& p, Isa isa) {
     return padded && interior >= Cost::dw_prepad_interior_min && interior < Cost::dw_prepad_interior_max;
 }
 
-// Lines of the next chunk the kernels prefetch per pixel (while a chunk
-// runs, the executor walks the thread's next chunk: its diff_dst rows,
-// then the src rows its taps read). Staged gemm: 1 (ResNet-50 1x1 at 2
-// threads, 1 line vs 2: bf16 +0..14 %, f32 -2..+12 %, 3x3 even).
-// Depthwise calls and gemm calls on the user's tensors read a few lines of
-// each pixel (one tile's channels), so a thread makes tiles x pixels calls
-// per chunk over the chunk's bytes: enough lines that the next chunk is in
-// L2 by about 4/5 of this one, at least 2 for depthwise (memory bound), 1
-// for gemm. EfficientNet-B0 480 channels 3x3 at 14x14 (10 tiles, 2 lines
-// then) ran its kernels on lines that missed L2; in-place gemm with 1 line
-// had prefetched half of wav2vec 2.0's first-layer chunks (2 threads, f32,
-// AVX-512: 1.25-2.8x with 3 lines, U-Net's 1x1 head and first layer
-// 1.20-1.25x; AVX2 with 1 line again 0.85x on wav2vec).
-// Tile-major chunks copied inside the kernels prefetch what the next
-// chunk's first call on a tile reads (2 src lines and the tile's diff_dst
-// lines a pixel, per image) over the calls before it, `lines` lines of a
-// pixel per step: the fewest that fit in all but one of a thread's calls.
 // Grouped tiles read in place (lane_tiles_in_place) prefetch the next
 // group's lines of the chunk, one a pixel (WeightsPlan::group_prefetch),
 // where the group's calls step over enough pixels to walk them all: src
@@ -933,6 +916,23 @@ bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
     return src_steps + call_px <= b.tiles / groups * call_px;
 }
 
+// Lines of the next chunk the kernels prefetch per pixel (while a chunk
+// runs, the executor walks the thread's next chunk: its diff_dst rows,
+// then the src rows its taps read). Staged gemm: 1 (ResNet-50 1x1 at 2
+// threads, 1 line vs 2: bf16 +0..14 %, f32 -2..+12 %, 3x3 even).
+// Depthwise calls and gemm calls on the user's tensors read a few lines of
+// each pixel (one tile's channels), so a thread makes tiles x pixels calls
+// per chunk over the chunk's bytes: enough lines that the next chunk is in
+// L2 by about 4/5 of this one, at least 2 for depthwise (memory bound), 1
+// for gemm. EfficientNet-B0 480 channels 3x3 at 14x14 (10 tiles, 2 lines
+// then) ran its kernels on lines that missed L2; in-place gemm with 1 line
+// had prefetched half of wav2vec 2.0's first-layer chunks (2 threads, f32,
+// AVX-512: 1.25-2.8x with 3 lines, U-Net's 1x1 head and first layer
+// 1.20-1.25x; AVX2 with 1 line again 0.85x on wav2vec).
+// Tile-major chunks copied inside the kernels prefetch what the next
+// chunk's first call on a tile reads (2 src lines and the tile's diff_dst
+// lines a pixel, per image) over the calls before it, `lines` lines of a
+// pixel per step: the fewest that fit in all but one of a thread's calls.
 int plan_prefetch_lines(const WeightsPlan& plan, const Problem& p) {
     const bool dw = plan.blk.kind == WeightsKernelKind::depthwise;
     if (plan.stage_in_kernel) {
