@@ -314,6 +314,10 @@ private:
     void decode_rows(std::vector<RowPos>& out, int64_t q0, int64_t q1) const {
         detail::decode_rows(plan_.geo, out, q0, q1);
     }
+    void decode_chunk(std::vector<RowPos>& out, int64_t chunk) const {
+        const int64_t q0 = chunk * plan_.red.chunk_rows;
+        decode_rows(out, q0, std::min(plan_.red.rows, q0 + plan_.red.chunk_rows));
+    }
     // f(id, ih) for every input row the taps of output row r read inside
     // src, in (kd, kh) order.
     template <typename F>
@@ -969,7 +973,6 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         // prefetch: after the thread's last group, the next chunk's first.
         ts.pf_grp = grp;
         pf.clear();
-        pf.lines = 1;
         int64_t next = grp + (plan_.lane_pairs ? 2 : 1);
         const ChunkWindow* w = &ts.win_cur;
         if (next > ts.last_grp) {
@@ -1270,9 +1273,8 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             } else if (plan_.group_prefetch) {
                 ts.win_cur = chunk_window(ts.chunk);
                 ts.has_next = has_next;
-                if (has_next) {
-                    const int64_t n0 = c + 1 < chunks[1] ? c + 1 : spread(red.chunks, red.slices, s + 1)[0];
-                    decode_rows(ts.next_chunk, n0 * red.chunk_rows, std::min(red.rows, (n0 + 1) * red.chunk_rows));
+                if (has_next) {  // chunk c + 1 (the next slice's first: slices are consecutive)
+                    decode_chunk(ts.next_chunk, c + 1);
                     ts.win_next = chunk_window(ts.next_chunk);
                 }
                 ts.pf_grp = -1;
@@ -1439,8 +1441,7 @@ void JitWeightsExecutor::prefetch_first_call(Prefetch& pf, ThreadState& ts, int6
                                              const char* diff_dst) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
-    const int64_t q0 = chunk * plan_.red.chunk_rows, q1 = std::min(plan_.red.rows, q0 + plan_.red.chunk_rows);
-    decode_rows(ts.next_chunk, q0, q1);
+    decode_chunk(ts.next_chunk, chunk);
     ts.next_rows.clear();
     const auto ow = valid_ow(g, 0);
     build_rows(ts.next_rows, ts.next_chunk, nullptr, 0, 0, 0, ow[0], ow[1], kCopySrc | kCopyDst);
