@@ -561,7 +561,8 @@ TEST_CASE("data: W packing by gathers and by transposed runs in every weights la
     // ending at each element, the lane of W's first element copied alone),
     // or, where each lane's oc rows are adjacent (XIO) and at least 8, by
     // masked loads of those runs and a 16 x 16 register transpose: f32,
-    // widened f16 / bf16, and bf16 oc pairs (vdpbf16ps). One input channel
+    // widened f16 / bf16, and bf16 oc pairs (vdpbf16ps; in OIX two gathers
+    // a pair, the elements ending their dwords). One input channel
     // (W a single column), one element, channel tails (dead lanes), groups,
     // 8 rows, whole 16-row tiles with tails, an odd oc count; XIO and OIX.
     struct Shape {
