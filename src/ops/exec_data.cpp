@@ -604,6 +604,46 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void transpose_runs(const c
     }
 }
 
+// transpose_runs on AVX2 (f32 and widened 16-bit W): 8 x 8 tiles, whole
+// tiles of rows only (the caller copies the rest); `live` per 8 lanes.
+__attribute__((target("avx2,f16c"))) void transpose_runs_avx2(const char* base, const int32_t* offset,
+                                                          const uint8_t* live, int64_t groups, int64_t rows,
+                                                          int64_t out_row, GatherWiden widen, float* out) {
+    const int64_t es = widen == GatherWiden::none ? 4 : 2;
+    __m256 r[8], t[8];
+    for (int64_t r0 = 0; r0 + 8 <= rows; r0 += 8)
+        for (int64_t g = 0; g < groups; ++g) {
+            for (int l = 0; l < 8; ++l) {
+                const char* at = base + offset[8 * g + l] + r0 * es;
+                _mm_prefetch(at + kPackPrefetchRows * 8 * es, _MM_HINT_T0);
+                if (!(live[g] >> l & 1)) {
+                    r[l] = _mm256_setzero_ps();
+                } else if (widen == GatherWiden::none) {
+                    r[l] = _mm256_loadu_ps(reinterpret_cast<const float*>(at));
+                } else {
+                    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(at));
+                    r[l] = widen == GatherWiden::f16 ? _mm256_cvtph_ps(h)
+                                                     : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+                }
+            }
+            for (int i = 0; i < 8; i += 2) {
+                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int i = 0; i < 8; i += 4) {  // 128-bit lane k of r[i + j]: rows i .. i + 3 of column 4k + j
+                r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+                r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+                r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+                r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+            }
+            for (int j = 0; j < 4; ++j) {
+                t[j] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x20);
+                t[4 + j] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x31);
+            }
+            for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + (r0 + i) * out_row + 8 * g, t[i]);
+        }
+}
+
 // Element i of the user's W as f32 (T = float or the 16-bit bits).
 template <typename T>
 float weight_f32(const T* w, int64_t i, data_type dt) {
@@ -732,6 +772,22 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
                         out32[o * width + first_lane] = weight_f32(w, o * ws.o, p_.dt);
                 }
                 o_start = pairs ? rows * 2 : rows;
+            } else if (plan_.isa == Isa::avx2 && !pairs && ws.o == 1 && width % 8 == 0 && real_reps >= 8 &&
+                       w_bytes_ < (int64_t(1) << 31)) {
+                // AVX2, XIO: the whole 8-row tiles of each lane's oc run.
+                offsets.resize(static_cast<size_t>(width));
+                std::vector<uint8_t> live8(static_cast<size_t>(width / 8), 0);
+                for (int64_t l = 0; l < width; ++l) {
+                    const int64_t i = src[static_cast<size_t>(l)];
+                    offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(i, 0) * int64_t(sizeof(T)));
+                    if (i >= 0) live8[static_cast<size_t>(l / 8)] |= static_cast<uint8_t>(1u << (l % 8));
+                }
+                const GatherWiden widen = !std::is_same_v<T, uint16_t> ? GatherWiden::none
+                                          : p_.dt == data_type::f16   ? GatherWiden::f16
+                                                                      : GatherWiden::bf16;
+                transpose_runs_avx2(reinterpret_cast<const char*>(w), offsets.data(), live8.data(), width / 8,
+                                    real_reps, width, widen, out32);
+                o_start = real_reps / 8 * 8;
             }
             // oc outer, lanes inner: the output is written in order, and the
             // lanes' reads come back to the same lines for the next oc.
