@@ -610,7 +610,7 @@ __attribute__((target("avx2,f16c"))) void transpose_runs_avx2(const char* base, 
                                                           const uint8_t* live, int64_t groups, int64_t rows,
                                                           int64_t out_row, GatherWiden widen, float* out) {
     const int64_t es = widen == GatherWiden::none ? 4 : 2;
-    __m256 r[8], t[8];
+    __m256 r[8];
     for (int64_t r0 = 0; r0 + 8 <= rows; r0 += 8)
         for (int64_t g = 0; g < groups; ++g) {
             for (int l = 0; l < 8; ++l) {
@@ -626,21 +626,8 @@ __attribute__((target("avx2,f16c"))) void transpose_runs_avx2(const char* base, 
                                                      : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
                 }
             }
-            for (int i = 0; i < 8; i += 2) {
-                t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-                t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-            }
-            for (int i = 0; i < 8; i += 4) {  // 128-bit lane k of r[i + j]: rows i .. i + 3 of column 4k + j
-                r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-                r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
-                r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-                r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
-            }
-            for (int j = 0; j < 4; ++j) {
-                t[j] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x20);
-                t[4 + j] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x31);
-            }
-            for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + (r0 + i) * out_row + 8 * g, t[i]);
+            transpose_8x8(r);
+            for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + (r0 + i) * out_row + 8 * g, r[i]);
         }
 }
 

@@ -24,6 +24,8 @@
 // pixel: 4 for f32 and every staged chunk, 2 for 16-bit depthwise).
 #include <tbb/task_arena.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +53,48 @@ namespace {
 // weights layout (reduce_and_store): 16 x 16 x taps f32 (1 KiB a tap),
 // 32 x 32 for a single tap.
 constexpr int64_t kPermuteTile = 16;
+
+// The permute's tile (reduce_and_store) where the user's taps are the
+// innermost axis, contiguous (OIX): for each input channel i < ni, the
+// taps' vectors of `no` (<= 16) output channels, tap t at from + i·from_i
+// + tap_from[t], transposed in registers, 16 taps at a time, into each
+// output channel's run of taps at to + o·to_o + i·to_i. The scalar tile
+// read each element from its own line and wrote it alone: 40-60 % of a
+// 512 -> 512 3x3 layer's weight gradient at mb 2 in OIX.
+__attribute__((target("avx512f"))) void permute_tap_runs(const float* from, int64_t from_i, const int64_t* tap_from,
+                                                       int64_t taps, float* to, int64_t to_o, int64_t to_i,
+                                                       int64_t no, int64_t ni) {
+    const __mmask16 o_mask = static_cast<__mmask16>((1u << no) - 1);
+    __m512i r[16];
+    for (int64_t i = 0; i < ni; ++i)
+        for (int64_t t0 = 0; t0 < taps; t0 += 16) {
+            const int64_t n = std::min<int64_t>(16, taps - t0);
+            for (int64_t t = 0; t < 16; ++t)
+                r[t] = t < n ? _mm512_maskz_loadu_epi32(o_mask, from + i * from_i + tap_from[t0 + t])
+                             : _mm512_setzero_si512();
+            transpose_16x16(r);
+            const __mmask16 t_mask = static_cast<__mmask16>((1u << n) - 1);
+            for (int64_t o = 0; o < no; ++o) _mm512_mask_storeu_epi32(to + o * to_o + i * to_i + t0, t_mask, r[o]);
+        }
+}
+
+// permute_tap_runs on AVX2: 8 output channels (no <= 8) and 8 taps at a time.
+__attribute__((target("avx2"))) void permute_tap_runs_avx2(const float* from, int64_t from_i, const int64_t* tap_from,
+                                                         int64_t taps, float* to, int64_t to_o, int64_t to_i,
+                                                         int64_t no, int64_t ni) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i o_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(no)), lane);
+    __m256 r[8];
+    for (int64_t i = 0; i < ni; ++i)
+        for (int64_t t0 = 0; t0 < taps; t0 += 8) {
+            const int64_t n = std::min<int64_t>(8, taps - t0);
+            for (int64_t t = 0; t < 8; ++t)
+                r[t] = t < n ? _mm256_maskload_ps(from + i * from_i + tap_from[t0 + t], o_mask) : _mm256_setzero_ps();
+            transpose_8x8(r);
+            const __m256i t_mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
+            for (int64_t o = 0; o < no; ++o) _mm256_maskstore_ps(to + o * to_o + i * to_i + t0, t_mask, r[o]);
+        }
+}
 
 // to[i] += from[i]: the buffers never overlap.
 void add_to(float* __restrict to, const float* __restrict from, int64_t n) {
@@ -1504,9 +1548,22 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     const int64_t tile = taps == 1 ? 2 * kPermuteTile : kPermuteTile;
     const int64_t it = div_up(p_.icg, tile), ot = div_up(p_.oc(), tile);
     const bool o_outer = u.o >= u.i;  // the user's outer channel axis outermost
+    bool tap_runs = o_outer && taps > 1;
+    for (int64_t t = 0; t < taps; ++t) tap_runs = tap_runs && tap_to[static_cast<size_t>(t)] == t;
     parallel_static(threads, it * ot, [&](int64_t ti) {
         const int64_t i0 = ti / ot * tile, o0 = ti % ot * tile;
         const int64_t i1 = std::min(p_.icg, i0 + tile), o1 = std::min(p_.oc(), o0 + tile);
+        if (tap_runs && plan_.isa >= Isa::avx512_core) {
+            permute_tap_runs(target + o0 + i0 * wei_str_.i, wei_str_.i, tap_from.data(), taps,
+                             to_base + o0 * u.o + i0 * u.i, u.o, u.i, o1 - o0, i1 - i0);
+            return;
+        }
+        if (tap_runs) {  // AVX2: the tile's two halves of 8 output channels
+            for (int64_t h = o0; h < o1; h += 8)
+                permute_tap_runs_avx2(target + h + i0 * wei_str_.i, wei_str_.i, tap_from.data(), taps,
+                                      to_base + h * u.o + i0 * u.i, u.o, u.i, std::min<int64_t>(8, o1 - h), i1 - i0);
+            return;
+        }
         const int64_t a1 = o_outer ? o1 : i1, b0 = o_outer ? i0 : o0, b1 = o_outer ? i1 : o1;
         const int64_t sa = o_outer ? u.o : u.i, sb = o_outer ? u.i : u.o;  // user strides of a, b
         const int64_t fa = o_outer ? 1 : wei_str_.i, fb = o_outer ? wei_str_.i : 1;  // target strides

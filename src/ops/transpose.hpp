@@ -37,6 +37,26 @@ __attribute__((target("avx512f"))) inline void transpose_16x16(__m512i r[16]) {
     for (int i = 0; i < 16; ++i) r[i] = t[i];
 }
 
+// Transposes 8 rows of 8 floats in place (AVX2): r[i][j] becomes r[j][i].
+__attribute__((target("avx2"))) inline void transpose_8x8(__m256 r[8]) {
+    __m256 t[8];
+    for (int i = 0; i < 8; i += 2) {
+        t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {  // 128-bit lane k of r[i + j]: rows i .. i + 3 of column 4k + j
+        r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xee);
+        r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    for (int j = 0; j < 4; ++j) {
+        t[j] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x20);
+        t[4 + j] = _mm256_permute2f128_ps(r[j], r[4 + j], 0x31);
+    }
+    for (int i = 0; i < 8; ++i) r[i] = t[i];
+}
+
 // dst[n][c][r] = src[n][r][c] for mb images of rows × cols elements of
 // `es` bytes (2 or 4), on `threads` threads of the current arena. AVX-512
 // (isa): 16 x 16 tiles through registers (16-bit elements widened to
