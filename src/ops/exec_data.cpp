@@ -530,12 +530,12 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
 // How gather_rows turns each gathered dword into its output.
 enum class GatherWiden { none, f16, bf16, pairs };
 
-// W packing prefetches its sources this many rows (gather_rows) or blocks
-// of 16 rows (transpose_runs) ahead: each lane reads its own line, a W row
+// W packing prefetches its sources this many rows (gather_rows) or tiles
+// of rows (transpose_runs) ahead: each lane reads its own line, a W row
 // apart from the next lane's, which the hardware does not stream from L3 /
-// DRAM. AMD Zen 5, 2 threads, min of 5, f32 bwd_d: 512 -> 512 3x3 at 7x7,
-// mb 2 1.39x (the pack 41 -> 24 % of the time), 4x4 at mb 16 1.22x, 14x14
-// at mb 8 1.04x; OIX (gathers) 1.11x / 1.15x / 1.01x; 2, 4 and 8 ahead even,
+// DRAM. AMD Zen 5, 2 threads, f32 bwd_d on 512 -> 512 3x3 layers at mb 2-16:
+// the pack 31 -> 23 % of a 7x7 layer's time in perf, 0.98-1.07x over three
+// A/Bs (the host's noise), OIX (gathers) 1.00-1.05x; 2, 4 and 8 ahead even,
 // 16 0.96x.
 constexpr int64_t kPackPrefetchRows = 4;
 
@@ -705,6 +705,7 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
         std::vector<int64_t> src;
         std::vector<int32_t> offsets;
         std::vector<uint16_t> live;
+        std::vector<uint8_t> live8;  // (AVX2)
         const auto [it0, it1] = spread(items, threads, t);
         for (int64_t it = it0; it < it1; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
@@ -763,7 +764,7 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
                        w_bytes_ < (int64_t(1) << 31)) {
                 // AVX2, XIO: the whole 8-row tiles of each lane's oc run.
                 offsets.resize(static_cast<size_t>(width));
-                std::vector<uint8_t> live8(static_cast<size_t>(width / 8), 0);
+                live8.assign(static_cast<size_t>(width / 8), 0);
                 for (int64_t l = 0; l < width; ++l) {
                     const int64_t i = src[static_cast<size_t>(l)];
                     offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(i, 0) * int64_t(sizeof(T)));
