@@ -564,7 +564,7 @@ TEST_CASE("data: W packing by gathers and by transposed runs in every weights la
     // widened f16 / bf16, and bf16 oc pairs (vdpbf16ps; in OIX two gathers
     // a pair, the elements ending their dwords). AVX2 packs XIO's runs in
     // 8 x 8 register transposes (f32, widened f16 / bf16), the rest of a
-    // run's rows one at a time. One input channel
+    // run's rows one at a time, and other layouts by 8-lane gathers. One input channel
     // (W a single column), one element, channel tails (dead lanes), groups,
     // 8 rows, whole 16-row tiles with tails, an odd oc count; XIO and OIX.
     struct Shape {

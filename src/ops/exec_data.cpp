@@ -607,7 +607,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void transpose_runs(const c
 // transpose_runs on AVX2 (f32 and widened 16-bit W): 8 x 8 tiles, whole
 // tiles of rows only (the caller copies the rest); `live` per 8 lanes.
 __attribute__((target("avx2,f16c"))) void transpose_runs_avx2(const char* base, const int32_t* offset,
-                                                          const uint8_t* live, int64_t groups, int64_t rows,
+                                                          const uint16_t* live, int64_t groups, int64_t rows,
                                                           int64_t out_row, GatherWiden widen, float* out) {
     const int64_t es = widen == GatherWiden::none ? 4 : 2;
     __m256 r[8];
@@ -628,6 +628,33 @@ __attribute__((target("avx2,f16c"))) void transpose_runs_avx2(const char* base, 
             }
             transpose_8x8(r);
             for (int i = 0; i < 8; ++i) _mm256_storeu_ps(out + (r0 + i) * out_row + 8 * g, r[i]);
+        }
+}
+
+// gather_rows on AVX2 (f32 and widened 16-bit W, no pairs): 8 lanes a
+// gather, `live` per 8 lanes.
+__attribute__((target("avx2,f16c"))) void gather_rows_avx2(const char* base, const int32_t* offset,
+                                                       const uint16_t* live, int64_t groups, int64_t rows,
+                                                       int64_t row_step, int64_t out_row, GatherWiden widen,
+                                                       float* out) {
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    const __m256i high = _mm256_set1_epi32(int32_t(0xffff0000u));
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t g = 0; g < groups; ++g) {
+            if (r + kPackPrefetchRows < rows)
+                for (int l = 0; l < 8; ++l)
+                    _mm_prefetch(base + (r + kPackPrefetchRows) * row_step + offset[8 * g + l], _MM_HINT_T0);
+            const __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offset + 8 * g));
+            const __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(live[g]), bit), bit);
+            __m256i v = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
+                                                    reinterpret_cast<const int*>(base + r * row_step), idx, m, 1);
+            if (widen == GatherWiden::f16) {  // the high halves, packed to 8 halfs, widened
+                const __m256i h = _mm256_packus_epi32(_mm256_srli_epi32(v, 16), _mm256_setzero_si256());
+                v = _mm256_castps_si256(_mm256_cvtph_ps(_mm256_castsi256_si128(_mm256_permute4x64_epi64(h, 0x08))));
+            } else if (widen == GatherWiden::bf16) {
+                v = _mm256_and_si256(v, high);
+            }
+            _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * out_row + 8 * g), v);
         }
 }
 
@@ -705,7 +732,21 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
         std::vector<int64_t> src;
         std::vector<int32_t> offsets;
         std::vector<uint16_t> live;
-        std::vector<uint8_t> live8;  // (AVX2)
+        // offsets / live for `per` lanes a mask (16 AVX-512, 8 AVX2), each
+        // lane's source `back` bytes before its element; the lane of W's
+        // first element, or -1.
+        auto set_lanes = [&](int64_t width, int64_t back, int per) {
+            int64_t first_lane = -1;
+            offsets.resize(static_cast<size_t>(width));
+            live.assign(static_cast<size_t>(width / per), 0);
+            for (int64_t l = 0; l < width; ++l) {
+                const int64_t i = src[static_cast<size_t>(l)], at = i * int64_t(sizeof(T)) - back;
+                offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(at, 0));
+                if (i >= 0 && at >= 0) live[static_cast<size_t>(l / per)] |= static_cast<uint16_t>(1u << (l % per));
+                if (i == 0 && back) first_lane = l;
+            }
+            return first_lane;
+        };
         const auto [it0, it1] = spread(items, threads, t);
         for (int64_t it = it0; it < it1; ++it) {
             const int64_t g = it / (cb.per_group * inner), b = it / inner % cb.per_group, x = it % inner;
@@ -730,16 +771,7 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             const bool runs = gather && ws.o == 1 && rows >= 8;
             if (gather) {
                 const bool halves = (widen16 || pairs) && !runs;  // 16-bit elements gathered
-                const int64_t back = halves ? 2 : 0;              // bytes from a lane's dword to its element
-                int64_t first_lane = -1;
-                offsets.resize(static_cast<size_t>(width));
-                live.assign(static_cast<size_t>(width / 16), 0);
-                for (int64_t l = 0; l < width; ++l) {
-                    const int64_t i = src[static_cast<size_t>(l)], at = i * int64_t(sizeof(T)) - back;
-                    offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(at, 0));
-                    if (i >= 0 && at >= 0) live[static_cast<size_t>(l / 16)] |= static_cast<uint16_t>(1u << (l % 16));
-                    if (i == 0 && halves) first_lane = l;
-                }
+                const int64_t first_lane = set_lanes(width, halves ? 2 : 0, 16);
                 const int64_t step = int64_t(sizeof(T)) * ws.o * (pairs ? 2 : 1);
                 const GatherWiden widen = pairs                     ? (runs ? GatherWiden::none : GatherWiden::pairs)
                                           : !widen16                ? GatherWiden::none
@@ -760,22 +792,26 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
                         out32[o * width + first_lane] = weight_f32(w, o * ws.o, p_.dt);
                 }
                 o_start = pairs ? rows * 2 : rows;
-            } else if (plan_.isa == Isa::avx2 && !pairs && ws.o == 1 && width % 8 == 0 && real_reps >= 8 &&
-                       w_bytes_ < (int64_t(1) << 31)) {
-                // AVX2, XIO: the whole 8-row tiles of each lane's oc run.
-                offsets.resize(static_cast<size_t>(width));
-                live8.assign(static_cast<size_t>(width / 8), 0);
-                for (int64_t l = 0; l < width; ++l) {
-                    const int64_t i = src[static_cast<size_t>(l)];
-                    offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(i, 0) * int64_t(sizeof(T)));
-                    if (i >= 0) live8[static_cast<size_t>(l / 8)] |= static_cast<uint8_t>(1u << (l % 8));
+            } else if (plan_.isa == Isa::avx2 && !pairs && width % 8 == 0 && w_bytes_ < (int64_t(1) << 31)) {
+                // AVX2: XIO's whole 8-row tiles of each lane's oc run by 8 x 8
+                // transposes (the rest of a run below), other layouts by
+                // 8-lane gathers (16-bit: the dword ending at each element).
+                const bool runs8 = ws.o == 1 && real_reps >= 8;
+                const int64_t first_lane = set_lanes(width, widen16 && !runs8 ? 2 : 0, 8);
+                const GatherWiden widen = !widen16                 ? GatherWiden::none
+                                          : p_.dt == data_type::f16 ? GatherWiden::f16
+                                                                    : GatherWiden::bf16;
+                if (runs8) {
+                    transpose_runs_avx2(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 8,
+                                        real_reps, width, widen, out32);
+                    o_start = real_reps / 8 * 8;
+                } else {
+                    gather_rows_avx2(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 8,
+                                     real_reps, int64_t(sizeof(T)) * ws.o, width, widen, out32);
+                    for (int64_t o = 0; o < real_reps && first_lane >= 0; ++o)
+                        out32[o * width + first_lane] = weight_f32(w, o * ws.o, p_.dt);
+                    o_start = real_reps;
                 }
-                const GatherWiden widen = !std::is_same_v<T, uint16_t> ? GatherWiden::none
-                                          : p_.dt == data_type::f16   ? GatherWiden::f16
-                                                                      : GatherWiden::bf16;
-                transpose_runs_avx2(reinterpret_cast<const char*>(w), offsets.data(), live8.data(), width / 8,
-                                    real_reps, width, widen, out32);
-                o_start = real_reps / 8 * 8;
             }
             // oc outer, lanes inner: the output is written in order, and the
             // lanes' reads come back to the same lines for the next oc.
