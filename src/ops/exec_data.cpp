@@ -539,6 +539,12 @@ enum class GatherWiden { none, f16, bf16, pairs };
 // 16 0.96x.
 constexpr int64_t kPackPrefetchRows = 4;
 
+// Prefetches the sources of `lanes` lanes in a W row (gather_rows: the row
+// kPackPrefetchRows ahead).
+inline void prefetch_lanes(const char* row, const int32_t* offset, int lanes) {
+    for (int l = 0; l < lanes; ++l) _mm_prefetch(row + offset[l], _MM_HINT_T0);
+}
+
 // Packs `rows` rows of 16·`groups` 32-bit values: out[r][l] = the 32 bits
 // at base + offset[l] + r·row_step (bytes), or 0 for a lane outside its
 // group's `live` mask. One gather per 16 values: the lanes' sources are a W
@@ -553,9 +559,7 @@ __attribute__((target("avx512f"))) void gather_rows(const char* base, const int3
     const __m512i high = _mm512_set1_epi32(int32_t(0xffff0000u));
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < groups; ++g) {
-            if (r + kPackPrefetchRows < rows)
-                for (int l = 0; l < 16; ++l)
-                    _mm_prefetch(base + (r + kPackPrefetchRows) * row_step + offset[16 * g + l], _MM_HINT_T0);
+            if (r + kPackPrefetchRows < rows) prefetch_lanes(base + (r + kPackPrefetchRows) * row_step, offset + 16 * g, 16);
             const __m512i idx = _mm512_loadu_si512(offset + 16 * g);
             __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live[g], idx, base + r * row_step, 1);
             // (zero-masked forms: GCC 12 flags the plain ones' undefined pass-through)
@@ -641,9 +645,7 @@ __attribute__((target("avx2,f16c"))) void gather_rows_avx2(const char* base, con
     const __m256i high = _mm256_set1_epi32(int32_t(0xffff0000u));
     for (int64_t r = 0; r < rows; ++r)
         for (int64_t g = 0; g < groups; ++g) {
-            if (r + kPackPrefetchRows < rows)
-                for (int l = 0; l < 8; ++l)
-                    _mm_prefetch(base + (r + kPackPrefetchRows) * row_step + offset[8 * g + l], _MM_HINT_T0);
+            if (r + kPackPrefetchRows < rows) prefetch_lanes(base + (r + kPackPrefetchRows) * row_step, offset + 8 * g, 8);
             const __m256i idx = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(offset + 8 * g));
             const __m256i m = _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(live[g]), bit), bit);
             __m256i v = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
@@ -764,6 +766,10 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             // which no dword ends at, is copied alone.
             int64_t o_start = 0;
             const bool widen16 = !pairs && std::is_same_v<T, uint16_t>;
+            const GatherWiden widened = !widen16                 ? GatherWiden::none
+                                        : p_.dt == data_type::f16 ? GatherWiden::f16
+                                                                  : GatherWiden::bf16;
+            int64_t first_lane = -1;  // 16-bit gathers: the lane of W's first element, copied below
             const bool gather = plan_.isa >= Isa::avx512_core && width % 16 == 0 && w_bytes_ < (int64_t(1) << 31);
             // Runs: each lane's oc rows are adjacent elements (oc pairs:
             // dwords), enough of them for a transpose to beat gathers.
@@ -771,12 +777,9 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             const bool runs = gather && ws.o == 1 && rows >= 8;
             if (gather) {
                 const bool halves = (widen16 || pairs) && !runs;  // 16-bit elements gathered
-                const int64_t first_lane = set_lanes(width, halves ? 2 : 0, 16);
+                first_lane = set_lanes(width, halves ? 2 : 0, 16);
                 const int64_t step = int64_t(sizeof(T)) * ws.o * (pairs ? 2 : 1);
-                const GatherWiden widen = pairs                     ? (runs ? GatherWiden::none : GatherWiden::pairs)
-                                          : !widen16                ? GatherWiden::none
-                                          : p_.dt == data_type::f16 ? GatherWiden::f16
-                                                                    : GatherWiden::bf16;
+                const GatherWiden widen = !pairs ? widened : runs ? GatherWiden::none : GatherWiden::pairs;
                 uint32_t* out = pairs ? out_pairs : reinterpret_cast<uint32_t*>(out32);
                 if (runs)
                     transpose_runs(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 16, rows,
@@ -784,34 +787,29 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
                 else
                     gather_rows(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 16, rows, step,
                                 width, widen, out);
-                for (int64_t o = 0; o < rows && first_lane >= 0; ++o) {
-                    if (pairs)
-                        out_pairs[o * width + first_lane] = uint32_t(static_cast<uint16_t>(w[2 * o * ws.o])) |
-                                                            uint32_t(static_cast<uint16_t>(w[(2 * o + 1) * ws.o])) << 16;
-                    else
-                        out32[o * width + first_lane] = weight_f32(w, o * ws.o, p_.dt);
-                }
                 o_start = pairs ? rows * 2 : rows;
             } else if (plan_.isa == Isa::avx2 && !pairs && width % 8 == 0 && w_bytes_ < (int64_t(1) << 31)) {
                 // AVX2: XIO's whole 8-row tiles of each lane's oc run by 8 x 8
                 // transposes (the rest of a run below), other layouts by
                 // 8-lane gathers (16-bit: the dword ending at each element).
                 const bool runs8 = ws.o == 1 && real_reps >= 8;
-                const int64_t first_lane = set_lanes(width, widen16 && !runs8 ? 2 : 0, 8);
-                const GatherWiden widen = !widen16                 ? GatherWiden::none
-                                          : p_.dt == data_type::f16 ? GatherWiden::f16
-                                                                    : GatherWiden::bf16;
+                first_lane = set_lanes(width, widen16 && !runs8 ? 2 : 0, 8);
                 if (runs8) {
                     transpose_runs_avx2(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 8,
-                                        real_reps, width, widen, out32);
+                                        real_reps, width, widened, out32);
                     o_start = real_reps / 8 * 8;
                 } else {
                     gather_rows_avx2(reinterpret_cast<const char*>(w), offsets.data(), live.data(), width / 8,
-                                     real_reps, int64_t(sizeof(T)) * ws.o, width, widen, out32);
-                    for (int64_t o = 0; o < real_reps && first_lane >= 0; ++o)
-                        out32[o * width + first_lane] = weight_f32(w, o * ws.o, p_.dt);
+                                     real_reps, int64_t(sizeof(T)) * ws.o, width, widened, out32);
                     o_start = real_reps;
                 }
+            }
+            for (int64_t o = 0; o < rows && first_lane >= 0; ++o) {  // (AVX2 has no pairs: rows = real_reps)
+                if (pairs)
+                    out_pairs[o * width + first_lane] = uint32_t(static_cast<uint16_t>(w[2 * o * ws.o])) |
+                                                        uint32_t(static_cast<uint16_t>(w[(2 * o + 1) * ws.o])) << 16;
+                else
+                    out32[o * width + first_lane] = weight_f32(w, o * ws.o, p_.dt);
             }
             // oc outer, lanes inner: the output is written in order, and the
             // lanes' reads come back to the same lines for the next oc.

@@ -1548,30 +1548,28 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     const int64_t tile = taps == 1 ? 2 * kPermuteTile : kPermuteTile;
     const int64_t it = div_up(p_.icg, tile), ot = div_up(p_.oc(), tile);
     const bool o_outer = u.o >= u.i;  // the user's outer channel axis outermost
+    // Taps innermost and contiguous in the user's layout (OIX): register
+    // transposes; one tap with input channels contiguous: a plain transpose.
     bool tap_runs = o_outer && taps > 1;
     for (int64_t t = 0; t < taps; ++t) tap_runs = tap_runs && tap_to[static_cast<size_t>(t)] == t;
+    const bool one_tap = taps == 1 && o_outer && u.i == 1;
     parallel_static(threads, it * ot, [&](int64_t ti) {
         const int64_t i0 = ti / ot * tile, o0 = ti % ot * tile;
         const int64_t i1 = std::min(p_.icg, i0 + tile), o1 = std::min(p_.oc(), o0 + tile);
         if (tap_runs && plan_.isa >= Isa::avx512_core) {
             permute_tap_runs(target + o0 + i0 * wei_str_.i, wei_str_.i, tap_from.data(), taps,
                              to_base + o0 * u.o + i0 * u.i, u.o, u.i, o1 - o0, i1 - i0);
-            return;
-        }
-        // One tap (1x1 in OIX): a plain transpose of the tile, in 16 x 16
-        // register tiles on AVX-512 (2048 -> 512 at mb 4: the permute 24 %
-        // of the call element by element; 1.15-1.18x).
-        if (taps == 1 && o_outer && u.i == 1) {
-            transpose_block(target + o0 + i0 * wei_str_.i, wei_str_.i, to_base + o0 * u.o + i0, u.o, 4, i1 - i0,
-                            o1 - o0, plan_.isa);
-            return;
-        }
-        if (tap_runs) {  // AVX2: the tile's two halves of 8 output channels
+        } else if (tap_runs) {  // AVX2: the tile's two halves of 8 output channels
             for (int64_t h = o0; h < o1; h += 8)
                 permute_tap_runs_avx2(target + h + i0 * wei_str_.i, wei_str_.i, tap_from.data(), taps,
                                       to_base + h * u.o + i0 * u.i, u.o, u.i, std::min<int64_t>(8, o1 - h), i1 - i0);
-            return;
+        } else if (one_tap) {
+            // 16 x 16 register tiles on AVX-512 (2048 -> 512 at mb 4: the
+            // permute 24 % of the call element by element; 1.15-1.18x).
+            transpose_block(target + o0 + i0 * wei_str_.i, wei_str_.i, to_base + o0 * u.o + i0, u.o, 4, i1 - i0,
+                            o1 - o0, plan_.isa);
         }
+        if (tap_runs || one_tap) return;
         const int64_t a1 = o_outer ? o1 : i1, b0 = o_outer ? i0 : o0, b1 = o_outer ? i1 : o1;
         const int64_t sa = o_outer ? u.o : u.i, sb = o_outer ? u.i : u.o;  // user strides of a, b
         const int64_t fa = o_outer ? 1 : wei_str_.i, fb = o_outer ? wei_str_.i : 1;  // target strides
