@@ -216,10 +216,11 @@ struct Prefetch {
         Walk& w = walks[at];
         if (w.count < pixels) {
             // A short walk (one input row of a strided layer) shrinks the
-            // call's step to end where the walk ends: at its own step the
-            // kernel ran on past it, up to pixels x ic tiles lines (430 KB
-            // a call on ResNet-50's strided 1x1 layers, bf16), none of them
-            // read.
+            // call's step so its prefetches cover the walk and end within
+            // `pixels` bytes of its end (the step rounded up): at its own
+            // step the kernel ran on past it, up to pixels x ic tiles lines
+            // (430 KB a call on ResNet-50's strided 1x1 layers, bf16), none
+            // of them read.
             const std::pair<const char*, int64_t> r{w.pos, (w.count * w.step + pixels - 1) / pixels};
             w.count = 0;
             return r;
