@@ -1161,6 +1161,62 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
     }
 }
 
+TEST_CASE("weights: depthwise streamed passes prefetch their own rows ahead", "[jit][weights]") {
+    // Whole rows at high channel counts on small planes (WeightsPlan::
+    // dw_stream): a chunk per slice, each tile's call over all of its rows,
+    // prefetching the rows it reads two output rows on (past the slice's
+    // and the tensors' ends too: prefetches never fault). Channel tails,
+    // 5x5 and 7x3 kernels, asymmetric pads, H dilation, 1D, rows of 32
+    // pixels and more (their interior columns a loop), W stride 2 (16-bit
+    // only); all three types on every ISA, 1-4 threads bitwise alike.
+    auto dw = [](int64_t ch, dims in, dims k, dims pad) {
+        Case c = conv2d(ch, ch, std::move(in), std::move(k));
+        c.g = ch;
+        c.pb = c.pe = std::move(pad);
+        return c;
+    };
+    std::vector<std::pair<Case, bool>> cases;  // streamed in f32 on avx512_core
+    cases.push_back({dw(963, {7, 7}, {3, 3}, {1, 1}), true});
+    cases.push_back({dw(970, {7, 7}, {5, 5}, {2, 2}), true});
+    Case c = dw(960, {8, 7}, {3, 3}, {1, 1});  // one-sided H pad: 7 output rows
+    c.pe = {0, 1};
+    cases.push_back({c, true});
+    c = dw(960, {9, 7}, {3, 3}, {2, 1});  // H dilation 2
+    c.d = {2, 1};
+    cases.push_back({c, true});
+    c = dw(960, {9, 7}, {7, 3}, {2, 1});  // 7 kernel rows, 3 taps
+    cases.push_back({c, true});
+    c = dw(960, {7}, {3}, {1});  // 1D: rows are images
+    c.mb = 8;
+    cases.push_back({c, true});
+    c = dw(1000, {33, 33}, {3, 3}, {1, 1});  // 33-pixel rows
+    c.mb = 1;
+    cases.push_back({c, true});
+    c = dw(960, {7, 13}, {3, 3}, {1, 1});  // W stride 2
+    c.s = {1, 2};
+    cases.push_back({c, false});
+    c = dw(384, {14, 14}, {3, 3}, {1, 1});  // 84-pixel calls: chunks
+    c.mb = 4;
+    cases.push_back({c, false});
+    const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    for (const auto& [base, streamed] : cases) {
+        if (avx512) {
+            const std::string d = base.make("avx512_core").describe();
+            INFO(label(base, "avx512_core") << "\n" << d);
+            CHECK((d.find(" streamed (prefetch 2 rows ahead)") != std::string::npos) == streamed);
+        }
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case t = base;
+            t.dt = dt;
+            check_exact_any_type(t);
+            if (dt != convgrad::data_type::f32) wtest::check_thread_counts(wtest::split_size(t), false);
+        }
+        check_exact(base);
+        check_reals(base);
+        wtest::check_thread_counts(wtest::split_size(base), false);
+    }
+}
+
 // Groups of 3 input and 10 output channels, and lane groups of 4 (whose
 // diff_weights rows (kw, ic) must be consecutive to be written in place).
 TEST_CASE("weights: data and weight formats", "[jit][weights]") {

@@ -235,9 +235,11 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                         CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh)) <= budget);
             if (dw) CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).m == b.m * b.lane_group);  // rows (tap, ic)
             // Prefetch distance: staged gemm one line a pixel, depthwise 2-16
-            // (its calls read a few lines of each pixel), gemm on the user's
+            // (its calls read a few lines of each pixel; streamed passes
+            // none, they prefetch their own rows ahead), gemm on the user's
             // tensors 1-16 (likewise), carried by every kernel.
-            if (dw) CHECK((base.pf_lines >= 2 && base.pf_lines <= 16));
+            if (base.dw_stream) CHECK(base.pf_lines == 0);
+            else if (dw) CHECK((base.pf_lines >= 2 && base.pf_lines <= 16));
             else if (base.staged) CHECK(base.pf_lines == 1);
             else CHECK((base.pf_lines >= 1 && base.pf_lines <= 16));
             CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).pf_lines == base.pf_lines);
@@ -572,6 +574,60 @@ TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
                                               4 * c.ic * c.in.back(), 0);
         CHECK(d.row_block == plan.blk.row_block);
         CHECK(convgrad::detail::weights_kernel_vregs(d) <= 32);
+    }
+}
+
+TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
+    // Whole rows whose chunk calls would take fewer than 48 output pixels
+    // (every channel of a chunk's rows within its budget: many channels on
+    // a small plane) run a chunk per slice, src and diff_dst within half of
+    // L3, H stride 1; f32 tiles with every kernel row. No next-chunk walk
+    // (pf_lines 0); the kernels prefetch the rows two output rows on.
+    using convgrad::data_type;
+    struct Expect {
+        Case c;
+        data_type dt;
+        Isa isa;
+        bool streamed;
+    };
+    const std::vector<Expect> cases = {
+        {resnet_dw(960, 7, 3, 32), data_type::f32, Isa::avx512_core, true},    // MobileNetV2 b14: 35-pixel calls
+        {resnet_dw(960, 7, 3, 32), data_type::f16, Isa::avx512_core, true},    // widened
+        {resnet_dw(1152, 7, 5, 32), data_type::f32, Isa::avx512_core, true},   // EfficientNet-B0 5x5, 14.5 MB
+        {resnet_dw(1152, 7, 5, 64), data_type::f32, Isa::avx512_core, false},  // 29 MB: over half of L3
+        {resnet_dw(384, 14, 3, 32), data_type::f32, Isa::avx512_core, false},  // 84-pixel calls
+        {resnet_dw(960, 7, 3, 32, 2), data_type::f32, Isa::avx512_core, false},  // H stride 2
+        {resnet_dw(1024, 7, 3, 32), data_type::f32, Isa::avx512_core, false},  // 4 KiB pixels: row blocks
+        {resnet_dw(768, 7, 7, 32), data_type::f32, Isa::avx2, false},  // f32 tiles of one kernel row
+        {resnet_dw(768, 7, 7, 32), data_type::f16, Isa::avx2, true},   // ... widened from 16 bits
+        {resnet_dw(960, 7, 3, 1), data_type::f32, Isa::avx512_core, false},  // a chunk per slice already
+    };
+    for (const Expect& e : cases) {
+        Case c = e.c;
+        c.dt = e.dt;
+        const Problem p = problem(c);
+        const WeightsPlan plan = plan_weights(p, e.isa, 2);
+        INFO(c.ic << " channels " << c.in[1] << " px k" << c.k[1] << " s" << c.s[1] << " mb " << c.mb << " "
+                  << convgrad::dtype_name(e.dt) << " " << isa_name(e.isa) << "\n"
+                  << plan.to_string());
+        CHECK(plan.dw_stream == e.streamed);
+        CHECK((plan.to_string().find(" streamed (prefetch 2 rows ahead)") != std::string::npos) == e.streamed);
+        const convgrad::detail::WeightsKernelDesc d =
+            plan.desc(plan.blk.m, plan.blk.n, plan.blk.tail, 4 * c.ic, plan.blk.kh, 4 * c.ic * c.in.back(), 0);
+        if (!e.streamed) {
+            CHECK(d.la_src == 0);
+            CHECK(d.la_dst == 0);
+            continue;
+        }
+        CHECK(plan.blk.whole_rows);
+        CHECK(plan.blk.row_block <= 1);
+        CHECK(plan.red.chunks == plan.red.slices);
+        CHECK(plan.red.chunk_rows * plan.red.slices >= plan.red.rows);
+        CHECK(plan.pf_lines == 0);
+        CHECK(d.pf_lines == 0);
+        const int64_t pixel = c.ic * int64_t(plan.elem_bytes()), row = c.in[1] * pixel;  // 7x7 / 14x14, pads keep the size
+        CHECK(d.la_dst == 2 * row);
+        CHECK(d.la_src == (2 + plan.blk.kh - 1) * row);
     }
 }
 

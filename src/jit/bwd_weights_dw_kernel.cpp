@@ -262,12 +262,17 @@ private:
                 if (prefetch) {
                     prefetch_pixels(rb);
                     ++prefetched;
+                    if (desc_.la_dst)  // a streamed pass: this pixel's diff_dst lines rows ahead
+                        for (int b = 0; b < n * in_vbytes(); b += 64)
+                            prefetcht0(ptr[reg_dst_ + desc_.la_dst + u * px + b]);
                 }
                 for (int j = 0; j < rb; ++j)
                     for (int v = 0; v < n; ++v)
                         load_vec(dd(j, slot_of[static_cast<size_t>(u)], v),
                                  ptr[reg_dst_ + j * int64_t(desc_.dst_row_disp) + u * px + v * in_vbytes()], v);
             }
+            if (prefetch && desc_.la_src && !uses.empty())  // ... and this column's src lines
+                for (int b = 0; b < n * in_vbytes(); b += 64) prefetcht0(ptr[reg_src_ + desc_.la_src + c * px + b]);
             for (int i = i0; i < i1 && !uses.empty(); ++i) {
                 const std::vector<std::pair<int, int>>& rows = rows_of[static_cast<size_t>(i)];
                 if (rows.empty()) continue;  // between kernel rows (H stride above the kernel height)

@@ -67,6 +67,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.stage) os << "_s" << int(d.stage);
     if (d.pf_lines != 1) os << "_pf" << int(d.pf_lines);
     if (d.edges) os << "_e";
+    if (d.la_dst) os << "_la" << d.la_src << '_' << d.la_dst;
     if (d.ic_loop) os << "_icl";
     if (d.store_dt) os << "_to" << dtype_name(static_cast<data_type>(d.store_dt));
     return os.str();
@@ -310,6 +311,7 @@ void WeightsSkeleton::partial_taps_loops(const Xbyak::Label& next) {
 }
 
 void WeightsSkeleton::prefetch_pixels(int count) {
+    if (desc_.pf_lines == 0) return;  // no walk (streamed depthwise passes prefetch ahead in their rows)
     if (count > 1 && desc_.row_block > 1) {  // a loop: blocks step R pixels a column (rbx is free in whole rows)
         Xbyak::Label step;
         mov(reg_npix_.cvt32(), count);

@@ -252,8 +252,15 @@ struct WeightsKernelDesc {
     // take one call each over the whole reduction (one chunk, one slice),
     // so a 16-bit diff_weights needs no f32 copy and no rounding pass.
     uint8_t store_dt = 0;
+    // depthwise whole rows (row_px, row_block <= 1), ungated rows: la_dst
+    // != 0 = each pixel also prefetches (prefetcht0) its diff_dst vectors'
+    // lines la_dst bytes on, and each src column the src row la_src bytes
+    // past the row's first kernel row: the rows a streamed pass reads a few
+    // output rows later (WeightsPlan::dw_stream). pf_lines is then 0.
+    int32_t la_src = 0;
+    int32_t la_dst = 0;
 };
-static_assert(sizeof(WeightsKernelDesc) == 40, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 48, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);

@@ -1370,7 +1370,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
                     ts.win_next = chunk_window(ts.next_chunk);
                 }
                 ts.pf_grp = -1;
-            } else if (has_next && !plan_.ncx_windows) {
+            } else if (has_next && !plan_.ncx_windows && plan_.pf_lines > 0) {  // (streamed passes: no walk)
                 // (Windows: the transposes prefetch as they read. The
                 // kernels also walking the next chunk's NCX runs, a line
                 // or two per channel and image, cost 5-25 % on 56x56 and

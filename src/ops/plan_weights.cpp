@@ -732,6 +732,13 @@ bool choose_row_block(WeightsPlan& plan) {
 // chunks of `target` pixels (see choose_reduction).
 bool long_rows(const WeightsGeometry& g, int64_t target) { return g.out[2] > Cost::segment_min_chunks * target; }
 
+// The bytes of src and diff_dst rows one chunk reads.
+int64_t chunk_bytes(const WeightsPlan& plan, const Problem& p) {
+    const WeightsGeometry& g = plan.geo;
+    const int64_t src_row = std::min(g.in[2], g.segment * g.stride[2] + g.k[2] * g.dil[2]) * p.ic();
+    return plan.red.chunk_rows * plan.elem_bytes() * (g.segment * p.oc() + src_row * g.k[1]);
+}
+
 void choose_reduction(WeightsPlan& plan, const Problem& p) {
     WeightsGeometry& g = plan.geo;
     WeightsReduction& r = plan.red;
@@ -826,8 +833,7 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
         r.chunks = div_up(r.rows, r.chunk_rows);
         r.slices = std::min(r.slices, r.chunks);
     }
-    const int64_t src_row = std::min(g.in[2], g.segment * g.stride[2] + g.k[2] * g.dil[2]) * p.ic();
-    r.chunk_bytes = r.chunk_rows * plan.elem_bytes() * (g.segment * p.oc() + src_row * g.k[1]);
+    r.chunk_bytes = chunk_bytes(plan, p);
     WeightsBlocking& b = plan.blk;
     b.m_block = b.m_tiles;
     if (b.kind == WeightsKernelKind::gemm && !plan.kw_lanes) {  // (kw lanes: every tile reads all of a group's src)
@@ -914,6 +920,47 @@ bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
     const int64_t src_steps = (rows * g.stride[1] + (g.k[1] - 1) * g.dil[1]) * g.in[2];
     const int64_t call_px = rows * g.out[2];
     return src_steps + call_px <= b.tiles / groups * call_px;
+}
+
+// Streamed depthwise passes (WeightsPlan::dw_stream). A chunk holds every
+// channel of its rows, so at high channel counts on small planes it is a
+// few rows, and each channel tile's call a few dozen pixels: MobileNetV2's
+// 960 channels at 7x7 (mb 32, 2 threads) took 5 rows a chunk, 35 pixels a
+// call, the executor's per-call work 12 % of the layer and the kernel
+// waiting at each row's first loads. With one chunk per slice, a tile's
+// call runs all of the slice's rows and prefetches, per pixel and src
+// column, its lines dw_stream_rows_ahead output rows on (prefetcht0:
+// prefetcht1 lost the gain); data from L3 rather than a chunk in L2.
+// Against chunks, AMD Zen 5, f32, 2 threads, min of 3-5 (tools/sweep_ab.py;
+// docs/PERFORMANCE.md): 960 / 1152 channels at 7x7 (35 / 28 pixels a call)
+// 1.09-1.27x / 1.27-1.37x at mb 32, 1.29-1.40x / 1.28-1.65x at mb 8,
+// 1.05-1.21x / 1.22-1.38x at mb 64 (before the L3 share below); 576 channels at
+// 14x14 (56 pixels a call) 1.25x at mb 32 but 0.94x at mb 8 and 0.82x at
+// mb 64 (58 MB, from DRAM), 480 at 14x14 (70) 0.98x / 0.80x at mb 64, 384
+// at 14x14 (84) 0.83x: longer calls keep their chunks. f16 (widened in
+// the kernels) 1.12-1.91x on the same layers at mb 8-64. Against that,
+// EfficientNet-B0's 1152-channel 5x5 at 7x7 in f32 (1.46x at mb 32, 14.5
+// MB) ran 0.94x at mb 48 (21.7 MB) and 0.71x at mb 64 (29 MB, src and
+// diff_dst close to all of L3): a streamed pass reads a tile's lines of
+// each pixel, which from DRAM cost more than a chunk's whole rows. So src
+// and diff_dst within half of L3 (dw_stream_max_l3_share). On AVX2,
+// ConvNeXt-T's 768-channel 7x7 at 7x7 (tiles of one kernel row: each
+// pass reads the slice's rows again for each kernel row) ran 0.77x / 0.83x
+// at mb 32 / 8 in f32, 1.15-1.34x widened from 16 bits (half the bytes):
+// f32 tiles take every kernel row (AVX-512's f32 ones here do). Whole rows
+// only (their kernels carry the prefetches), not row blocks, H stride 1
+// (a new src row per output row), 2D / 1D in NXC, and only where chunks
+// would be more than one per slice.
+bool dw_stream_ok(const WeightsPlan& plan) {
+    const WeightsGeometry& g = plan.geo;
+    const WeightsBlocking& b = plan.blk;
+    return b.kind == WeightsKernelKind::depthwise && b.whole_rows && b.row_block <= 1 && !plan.w_pairs &&
+           !plan.pairs && !plan.staged && !plan.prepad && !plan.transpose_inputs && !plan.ncx_windows &&
+           g.k[0] == 1 && g.stride[0] == 1 && g.stride[1] == 1 && g.segs_per_row == 1 &&
+           (b.kh == g.k[1] || plan.elem_bytes() == 2) &&
+           plan.red.chunks > plan.red.slices && plan.red.chunk_rows * g.segment < Cost::dw_stream_max_call_px &&
+           dw_data_bytes(plan) <= Cost::l3_bytes * Cost::dw_stream_max_l3_share &&
+           dw_stream_ahead(plan, b.kh)[0] <= INT32_MAX;
 }
 
 // Lines of the next chunk the kernels prefetch per pixel (while a chunk
@@ -1050,6 +1097,11 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     }
     d.stage = u8(stage, "stage");
     d.pf_lines = u8(pf_lines, "pf_lines");
+    if (dw_stream && d.row_px) {
+        const auto [la_src, la_dst] = dw_stream_ahead(*this, kh);
+        d.la_src = static_cast<int32_t>(la_src);
+        d.la_dst = static_cast<int32_t>(la_dst);
+    }
     d.ic_loop = blocked ? 1 : 0;
     d.store_dt = static_cast<uint8_t>(store_rounded ? dt : data_type::f32);
     if (blk.kind == WeightsKernelKind::gemm && kw_phases > 0) {
@@ -1234,7 +1286,15 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
                          plan.blk.kind == WeightsKernelKind::gemm && !plan.kw_lanes && !plan.blocked &&
                          plan.red.slices == 1 && plan.red.chunks == 1;
     plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
-    plan.pf_lines = plan_prefetch_lines(plan, p);
+    plan.dw_stream = dw_stream_ok(plan);
+    if (plan.dw_stream) {  // a chunk per slice
+        WeightsReduction& r = plan.red;
+        r.chunk_rows = div_up(r.rows, r.slices);
+        r.chunks = div_up(r.rows, r.chunk_rows);
+        r.slices = std::min(r.slices, r.chunks);
+        r.chunk_bytes = chunk_bytes(plan, p);
+    }
+    plan.pf_lines = plan.dw_stream ? 0 : plan_prefetch_lines(plan, p);
     plan.group_prefetch = group_prefetch_ok(plan, p);
     if (plan.group_prefetch) plan.pf_lines = 1;
     return plan;
@@ -1266,7 +1326,9 @@ std::string WeightsPlan::to_string() const {
        << (w_pairs ? " W-pairs" : "")
        << (ncx_windows ? " ncx->nxc(windows)" : transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
-       << (pf_lines != 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())
+       << (pf_lines != 1 && !dw_stream ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())
+       << (dw_stream ? " streamed (prefetch " + std::to_string(Cost::dw_stream_rows_ahead) + " rows ahead)"
+                     : std::string())
        << (group_prefetch ? " prefetch next group" : "")
        << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";
     os << "  parallel slice<" << red.slices << " (" << grid.slice_threads << " thr)";

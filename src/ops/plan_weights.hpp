@@ -120,6 +120,11 @@ struct WeightsPlan {
     // lines of the chunk (src and diff_dst rows, one line a pixel; after the
     // thread's last group, the next chunk's first), not the next chunk.
     bool group_prefetch = false;
+    // Depthwise whole rows whose chunk calls would be short (dw_stream_ok
+    // in plan_weights.cpp): one chunk per slice, so each channel tile's call
+    // streams the slice's rows, prefetching (prefetcht0) the rows it reads
+    // dw_stream_rows_ahead output rows later; no next-chunk walk.
+    bool dw_stream = false;
     // Staged unpadded 1x1 (one src pixel per output pixel) with a pixel
     // stride of tile_major_stride_bytes or more: each chunk is staged tile-major, every ic tile's src as [pixel][m] and every oc
     // tile's diff_dst as [pixel][n vectors], so a kernel call streams two
@@ -348,9 +353,25 @@ struct WeightsCostModel {
     // Depthwise rows in NCX windows: segments whose channel runs are at
     // least this long (choose_reduction).
     static constexpr int64_t ncx_segment_run_bytes = 1024;
+    // Streamed depthwise passes (WeightsPlan::dw_stream): where a chunk's
+    // calls would take fewer output pixels than this, and how many output
+    // rows ahead each pass prefetches.
+    static constexpr int64_t dw_stream_max_call_px = 48;
+    static constexpr int64_t dw_stream_rows_ahead = 2;
+    static constexpr double dw_stream_max_l3_share = 0.5;  // ... src and diff_dst within this share of L3
     static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
     static constexpr int max_prefetch_lines = 16;
 };
+
+// A streamed depthwise pass (WeightsPlan::dw_stream, H stride 1): the
+// bytes from a row's first src row (of a tile of kh kernel rows) to the src
+// row a pass reads first dw_stream_rows_ahead output rows later, and from
+// its diff_dst row to that row's (WeightsKernelDesc::la_src / la_dst).
+inline std::array<int64_t, 2> dw_stream_ahead(const WeightsPlan& plan, int64_t kh) {
+    const WeightsGeometry& g = plan.geo;
+    const int64_t ahead = WeightsCostModel::dw_stream_rows_ahead, pixel = g.g * g.icg * plan.elem_bytes();
+    return {(ahead + (kh - 1) * g.dil[1]) * g.in[2] * pixel, ahead * g.out[2] * pixel};
+}
 
 // Output pixels [lo, hi) of a W row that tap kw reads inside src.
 std::array<int64_t, 2> valid_ow(const WeightsGeometry& g, int64_t kw);
