@@ -1166,9 +1166,10 @@ TEST_CASE("weights: depthwise streamed passes prefetch their own rows ahead", "[
     // dw_stream): a chunk per slice, each tile's call over all of its rows,
     // prefetching the rows it reads two output rows on (past the slice's
     // and the tensors' ends too: prefetches never fault). Channel tails,
-    // 5x5 and 7x3 kernels, asymmetric pads, H dilation, 1D, rows of 32
-    // pixels and more (their interior columns a loop), W stride 2 (16-bit
-    // only); all three types on every ISA, 1-4 threads bitwise alike.
+    // 5x5 and 7x3 kernels, asymmetric pads, H dilation, H stride 2, 1D,
+    // rows of 32 pixels and more (their interior columns a loop), W stride
+    // 2 (16-bit only); all three types on every ISA, 1-4 threads bitwise
+    // alike.
     auto dw = [](int64_t ch, dims in, dims k, dims pad) {
         Case c = conv2d(ch, ch, std::move(in), std::move(k));
         c.g = ch;
@@ -1195,6 +1196,9 @@ TEST_CASE("weights: depthwise streamed passes prefetch their own rows ahead", "[
     c = dw(960, {7, 13}, {3, 3}, {1, 1});  // W stride 2
     c.s = {1, 2};
     cases.push_back({c, false});
+    c = dw(672, {14, 13}, {5, 5}, {2, 2});  // H and W stride 2: two new src rows an output row
+    c.s = {2, 2};
+    cases.push_back({c, true});
     c = dw(384, {14, 14}, {3, 3}, {1, 1});  // 84-pixel calls: chunks
     c.mb = 4;
     cases.push_back({c, false});

@@ -596,7 +596,8 @@ TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
         {resnet_dw(1152, 7, 5, 32), data_type::f32, Isa::avx512_core, true},   // EfficientNet-B0 5x5, 14.5 MB
         {resnet_dw(1152, 7, 5, 64), data_type::f32, Isa::avx512_core, false},  // 29 MB: over half of L3
         {resnet_dw(384, 14, 3, 32), data_type::f32, Isa::avx512_core, false},  // 84-pixel calls
-        {resnet_dw(960, 7, 3, 32, 2), data_type::f32, Isa::avx512_core, false},  // H stride 2
+        {resnet_dw(960, 7, 3, 32, 2), data_type::f32, Isa::avx512_core, false},  // H stride 2: one pixel at a time
+        {resnet_dw(672, 14, 5, 8, 2), data_type::f32, Isa::avx512_core, true},    // ... 5x5 s2: whole rows
         {resnet_dw(1024, 7, 3, 32), data_type::f32, Isa::avx512_core, false},  // 4 KiB pixels: row blocks
         {resnet_dw(768, 7, 7, 32), data_type::f32, Isa::avx2, false},  // f32 tiles of one kernel row
         {resnet_dw(768, 7, 7, 32), data_type::f16, Isa::avx2, true},   // ... widened from 16 bits
@@ -625,9 +626,11 @@ TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
         CHECK(plan.red.chunk_rows * plan.red.slices >= plan.red.rows);
         CHECK(plan.pf_lines == 0);
         CHECK(d.pf_lines == 0);
-        const int64_t pixel = c.ic * int64_t(plan.elem_bytes()), row = c.in[1] * pixel;  // 7x7 / 14x14, pads keep the size
-        CHECK(d.la_dst == 2 * row);
-        CHECK(d.la_src == (2 + plan.blk.kh - 1) * row);
+        const int64_t pixel = c.ic * int64_t(plan.elem_bytes()), row = c.in[1] * pixel;  // a src row
+        const int64_t ow = (c.in[1] + c.pb[1] + c.pe[1] - c.k[1]) / c.s[1] + 1;
+        CHECK(d.la_dst == 2 * ow * pixel);
+        CHECK(d.la_src == (2 * c.s[0] + plan.blk.kh - 1) * row);
+        CHECK(std::max<int>(1, d.h_stride) == c.s[0]);
     }
 }
 

@@ -271,8 +271,10 @@ private:
                         load_vec(dd(j, slot_of[static_cast<size_t>(u)], v),
                                  ptr[reg_dst_ + j * int64_t(desc_.dst_row_disp) + u * px + v * in_vbytes()], v);
             }
-            if (prefetch && desc_.la_src && !uses.empty())  // ... and this column's src lines
-                for (int b = 0; b < n * in_vbytes(); b += 64) prefetcht0(ptr[reg_src_ + desc_.la_src + c * px + b]);
+            if (prefetch && desc_.la_dst && !uses.empty())  // ... and this column's new src rows' lines
+                for (int j = 0; j < std::min(sh, kh); ++j)
+                    for (int b = 0; b < n * in_vbytes(); b += 64)
+                        prefetcht0(ptr[reg_src_ + desc_.la_src - j * int64_t(desc_.row_disp) + c * px + b]);
             for (int i = i0; i < i1 && !uses.empty(); ++i) {
                 const std::vector<std::pair<int, int>>& rows = rows_of[static_cast<size_t>(i)];
                 if (rows.empty()) continue;  // between kernel rows (H stride above the kernel height)

@@ -67,7 +67,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.stage) os << "_s" << int(d.stage);
     if (d.pf_lines != 1) os << "_pf" << int(d.pf_lines);
     if (d.edges) os << "_e";
-    if (d.la_dst) os << "_la" << d.la_src << '_' << d.la_dst;
+    if (d.la_dst) os << "_la" << d.la_src << '_' << d.la_dst << 'h' << std::max<int>(1, d.h_stride);
     if (d.ic_loop) os << "_icl";
     if (d.store_dt) os << "_to" << dtype_name(static_cast<data_type>(d.store_dt));
     return os.str();

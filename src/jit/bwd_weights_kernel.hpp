@@ -239,7 +239,7 @@ struct WeightsKernelDesc {
     // desc.edges: WeightsRow::mask bit i = block src row i inside src.
     int32_t dst_row_disp = 0;
     uint8_t row_block = 0;
-    uint8_t h_stride = 0;  // row_block: src rows between output rows (0 = 1)
+    uint8_t h_stride = 0;  // row blocks and streamed passes (la_dst): src rows between output rows (0 = 1)
     // gemm, 1: the call runs args.ic_tiles tiles of the same rows one after
     // the other, the next one's src args.src_tile_step bytes on and its
     // diff_weights args.wei_tile_step bytes on (each tile zeroed, run and
@@ -255,8 +255,10 @@ struct WeightsKernelDesc {
     // depthwise whole rows (row_px, row_block <= 1), ungated rows: la_dst
     // != 0 = each pixel also prefetches (prefetcht0) its diff_dst vectors'
     // lines la_dst bytes on, and each src column the src row la_src bytes
-    // past the row's first kernel row: the rows a streamed pass reads a few
-    // output rows later (WeightsPlan::dw_stream). pf_lines is then 0.
+    // past the row's first kernel row and the min(h_stride, kh) - 1 rows
+    // before it (row_disp apart: H dilation 1 there): the rows a streamed
+    // pass reads first a few output rows later (WeightsPlan::dw_stream).
+    // pf_lines is then 0.
     int32_t la_src = 0;
     int32_t la_dst = 0;
 };

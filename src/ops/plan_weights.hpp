@@ -363,14 +363,14 @@ struct WeightsCostModel {
     static constexpr int max_prefetch_lines = 16;
 };
 
-// A streamed depthwise pass (WeightsPlan::dw_stream, H stride 1): the
-// bytes from a row's first src row (of a tile of kh kernel rows) to the src
-// row a pass reads first dw_stream_rows_ahead output rows later, and from
-// its diff_dst row to that row's (WeightsKernelDesc::la_src / la_dst).
+// A streamed depthwise pass (WeightsPlan::dw_stream): the bytes from a
+// row's first src row (of a tile of kh kernel rows) to the last src row
+// that the output row dw_stream_rows_ahead rows later reads, and from the
+// row's diff_dst row to that row's (WeightsKernelDesc::la_src / la_dst).
 inline std::array<int64_t, 2> dw_stream_ahead(const WeightsPlan& plan, int64_t kh) {
     const WeightsGeometry& g = plan.geo;
     const int64_t ahead = WeightsCostModel::dw_stream_rows_ahead, pixel = g.g * g.icg * plan.elem_bytes();
-    return {(ahead + (kh - 1) * g.dil[1]) * g.in[2] * pixel, ahead * g.out[2] * pixel};
+    return {(ahead * g.stride[1] + (kh - 1) * g.dil[1]) * g.in[2] * pixel, ahead * g.out[2] * pixel};
 }
 
 // Output pixels [lo, hi) of a W row that tap kw reads inside src.
