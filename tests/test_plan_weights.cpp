@@ -580,9 +580,10 @@ TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
 TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
     // Whole rows whose chunk calls would take fewer than 48 output pixels
     // (every channel of a chunk's rows within its budget: many channels on
-    // a small plane) run a chunk per slice, src and diff_dst within half of
-    // L3, H stride 1; f32 tiles with every kernel row. No next-chunk walk
-    // (pf_lines 0); the kernels prefetch the rows two output rows on.
+    // a small plane) run a chunk per slice, src and diff_dst within 0.6 of
+    // L3; f32 tiles with every kernel row. No next-chunk walk (pf_lines 0);
+    // the kernels prefetch the rows two output rows on. Layers whose cost
+    // model takes other tiles take whole rows where those stream.
     using convgrad::data_type;
     struct Expect {
         Case c;
@@ -590,13 +591,17 @@ TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
         Isa isa;
         bool streamed;
     };
+    Case h_dilated_s2 = resnet_dw(960, 7, 3, 32, 2);
+    h_dilated_s2.d = {2, 1};
     const std::vector<Expect> cases = {
         {resnet_dw(960, 7, 3, 32), data_type::f32, Isa::avx512_core, true},    // MobileNetV2 b14: 35-pixel calls
         {resnet_dw(960, 7, 3, 32), data_type::f16, Isa::avx512_core, true},    // widened
         {resnet_dw(1152, 7, 5, 32), data_type::f32, Isa::avx512_core, true},   // EfficientNet-B0 5x5, 14.5 MB
         {resnet_dw(1152, 7, 5, 64), data_type::f32, Isa::avx512_core, false},  // 29 MB: over half of L3
         {resnet_dw(384, 14, 3, 32), data_type::f32, Isa::avx512_core, false},  // 84-pixel calls
-        {resnet_dw(960, 7, 3, 32, 2), data_type::f32, Isa::avx512_core, false},  // H stride 2: one pixel at a time
+        {resnet_dw(960, 7, 3, 32, 2), data_type::f32, Isa::avx512_core, true},   // H stride 2 (7 -> 3)
+        {h_dilated_s2, data_type::f32, Isa::avx512_core, false},                 // ... with H dilation 2
+        {resnet_dw(576, 14, 3, 32, 2), data_type::f32, Isa::avx512_core, true},  // b13: whole rows (not pixels) to stream
         {resnet_dw(672, 14, 5, 8, 2), data_type::f32, Isa::avx512_core, true},    // ... 5x5 s2: whole rows
         {resnet_dw(1024, 7, 3, 32), data_type::f32, Isa::avx512_core, false},  // 4 KiB pixels: row blocks
         {resnet_dw(768, 7, 7, 32), data_type::f32, Isa::avx2, false},  // f32 tiles of one kernel row

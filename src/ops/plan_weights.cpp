@@ -538,7 +538,7 @@ double windowed_share(const WeightsPlan& plan, int m, int block) {
 // one): every candidate that fits, cheapest estimate wins. Depthwise also
 // pays, per pass over a chunk (KH / kh passes), reading its diff_dst and
 // src vectors from L2.
-void choose_blocking(WeightsPlan& plan) {
+void choose_blocking(WeightsPlan& plan, bool rows_only = false) {
     const WeightsGeometry& g = plan.geo;
     WeightsBlocking& b = plan.blk;
     const bool dw = b.kind == WeightsKernelKind::depthwise;
@@ -599,7 +599,7 @@ void choose_blocking(WeightsPlan& plan) {
         if (dw) std::fill_n(single.begin(), (m_cap + 1) * 9 * 2, -1.0);
         for (size_t o = 0; o < std::size(window_options); ++o) {
             const int option = window_options[o];
-            if ((option > 1 && !windows) || (option == 0 && !rows_ok)) continue;
+            if ((option > 1 && !windows) || (option == 0 && !rows_ok) || (rows_only && option != 0)) continue;
             const bool rows = option == 0;
             const int w = rows ? static_cast<int>(g.out[2]) : option;
             b.window = rows ? 1 : w;  // fits() reads both
@@ -943,7 +943,10 @@ bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
 // MB) ran 0.94x at mb 48 (21.7 MB) and 0.71x at mb 64 (29 MB, src and
 // diff_dst close to all of L3): a streamed pass reads a tile's lines of
 // each pixel, which from DRAM cost more than a chunk's whole rows. So src
-// and diff_dst within half of L3 (dw_stream_max_l3_share). On AVX2,
+// and diff_dst within 0.6 of L3 (dw_stream_max_l3_share): against half,
+// the layers between, 16-19 MB, 1.12-1.50x (MobileNetV2 b13 f32 at mb 32,
+// b14 at mb 48, 1152 channels 3x3 and 5x5 at mb 40, f16 5x5 / 3x3 s2 at
+// 672 / 960 channels; min of 5). On AVX2,
 // ConvNeXt-T's 768-channel 7x7 at 7x7 (tiles of one kernel row: each
 // pass reads the slice's rows again for each kernel row) ran 0.77x / 0.83x
 // at mb 32 / 8 in f32, 1.15-1.34x widened from 16 bits (half the bytes):
@@ -1156,6 +1159,36 @@ WeightsPlan::WEdges WeightsPlan::w_edges() const {
     return {left, right, width(left), width(geo.out[2] - right)};
 }
 
+namespace {
+
+// The plan after its blocking: the reduction, the thread grid, streamed
+// depthwise passes, the prefetch distance.
+void finish_plan(WeightsPlan& plan, const Problem& p, int nthreads) {
+    if (blocked_ok(plan)) {
+        plan.blocked = true;
+        plan.src_pitch = 4 * plan.blk.m;
+        plan.dst_pitch = 4 * plan.blk.n * plan.blk.vlen;
+    }
+    choose_reduction(plan, p);
+    plan.store_rounded = plan.rounded() && plan.direct_weights && plan.isa >= Isa::avx512_core &&
+                         plan.blk.kind == WeightsKernelKind::gemm && !plan.kw_lanes && !plan.blocked &&
+                         plan.red.slices == 1 && plan.red.chunks == 1;
+    plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
+    plan.dw_stream = dw_stream_ok(plan);
+    if (plan.dw_stream) {  // a chunk per slice
+        WeightsReduction& r = plan.red;
+        r.chunk_rows = div_up(r.rows, r.slices);
+        r.chunks = div_up(r.rows, r.chunk_rows);
+        r.slices = std::min(r.slices, r.chunks);
+        r.chunk_bytes = chunk_bytes(plan, p);
+    }
+    plan.pf_lines = plan.dw_stream ? 0 : plan_prefetch_lines(plan, p);
+    plan.group_prefetch = group_prefetch_ok(plan, p);
+    if (plan.group_prefetch) plan.pf_lines = 1;
+}
+
+}  // namespace
+
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     if (prepad_src(p, isa)) {
         WeightsPlan plan = plan_weights(padded_problem(p), isa, nthreads);
@@ -1235,6 +1268,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     }
     plan.src_pitch = staged_pitch(plan, p, p.ic() * 4);
     plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4);
+    const WeightsPlan before_blocking = plan;
     if (!dw || !choose_row_block(plan)) choose_blocking(plan);
     if (plan.kw_phases > 0) {  // the taps of a W phase in the tile, the channels split evenly
         WeightsBlocking& b = plan.blk;
@@ -1282,27 +1316,21 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
         const int64_t groups = plan.lane_pairs ? div_up(g.g, 2) : g.g;
         b.cycles_per_pixel = double(g.k[0] * g.k[1] * groups) * cycles * double(plan.lanes.row_px) / double(g.out[2]);
     }
-    if (blocked_ok(plan)) {
-        plan.blocked = true;
-        plan.src_pitch = 4 * plan.blk.m;
-        plan.dst_pitch = 4 * plan.blk.n * plan.blk.vlen;
+    finish_plan(plan, p, nthreads);
+    // Depthwise whose cost model chose pixels one at a time or windows
+    // where whole rows would stream: whole rows. Against those (AMD Zen 5,
+    // 2 threads, min of 3-5): MobileNetV2 b13 (576 channels 14 -> 7) f32 at
+    // mb 8 / 16 / 32 1.13x / 1.48x / 1.50x, 960 channels 3x3 s2 1.14x / 1.44x;
+    // on AVX2 (windows there) 1.03-1.73x at mb 8-32 (EfficientNet-B0's 5x5
+    // layers widened from 16 bits 1.13-1.73x), none below 0.96x.
+    if (dw && !plan.dw_stream && !plan.blk.whole_rows && plan.blk.row_block <= 1 && whole_rows_ok(before_blocking)) {
+        WeightsPlan rows = before_blocking;
+        choose_blocking(rows, true);
+        if (rows.blk.whole_rows) {
+            finish_plan(rows, p, nthreads);
+            if (rows.dw_stream) return rows;
+        }
     }
-    choose_reduction(plan, p);
-    plan.store_rounded = plan.rounded() && plan.direct_weights && plan.isa >= Isa::avx512_core &&
-                         plan.blk.kind == WeightsKernelKind::gemm && !plan.kw_lanes && !plan.blocked &&
-                         plan.red.slices == 1 && plan.red.chunks == 1;
-    plan.grid = plan_thread_grid(plan.blk.tiles, plan.red.slices, std::max(nthreads, 1));
-    plan.dw_stream = dw_stream_ok(plan);
-    if (plan.dw_stream) {  // a chunk per slice
-        WeightsReduction& r = plan.red;
-        r.chunk_rows = div_up(r.rows, r.slices);
-        r.chunks = div_up(r.rows, r.chunk_rows);
-        r.slices = std::min(r.slices, r.chunks);
-        r.chunk_bytes = chunk_bytes(plan, p);
-    }
-    plan.pf_lines = plan.dw_stream ? 0 : plan_prefetch_lines(plan, p);
-    plan.group_prefetch = group_prefetch_ok(plan, p);
-    if (plan.group_prefetch) plan.pf_lines = 1;
     return plan;
 }
 

@@ -358,7 +358,7 @@ struct WeightsCostModel {
     // rows ahead each pass prefetches.
     static constexpr int64_t dw_stream_max_call_px = 48;
     static constexpr int64_t dw_stream_rows_ahead = 2;
-    static constexpr double dw_stream_max_l3_share = 0.5;  // ... src and diff_dst within this share of L3
+    static constexpr double dw_stream_max_l3_share = 0.6;  // ... src and diff_dst within this share of L3
     static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
     static constexpr int max_prefetch_lines = 16;
 };
