@@ -607,6 +607,10 @@ TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
         {resnet_dw(768, 7, 7, 32), data_type::f32, Isa::avx2, false},  // f32 tiles of one kernel row
         {resnet_dw(768, 7, 7, 32), data_type::f16, Isa::avx2, true},   // ... widened from 16 bits
         {resnet_dw(960, 7, 3, 1), data_type::f32, Isa::avx512_core, false},  // a chunk per slice already
+        // bf16 widened where that streams, instead of W pairs; 3x3 at W stride 2 keeps its pairs
+        {resnet_dw(960, 7, 3, 32), data_type::bf16, Isa::avx512_core_bf16, true},
+        {resnet_dw(672, 14, 5, 32, 2), data_type::bf16, Isa::avx512_core_bf16, true},
+        {resnet_dw(576, 14, 3, 32, 2), data_type::bf16, Isa::avx512_core_bf16, false},
     };
     for (const Expect& e : cases) {
         Case c = e.c;
@@ -617,6 +621,7 @@ TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
                   << convgrad::dtype_name(e.dt) << " " << isa_name(e.isa) << "\n"
                   << plan.to_string());
         CHECK(plan.dw_stream == e.streamed);
+        if (e.isa == Isa::avx512_core_bf16) CHECK(plan.w_pairs == !e.streamed);
         CHECK((plan.to_string().find(" streamed (prefetch 2 rows ahead)") != std::string::npos) == e.streamed);
         const convgrad::detail::WeightsKernelDesc d =
             plan.desc(plan.blk.m, plan.blk.n, plan.blk.tail, 4 * c.ic, plan.blk.kh, 4 * c.ic * c.in.back(), 0);
@@ -665,7 +670,8 @@ TEST_CASE("weights plan: bf16 depthwise from DRAM on short rows widens instead o
         {dw(2048, 7, 7, 2), false},     // 4 KiB pixels, 7x7
         {dw(1024, 14, 3, 2, 2), false}, // 2 KiB pixels, W stride 2
         {dw(512, 14, 3, 2), true},      // 1 KiB pixels
-        {dw(1536, 7, 3, 2), true},      // 3 KiB pixels
+        {dw(1536, 7, 3, 2, 2), true},   // 3 KiB pixels (W stride 2, 3x3: pairs)
+        {dw(1536, 7, 3, 2), false},     // ... at W stride 1 widened rows stream (depthwise streamed passes)
     };
     for (const Expect& e : cases) {
         const WeightsPlan plan = plan_weights(problem(e.c), Isa::avx512_core_bf16, 2);

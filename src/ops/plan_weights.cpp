@@ -1189,9 +1189,12 @@ void finish_plan(WeightsPlan& plan, const Problem& p, int nthreads) {
 
 }  // namespace
 
-WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
-    if (prepad_src(p, isa)) {
-        WeightsPlan plan = plan_weights(padded_problem(p), isa, nthreads);
+namespace {
+
+// plan_weights, with bf16 depthwise W pairs (w_pairs) allowed or not.
+WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pairs_ok) {
+    if (pairs_ok && prepad_src(p, isa)) {
+        WeightsPlan plan = plan_weights_with(padded_problem(p), isa, nthreads, true);
         plan.prepad = true;
         plan.ncx_windows = false;  // the pad pass reads whole NXC images
         return plan;
@@ -1215,7 +1218,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // (1.35x at mb 1).
     const bool dw = is_depthwise(p, isa);
     plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
-    plan.w_pairs = dw && w_pairs(p, isa);
+    plan.w_pairs = dw && pairs_ok && w_pairs(p, isa);
     plan.isa = plan.pairs || plan.w_pairs ? Isa::avx512_core_bf16
                : isa >= Isa::avx512_core  ? Isa::avx512_core
                                           : Isa::avx2;
@@ -1330,6 +1333,26 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
             finish_plan(rows, p, nthreads);
             if (rows.dw_stream) return rows;
         }
+    }
+    return plan;
+}
+
+}  // namespace
+
+WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
+    WeightsPlan plan = plan_weights_with(p, isa, nthreads, true);
+    // bf16 depthwise W pairs against bf16 widened as it is loaded, where
+    // the widened plan streams (WeightsPlan::dw_stream): AMD Zen 5, 2
+    // threads, min of 5, mb 8 / 32: MobileNetV2 b14 1.31x / 1.32x, 1152
+    // channels 3x3 1.86x / 1.25x and 5x5 (EfficientNet-B0 b6) 1.80x / 2.37x,
+    // 672 channels 5x5 at 14x14 1.49x / 1.29x and 5x5 s2 1.45x / 1.25x,
+    // ConvNeXt-T s4 7x7 1.21x / 1.11x, 960 channels 3x3 s2 1.18x / 1.33x; but
+    // 3x3 s2 at 512 / 576 channels (MobileNet v1 conv5_6, MobileNetV2 b13)
+    // 0.93x / 0.89x and 1.12x / 0.95x, where a vpermt2w pairs two pixels per
+    // vdpbf16ps: 3x3 kernels at W stride 2 keep their pairs.
+    if (plan.w_pairs && !plan.prepad && (p.stride[2] == 1 || p.k[2] > 3)) {
+        WeightsPlan widened = plan_weights_with(p, isa, nthreads, false);
+        if (widened.dw_stream) return widened;
     }
     return plan;
 }
