@@ -961,6 +961,7 @@ bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
 bool dw_stream_ok(const WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
     const WeightsBlocking& b = plan.blk;
+    const std::array<int64_t, 2> ahead = dw_stream_ahead(plan, b.kh);  // (the kernel adds a row's columns)
     return b.kind == WeightsKernelKind::depthwise && b.whole_rows && b.row_block <= 1 && !plan.w_pairs &&
            !plan.pairs && !plan.staged && !plan.prepad && !plan.transpose_inputs && !plan.ncx_windows &&
            g.k[0] == 1 && g.stride[0] == 1 && (g.stride[1] == 1 || g.dil[1] == 1) && g.stride[1] <= UINT8_MAX &&
@@ -968,7 +969,7 @@ bool dw_stream_ok(const WeightsPlan& plan) {
            (b.kh == g.k[1] || plan.elem_bytes() == 2) &&
            plan.red.chunks > plan.red.slices && plan.red.chunk_rows * g.segment < Cost::dw_stream_max_call_px &&
            dw_data_bytes(plan) <= Cost::l3_bytes * Cost::dw_stream_max_l3_share &&
-           dw_stream_ahead(plan, b.kh)[0] <= INT32_MAX;
+           std::max(ahead[0], ahead[1]) <= INT32_MAX / 2;
 }
 
 // Lines of the next chunk the kernels prefetch per pixel (while a chunk
@@ -1186,10 +1187,6 @@ void finish_plan(WeightsPlan& plan, const Problem& p, int nthreads) {
     plan.group_prefetch = group_prefetch_ok(plan, p);
     if (plan.group_prefetch) plan.pf_lines = 1;
 }
-
-}  // namespace
-
-namespace {
 
 // plan_weights, with bf16 depthwise W pairs (w_pairs) allowed or not.
 WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pairs_ok) {
