@@ -597,7 +597,7 @@ TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
         {resnet_dw(960, 7, 3, 32), data_type::f32, Isa::avx512_core, true},    // MobileNetV2 b14: 35-pixel calls
         {resnet_dw(960, 7, 3, 32), data_type::f16, Isa::avx512_core, true},    // widened
         {resnet_dw(1152, 7, 5, 32), data_type::f32, Isa::avx512_core, true},   // EfficientNet-B0 5x5, 14.5 MB
-        {resnet_dw(1152, 7, 5, 64), data_type::f32, Isa::avx512_core, false},  // 29 MB: over half of L3
+        {resnet_dw(1152, 7, 5, 64), data_type::f32, Isa::avx512_core, false},  // 29 MB: over 0.6 of L3
         {resnet_dw(384, 14, 3, 32), data_type::f32, Isa::avx512_core, false},  // 84-pixel calls
         {resnet_dw(960, 7, 3, 32, 2), data_type::f32, Isa::avx512_core, true},   // H stride 2 (7 -> 3)
         {h_dilated_s2, data_type::f32, Isa::avx512_core, false},                 // ... with H dilation 2
