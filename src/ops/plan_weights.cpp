@@ -1380,7 +1380,7 @@ std::string WeightsPlan::to_string() const {
        << (w_pairs ? " W-pairs" : "")
        << (ncx_windows ? " ncx->nxc(windows)" : transpose_inputs ? " ncx->nxc" : "")
        << (direct_weights ? " direct" : " permute")
-       << (pf_lines != 1 && !dw_stream ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())
+       << (pf_lines > 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())
        << (dw_stream ? " streamed (prefetch " + std::to_string(Cost::dw_stream_rows_ahead) + " rows ahead)"
                      : std::string())
        << (group_prefetch ? " prefetch next group" : "")
