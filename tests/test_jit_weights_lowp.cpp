@@ -24,19 +24,13 @@ using wtest::label;
 
 namespace {
 
-// The implementation prefix describe() must start with: vdpbf16ps kernels
-// name avx512_core_bf16; everything else (f16, and depthwise or lane
-// groups, which widen in the kernel) runs the f32 FMA kernels.
+// The implementation prefix describe() must start with: bf16 on
+// avx512_core_bf16 runs vdpbf16ps kernels there (image pairs, W pixel
+// pairs, or depthwise single products of zero-extended loads); f16 runs
+// the f32 FMA kernels.
 std::string expected_impl(const Case& c, const std::string& isa) {
-    const int64_t icg = c.ic / c.g, ocg = c.oc / c.g;
-    // Groups of 8 take the lane groups only without bf16 pairs (and on rows of 14+ pixels).
-    const bool lanes8 = icg == 8 && c.dt != data_type::bf16 && c.out(c.nsp() - 1) >= 14;
-    const bool depthwise = c.g > 1 && icg == ocg && (icg == 1 || icg == 2 || icg == 4 || lanes8);
-    // bf16 depthwise pairs the pixels of W rows (stride 1 or 2, dilation 1, 3+ taps).
-    const size_t w = c.nsp() - 1;
-    const bool w_pairs = depthwise && icg == 1 && c.at(c.s, w, 1) <= 2 && c.at(c.d, w, 1) == 1 && c.k[w] >= 3;
     if (isa == "avx512_core_bf16")
-        return c.dt == data_type::bf16 && (!depthwise || w_pairs) ? "jit:avx512_core_bf16" : "jit:avx512_core ";
+        return c.dt == data_type::bf16 ? "jit:avx512_core_bf16" : "jit:avx512_core ";
     return "jit:" + isa + " ";
 }
 
@@ -350,12 +344,13 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
         }
     }
     // bf16 depthwise on avx512_core_bf16: vdpbf16ps over pairs of
-    // consecutive pixels of a row. Odd rows (the last pixel pairs with
+    // consecutive pixels of a row (W stride 1, kernels 3-5 wide; kernels of
+    // one row at W stride 1 or 2). Odd rows (the last pixel pairs with
     // zeros), rows shorter than a block, channel tails, H stride and
-    // dilation, asymmetric pads, 7x7 at 7x7 (nearly every pixel an edge,
-    // not pre-padded), W-edge tap intervals, 1D with an even kernel, 3D;
-    // W stride 2 (pairs of src pixels 2 apart): odd rows, a 5x5 window
-    // (a ring of three src registers), 7 taps (a src pair feeding two taps).
+    // dilation, asymmetric pads, 5x5 at 7x7 (nearly every pixel an edge),
+    // W-edge tap intervals, 1D with an even kernel, 3D; W stride 2 (pairs
+    // of src pixels 2 apart, 1 x K kernels): odd rows, a 1x5 window (a ring
+    // of three src registers), 7 taps (a src pair feeding two taps).
     {
         std::vector<Case> pairs;
         Case e = conv2d(33, 33, {7, 9}, {3, 3});
@@ -368,9 +363,9 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
         e.pb = {2, 1};
         e.pe = {3, 3};
         pairs.push_back(e);
-        e = conv2d(24, 24, {7, 7}, {7, 7});
+        e = conv2d(24, 24, {7, 7}, {5, 5});
         e.mb = 3;
-        e.pb = e.pe = {3, 3};
+        e.pb = e.pe = {2, 2};
         pairs.push_back(e);
         e = conv2d(20, 20, {41}, {4});
         e.pb = {2};
@@ -382,16 +377,16 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
         e = conv2d(24, 24, {3, 10, 11}, {2, 3, 3});
         e.pb = e.pe = {0, 1, 1};
         pairs.push_back(e);
-        e = conv2d(24, 24, {9, 29}, {3, 3});
+        e = conv2d(24, 24, {9, 29}, {1, 3});
         e.mb = 3;
         e.s = {2, 2};
-        e.pb = e.pe = {1, 1};
+        e.pb = e.pe = {0, 1};
         pairs.push_back(e);
         const size_t strided_window = pairs.size();
-        e = conv2d(16, 16, {10, 60}, {5, 5});
+        e = conv2d(64, 64, {10, 60}, {1, 5});
         e.mb = 3;
         e.s = {1, 2};
-        e.pb = e.pe = {2, 2};
+        e.pb = e.pe = {0, 2};
         pairs.push_back(e);
         e = conv2d(20, 20, {41}, {7});
         e.s = {2};
@@ -412,6 +407,58 @@ TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]"
                 if (i == strided_window) CHECK(d.find("window=") != std::string::npos);
             }
             check_exact(c);
+        }
+    }
+    // bf16 depthwise on avx512_core_bf16 without W pairs (W stride 2 over
+    // several kernel rows, kernels wider than 5, W dilation): loads
+    // zero-extended to 32 bits, one product a lane on vdpbf16ps, in tiles
+    // of 12 accumulators or more (narrower tiles widen to f32 for the FMA).
+    // Channel tails, odd rows, 7x7 edges, 3D at stride 2, lane groups of 4,
+    // one vector of 3x3 taps (9 accumulators), dilation.
+    {
+        std::vector<Case> single;
+        Case e = conv2d(40, 40, {9, 11}, {3, 3});
+        e.mb = 3;
+        e.s = {2, 2};
+        e.pb = e.pe = {1, 1};
+        e.g = 40;
+        single.push_back(e);
+        e = conv2d(24, 24, {10, 12}, {7, 7});
+        e.pb = e.pe = {3, 3};
+        e.g = 24;
+        single.push_back(e);
+        e = conv2d(48, 48, {6, 7, 8}, {3, 3, 3});
+        e.s = {2, 2, 2};
+        e.pb = e.pe = {1, 1, 1};
+        e.g = 48;
+        single.push_back(e);
+        e = conv2d(32, 32, {9, 9}, {3, 3});  // groups of 4 channels
+        e.s = {1, 2};
+        e.pb = e.pe = {1, 1};
+        e.g = 8;
+        single.push_back(e);
+        e = conv2d(16, 16, {9, 9}, {3, 3});  // 9 accumulators
+        e.s = {1, 2};
+        e.g = 16;
+        single.push_back(e);
+        e = conv2d(33, 33, {8, 13}, {3, 3});
+        e.d = {1, 2};
+        e.pb = e.pe = {1, 2};
+        e.g = 33;
+        single.push_back(e);
+        const std::vector<std::string> isas = jit_isas(true);
+        const bool bf16_isa = std::find(isas.begin(), isas.end(), "avx512_core_bf16") != isas.end();
+        for (const Case& c : single) {
+            Case t = c;
+            t.dt = data_type::bf16;
+            if (bf16_isa) {
+                const std::string d = t.make("avx512_core_bf16").describe();
+                INFO(label(t, "avx512_core_bf16") << "\n" << d);
+                CHECK(d.rfind("jit:avx512_core_bf16 depthwise ", 0) == 0);
+                CHECK(d.find(" widened-in-kernel ") != std::string::npos);
+            }
+            check_exact(c);
+            check_bound(c, data_type::bf16);
         }
     }
     for (bool nxc : {true, false}) {

@@ -441,9 +441,13 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             CHECK(base.pairs == pairs);
             CHECK(base.w_pairs == w_pairs);
             CHECK(base.geo.mb == (pairs ? (p.mb + 1) / 2 : p.mb));
-            CHECK((base.isa == Isa::avx512_core_bf16) == (pairs || w_pairs));
+            // bf16 depthwise keeps avx512_core_bf16 with or without W pairs:
+            // without them, tiles of 12 accumulators or more multiply on
+            // vdpbf16ps from zero-extended loads (dot 2).
+            CHECK((base.isa == Isa::avx512_core_bf16) == (pairs || (bf16_isa && dw)));
             if (dt != convgrad::data_type::f32) CHECK(base.staged == !dw);
-            CHECK(base.desc(b.m, b.n, b.tail, 0).dot == (pairs || w_pairs ? 1 : 0));
+            const bool zero_ext = bf16_isa && dw && !w_pairs && int64_t(b.m) * b.lane_group * b.n >= 12;
+            CHECK(base.desc(b.m, b.n, b.tail, 0).dot == (pairs || w_pairs ? 1 : zero_ext ? 2 : 0));
             if (w_pairs) {  // a block of `window` pairs reads s(2 x window - 1) + m src pixels
                 const int64_t tap = p.ic() * 2, row = p.dil[1] * p.in[2] * p.ic() * 2;
                 const int64_t s = b.window > 1 ? p.stride[2] : 1;
@@ -607,10 +611,10 @@ TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
         {resnet_dw(768, 7, 7, 32), data_type::f32, Isa::avx2, false},  // f32 tiles of one kernel row
         {resnet_dw(768, 7, 7, 32), data_type::f16, Isa::avx2, true},   // ... widened from 16 bits
         {resnet_dw(960, 7, 3, 1), data_type::f32, Isa::avx512_core, false},  // a chunk per slice already
-        // bf16 widened where that streams, instead of W pairs; 3x3 at W stride 2 keeps its pairs
+        // bf16 widened where that streams, instead of W pairs (W stride 2: never pairs)
         {resnet_dw(960, 7, 3, 32), data_type::bf16, Isa::avx512_core_bf16, true},
         {resnet_dw(672, 14, 5, 32, 2), data_type::bf16, Isa::avx512_core_bf16, true},
-        {resnet_dw(576, 14, 3, 32, 2), data_type::bf16, Isa::avx512_core_bf16, false},
+        {resnet_dw(576, 14, 3, 32, 2), data_type::bf16, Isa::avx512_core_bf16, true},
     };
     for (const Expect& e : cases) {
         Case c = e.c;
@@ -644,12 +648,13 @@ TEST_CASE("weights plan: depthwise streamed passes", "[jit][weights][plan]") {
     }
 }
 
-TEST_CASE("weights plan: bf16 depthwise from DRAM on short rows widens instead of pairing", "[jit][weights][plan]") {
-    // On avx512_core_bf16, bf16 depthwise pairs W pixels for vdpbf16ps,
-    // except where src and diff_dst exceed L3 on rows of up to 64 pixels
-    // with kernels up to 5 wide: those read bf16 widened, in whole rows;
-    // and on pixel strides of a multiple of 2 KiB (widened, in row blocks
-    // or whole rows).
+TEST_CASE("weights plan: bf16 depthwise pairs W pixels only where they measured ahead", "[jit][weights][plan]") {
+    // On avx512_core_bf16, bf16 depthwise pairs W pixels for vdpbf16ps at
+    // W stride 1 with kernels 3-5 wide, and on kernels of one row (1D) at W
+    // stride 1 or 2; except where src and diff_dst exceed L3 on rows of up
+    // to 64 pixels with kernels up to 5 wide (those read bf16 widened, in
+    // whole rows) and on pixel strides of a multiple of 2 KiB (widened, in
+    // row blocks or whole rows). Other kernels widen their loads.
     auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) {
         Case c = resnet_dw(ch, sp, k, mb, s);
         c.dt = convgrad::data_type::bf16;
@@ -659,20 +664,31 @@ TEST_CASE("weights plan: bf16 depthwise from DRAM on short rows widens instead o
         Case c;
         bool pairs;
     };
-    const std::vector<Expect> cases = {
+    std::vector<Expect> cases = {
         {dw(144, 56, 3, 32), false},    // 58 MB
         {dw(144, 56, 3, 32, 2), false}, // 36 MB, W stride 2
         {dw(144, 56, 5, 32, 2), false}, // 5x5
         {dw(144, 56, 3, 2), true},      // 3.6 MB: in L3
-        {dw(96, 112, 3, 32, 2), true},  // 112-pixel src rows
-        {dw(96, 56, 7, 32), true},      // 7x7
+        {dw(144, 56, 5, 2), true},      // ... 5x5
+        {dw(144, 56, 3, 2, 2), false},  // ... W stride 2
+        {dw(96, 112, 3, 32, 2), false}, // 112-pixel src rows, W stride 2
+        {dw(96, 112, 3, 32), true},     // ... W stride 1
+        {dw(96, 56, 7, 32), false},     // 7x7
         {dw(1024, 7, 3, 2), false},     // 2 KiB pixels
         {dw(2048, 7, 7, 2), false},     // 4 KiB pixels, 7x7
         {dw(1024, 14, 3, 2, 2), false}, // 2 KiB pixels, W stride 2
         {dw(512, 14, 3, 2), true},      // 1 KiB pixels
-        {dw(1536, 7, 3, 2, 2), true},   // 3 KiB pixels (W stride 2, 3x3: pairs)
-        {dw(1536, 7, 3, 2), false},     // ... at W stride 1 widened rows stream (depthwise streamed passes)
+        {dw(1536, 7, 3, 2), false},     // 3 KiB pixels: widened rows stream (depthwise streamed passes)
     };
+    // Kernels of one row: 1D (Conformer's 31 taps) at W stride 1 and 2.
+    for (int64_t s : {1, 2}) {
+        Case c = depthwise(144, {200}, {31});
+        c.mb = 8;
+        c.s = {s};
+        c.pb = c.pe = {15};
+        c.dt = convgrad::data_type::bf16;
+        cases.push_back({c, true});
+    }
     for (const Expect& e : cases) {
         const WeightsPlan plan = plan_weights(problem(e.c), Isa::avx512_core_bf16, 2);
         INFO(e.c.ic << " channels " << e.c.in[1] << " px k " << e.c.k[1] << " mb " << e.c.mb << "\n"

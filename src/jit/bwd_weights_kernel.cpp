@@ -30,12 +30,13 @@ int gemm_temps(const WeightsKernelDesc& d) {
 // W pixel pairs (desc.dot): a second src register and the interleave index,
 // and a window at W stride s a ring of s + 1 src registers.
 int dw_temps(const WeightsKernelDesc& d) {
-    const int ring = d.dot && d.window > 1 ? std::max<int>(1, d.w_stride) - 1 : 0;
+    const bool pairs = d.dot == 1;  // (dot 2, zero-extended single products, loads as widened 16 bits do)
+    const int ring = pairs && d.window > 1 ? std::max<int>(1, d.w_stride) - 1 : 0;
     // Whole rows: the pixels whose diff_dst is live at one src column.
     // Row blocks: those of each of the block's rows.
     const int held = d.row_px ? ((d.m - 1) / std::max<int>(1, d.w_stride) + 1) * std::max<int>(1, d.row_block)
                               : std::max<int>(1, d.window);
-    return held * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group) + (d.dot ? 2 + ring : 0);
+    return held * d.n + 1 + VecIsa::lane_group_needs_index(d.lane_group) + (pairs ? 2 + ring : 0);
 }
 
 }  // namespace
@@ -62,7 +63,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
         os << "_blk" << int(d.row_block) << 'h' << std::max<int>(1, d.h_stride) << 'r' << d.dst_row_disp;
     if (d.w_stride > 1) os << "_ws" << int(d.w_stride);
     if (d.lane_group > 1) os << "_lg" << int(d.lane_group);
-    if (d.dot) os << "_dot";
+    if (d.dot) os << (d.dot == 2 ? "_zx" : "_dot");
     if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
     if (d.stage) os << "_s" << int(d.stage);
     if (d.pf_lines != 1) os << "_pf" << int(d.pf_lines);
@@ -82,14 +83,16 @@ WeightsSkeleton::WeightsSkeleton(const WeightsKernelDesc& d)
       cvt_(*this, vec_, static_cast<Isa>(d.isa)) {}
 
 void WeightsSkeleton::load_vec(const Xmm& r, const Xbyak::Address& a, int v) {
-    if (is_tail(v))
+    if (zero_ext())
+        cvt_.load_zero_ext(r, a, is_tail(v) ? desc_.tail : 0);
+    else if (is_tail(v))
         cvt_.load_tail(r, a, in_dt(), desc_.tail);
     else
         cvt_.load(r, a, in_dt());
 }
 
 void WeightsSkeleton::mac(const Xmm& acc, const Xmm& a, const Xmm& b) {
-    if (dot())
+    if (dot() || zero_ext())
         vdpbf16ps(acc, a, b);
     else
         vec_.fma(acc, a, b);
@@ -120,6 +123,9 @@ void WeightsSkeleton::mac_bcast(const Xmm& acc, const Xmm& a, const Xbyak::Addre
 }
 
 void WeightsSkeleton::generate() {
+    if (desc_.dot > 2 || (zero_ext() && (!dw() || in_dt() != data_type::bf16 || !cvt_.native_bf16())))
+        throw error("JIT kernel " + name() + ": zero-extended bf16 products need a bf16 depthwise kernel on "
+                    "avx512_core_bf16");
     if (desc_.stage && (!vec_.avx512() || desc_.kind != static_cast<uint8_t>(WeightsKernelKind::gemm) ||
                         (dot() && in_dt() != data_type::bf16)))
         throw error("JIT kernel " + name() + ": stage copies need a gemm kernel on AVX-512 (pairs: of bf16)");

@@ -143,7 +143,12 @@ struct WeightsKernelDesc {
     uint8_t m = 0;     // gemm: input channels per tile; depthwise: kw taps x lane_group per tile
     uint8_t n = 0;     // vectors of output channels (gemm) / channels (depthwise)
     uint8_t tail = 0;  // live lanes of the last vector, 0 = all
-    uint8_t dot = 0;    // 1: bf16 pairs with vdpbf16ps (gemm: of images; depthwise: W pixels), 0: f32 FMA
+    // 1: bf16 pairs with vdpbf16ps (gemm: of images; depthwise: W pixels);
+    // 2: depthwise bf16 one product a lane with vdpbf16ps: each bf16 loaded
+    // zero-extended to 32 bits (vpmovzxwd, no shift to f32), so a lane's
+    // pair is (x, 0) . (y, 0) = x * y, exact as the FMA's product;
+    // 0: f32 FMA (16-bit inputs widened to f32 as they are loaded).
+    uint8_t dot = 0;
     uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise; gemm: its stage copies); 0 = f32
     uint8_t kh = 1;     // depthwise: kernel rows per tile (src rows row_disp apart)
     uint8_t stage = 0;  // gemm: WeightsStage bits

@@ -119,7 +119,9 @@ protected:
     data_type in_dt() const { return static_cast<data_type>(desc_.in_dt); }
     // Bytes of one activation vector as the kernel reads it.
     int in_vbytes() const { return vec_.vlen() * VecCvt::elem_bytes(in_dt()); }
-    bool dot() const { return desc_.dot != 0; }
+    bool dot() const { return desc_.dot == 1; }
+    // Depthwise bf16 single products on vdpbf16ps (WeightsKernelDesc::dot 2).
+    bool zero_ext() const { return desc_.dot == 2; }
     // The tile goes out rounded to 16 bits (WeightsKernelDesc::store_dt).
     bool store16() const { return desc_.store_dt != 0; }
     // Multiply-add on the desc's element format: acc += a * b lane by lane

@@ -55,6 +55,15 @@ void VecCvt::load_tail(const Xmm& v, const Address& a, data_type dt, int n) {
     widen(v, dt);
 }
 
+void VecCvt::load_zero_ext(const Xmm& v, const Address& a, int n) {
+    if (n == 0) {
+        cg_.vpmovzxwd(v, a);
+        return;
+    }
+    cg_.vmovdqu16(Ymm(v.getIdx()) | k1 | T_z, a);
+    cg_.vpmovzxwd(v, Ymm(v.getIdx()));
+}
+
 void VecCvt::widen(const Xmm& v, data_type dt) {
     const Xmm half = vi_.avx512() ? Xmm(Ymm(v.getIdx())) : Xmm(v.getIdx());
     if (dt == data_type::bf16) {

@@ -39,6 +39,10 @@ public:
     void load(const Xbyak::Xmm& v, const Xbyak::Address& a, data_type dt);
     // The first n lanes (0 < n < vlen) from a, the other lanes 0.
     void load_tail(const Xbyak::Xmm& v, const Xbyak::Address& a, data_type dt, int n);
+    // v := vlen bf16 elements at a, each zero-extended to 32 bits (the bf16
+    // in a dword's low half: the (x, 0) pairs of a one-product vdpbf16ps);
+    // 0 < n < vlen: the first n lanes only, the others 0. AVX-512 only.
+    void load_zero_ext(const Xbyak::Xmm& v, const Xbyak::Address& a, int n = 0);
     // v := its own low half (vlen 16-bit elements) widened to f32.
     void widen(const Xbyak::Xmm& v, data_type dt);
     // v := the element at a widened to f32, in every lane.

@@ -844,8 +844,17 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 }
 
 // bf16 depthwise pairs W pixels (see plan_weights) on avx512_core_bf16,
-// W stride up to dw_window_max_stride, W dilation 1, kernels of
-// dw_window_min_kw_16bit taps or more; but not where src and diff_dst
+// W dilation 1, kernels of dw_window_min_kw_16bit taps or more: at W
+// stride 1 up to dw_pairs_max_kw taps, and kernels of one row (1D, 1 x K)
+// at W stride up to dw_window_max_stride. Other kernels widen their loads,
+// zero-extended for vdpbf16ps' single products (WeightsKernelDesc::dot 2):
+// against W pairs (AMD Zen 5, min of 3, mb 8 / 32 at 2 threads and mb 8 at
+// 1): 3x3 s2 (MobileNetV2, EfficientNet-B0, ShuffleNet) 1.08-1.17x / 1.01-
+// 1.15x / 1.10-1.31x, 7x7 (ConvNeXt-T s1-s3) 1.08-2.18x / 1.14-1.49x /
+// 1.10-1.48x, 9x9 and 11x11 (MixNet) 1.05-1.19x, 512 channels 7x7 at 14x14
+// 2.74x, 5x5x5 s2 (X3D) 1.15-1.19x; 5x5 s2 0.97-1.01x. Pairs stay ahead at
+// 3x3 and 5x5 s1 (32 channels at 112x112 and mb 8: 1.14-1.16x) and on one
+// row (Conformer's 31 taps 1.25-1.30x, 15 taps s2 1.09x). Nor where src and diff_dst
 // exceed L3 on short rows (src and output rows of up to dw_row_max_px
 // pixels) with kernels up to dw_pairs_dram_max_kw wide: widened whole rows
 // stream those from DRAM faster (AMD Zen 4, 2 threads, mb 32, min of 5,
@@ -861,9 +870,11 @@ bool w_pairs(const Problem& p, Isa isa) {
     const bool dram_short_rows = 2.0 * double(p.activation_elems()) > Cost::l3_bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
                                  p.in[2] <= Cost::dw_row_max_px && p.out[2] <= Cost::dw_row_max_px;
     const bool set_conflicts = pixels_share_l1_sets(p.ic() * int64_t(dtype_size(p.dt)));
-    return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 &&
-           p.stride[2] <= Cost::dw_window_max_stride && p.dil[2] == 1 && p.k[2] >= Cost::dw_window_min_kw_16bit &&
-           !dram_short_rows && !set_conflicts;
+    const bool one_row = p.k[0] == 1 && p.k[1] == 1;
+    const bool taps = one_row ? p.stride[2] <= Cost::dw_window_max_stride
+                              : p.stride[2] == 1 && p.k[2] <= Cost::dw_pairs_max_kw;
+    return p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && p.icg == 1 && taps && p.dil[2] == 1 &&
+           p.k[2] >= Cost::dw_window_min_kw_16bit && !dram_short_rows && !set_conflicts;
 }
 
 // Depthwise pre-pads src (copies it into a zero-padded scratch and plans
@@ -1081,6 +1092,13 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     d.n = u8(n, "n");
     d.tail = u8(tail_lanes, "tail");
     d.dot = pairs || w_pairs ? 1 : 0;
+    // bf16 depthwise on avx512_core_bf16 without W pairs: one product a lane
+    // on vdpbf16ps from zero-extended loads (a load each, where widening
+    // to f32 takes a load and a shift), in tiles whose accumulators cover
+    // its latency (Cost::zero_ext_min_accumulators).
+    if (dw && !w_pairs && dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 &&
+        int64_t(d.m) * kh * n >= Cost::zero_ext_min_accumulators)
+        d.dot = 2;
     // The kernels read 32-bit elements (f32, staged, pairs), or widen 16-bit
     // ones as they load them (depthwise in place; gemm stage copies).
     d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 && !stage ? data_type::f32 : dt);
@@ -1216,9 +1234,12 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pair
     const bool dw = is_depthwise(p, isa);
     plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
     plan.w_pairs = dw && pairs_ok && w_pairs(p, isa);
-    plan.isa = plan.pairs || plan.w_pairs ? Isa::avx512_core_bf16
-               : isa >= Isa::avx512_core  ? Isa::avx512_core
-                                          : Isa::avx2;
+    // bf16 depthwise without W pairs keeps avx512_core_bf16 where it has
+    // it: its kernels of enough accumulators multiply on vdpbf16ps (desc()).
+    const bool bf16_dw = dw && p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
+    plan.isa = plan.pairs || plan.w_pairs || bf16_dw ? Isa::avx512_core_bf16
+               : isa >= Isa::avx512_core            ? Isa::avx512_core
+                                                    : Isa::avx2;
     plan.geo = make_geometry(p, plan.pairs);
     plan.blk.kind = dw ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
     if (dw) plan.blk.lane_group = static_cast<int>(p.icg);
@@ -1338,15 +1359,13 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pair
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     WeightsPlan plan = plan_weights_with(p, isa, nthreads, true);
-    // bf16 depthwise W pairs against bf16 widened as it is loaded, where
-    // the widened plan streams (WeightsPlan::dw_stream): AMD Zen 5, 2
-    // threads, min of 5, mb 8 / 32: MobileNetV2 b14 1.31x / 1.32x, 1152
-    // channels 3x3 1.86x / 1.25x and 5x5 (EfficientNet-B0 b6) 1.80x / 2.37x,
-    // 672 channels 5x5 at 14x14 1.49x / 1.29x and 5x5 s2 1.45x / 1.25x,
-    // ConvNeXt-T s4 7x7 1.21x / 1.11x, 960 channels 3x3 s2 1.18x / 1.33x; but
-    // 3x3 s2 at 512 / 576 channels (MobileNet v1 conv5_6, MobileNetV2 b13)
-    // 0.93x / 0.89x and 1.12x / 0.95x, where a vpermt2w pairs two pixels per
-    // vdpbf16ps: 3x3 kernels at W stride 2 keep their pairs.
+    // bf16 depthwise W pairs (W stride 1 here, but for kernels of one row:
+    // w_pairs) against bf16 widened as it is loaded, where the widened plan
+    // streams (WeightsPlan::dw_stream): AMD Zen 5, 2 threads, min of 5, mb 8
+    // / 32: MobileNetV2 b14 1.31x / 1.32x, 1152 channels 3x3 1.86x / 1.25x
+    // and 5x5 (EfficientNet-B0 b6) 1.80x / 2.37x, 672 channels 5x5 at 14x14
+    // 1.49x / 1.29x (measured before widened loads fed vdpbf16ps, which
+    // adds to them). One-row kernels of 3 taps at W stride 2 keep pairs.
     if (plan.w_pairs && !plan.prepad && (p.stride[2] == 1 || p.k[2] > 3)) {
         WeightsPlan widened = plan_weights_with(p, isa, nthreads, false);
         if (widened.dw_stream) return widened;
