@@ -113,6 +113,32 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
 // they cover its m pixels (MobileNetV2's 16 <- 96 expansion at 112x112,
 // m16: 2 lines a trip), one line where a trip already does (ResNet-50's
 // 64 <- 256), and one line where the chunk is not the whole pixel.
+TEST_CASE("data plan: strided depthwise layers within L3 keep ordinary stores", "[jit][data][plan]") {
+    // Outputs of 4 MiB or more with few FMAs a byte stream their stores,
+    // except strided depthwise layers (no D stride) whose diff_dst and
+    // diff_src fit in L3 (32 MiB): those prefetch each block's lines for
+    // writing and store them into the cache.
+    struct Expect {
+        Problem p;
+        const char* what;
+        bool streaming;
+    };
+    const std::vector<Expect> cases = {
+        {square(576, 576, 576, 14, 3, 2, 1, 7), "MobileNetV2 b13 f32: 18 MB", false},
+        {square(576, 576, 576, 14, 3, 2, 1, 7, data_type::bf16), "... bf16: 9 MB", false},
+        {square(192, 192, 192, 28, 3, 2, 1, 14), "b6 f32: 24 MB", false},
+        {square(144, 144, 144, 56, 3, 2, 1, 28), "b3 f32: 72 MB", true},
+        {square(576, 576, 576, 14, 3, 1, 1, 14), "b11 (unit stride) f32: 29 MB", true},
+        {square(32, 256, 256, 56, 3, 2, 1, 28), "ResNeXt-50 groups of 8, s2: 128 MB", true},
+    };
+    for (const Expect& e : cases) {
+        const std::string text = plan_of(e.p, Isa::avx512_core, 2).to_string();
+        INFO(e.what << "\n" << text);
+        CHECK((text.find("streaming stores") != std::string::npos) == e.streaming);
+        if (!e.streaming) CHECK(text.find("diff_src lines prefetched for writing") != std::string::npos);
+    }
+}
+
 TEST_CASE("data plan: prefetch lines cover the next block", "[jit][data][plan]") {
     for (data_type dt : {data_type::f32, data_type::bf16}) {
         const Isa isa = dt == data_type::f32 ? Isa::avx512_core : Isa::avx512_core_bf16;
