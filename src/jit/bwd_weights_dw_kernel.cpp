@@ -35,7 +35,8 @@ private:
     // tap_disp + v * vbytes (the planner keeps it within 32 bits) (through
     // temp(0) on AVX2). With bf16 pairs each lane is one channel of two
     // images in both operands, so vdpbf16ps sums exactly the right products.
-    // 16-bit inputs (in_dt) are widened as they are loaded.
+    // 16-bit inputs (in_dt) are widened as they are loaded (bf16 with
+    // desc.dot 2: zero-extended, multiplied on vdpbf16ps).
     // A block of window() pixels (W stride s, dilation 1: pixel u's tap k
     // reads src vector s*u + k of the kernel row): the block's diff_dst
     // vectors in temp(1 + u*n + v); per kernel row, each of its

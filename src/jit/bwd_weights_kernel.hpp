@@ -16,8 +16,10 @@
 //  - bf16 / f16 read in place (desc.in_dt, depthwise only): each vector is
 //    widened to f32 as it is loaded (2 bytes per channel and pixel). The
 //    depthwise kernel does one FMA per loaded src vector and is bound by
-//    memory, so a conversion per load is free there, and staging would only
-//    add traffic.
+//    memory, so a conversion per load is cheap there, and staging would only
+//    add traffic. bf16 with desc.dot 2 (avx512_core_bf16) loads each value
+//    zero-extended to 32 bits instead, one instruction where widening takes
+//    two, and multiplies on vdpbf16ps: (x, 0) . (y, 0) = x * y.
 //
 // One call accumulates one weight tile over a list of output rows (a chunk
 // of the pixel reduction) and adds (or stores) the register tile into

@@ -89,7 +89,7 @@ constexpr double kRowBlockSlack = 1.1;
 constexpr int64_t kStreamingOutputBytes = 4 << 20;
 constexpr double kStreamingFlopsPerByte = 256.0;
 // ... but not strided depthwise layers (H or W stride, no D stride) whose
-// diff_dst and diff_src fit in this (the hosts' L3): their stores, with
+// diff_dst and diff_src fit in L3 (kL3Bytes): their stores, with
 // each block's lines prefetched for writing, hit lines that stay in L3,
 // where streaming sends all of diff_src to DRAM (AMD Zen 5, 2 threads, min
 // of 3, ordinary against streaming: MobileNetV2 b6 / b13 f32 1.43-2.18x /
@@ -97,7 +97,6 @@ constexpr double kStreamingFlopsPerByte = 256.0;
 // 1.45-2.13x, 112 -> 56 bf16 at mb 8 1.24-1.26x, ShuffleNet s2
 // 1.03-1.88x; beyond L3 0.72-0.91x; X3D 5x5x5 s2 at 12 MB 0.94x, so
 // not with a D stride; unit strides 0.88-1.06x, so they keep streaming).
-constexpr double kStridedDwCachedBytes = 32.0 * 1024 * 1024;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 // NCX windows (DataPlan::ncx_windows): row groups of whole images where a
 // channel's diff_src plane is at most kWindowPlaneBytes, else of at least
@@ -895,7 +894,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     const double dd_bytes = double(p.mb * p.out_sp() * p.oc()) * double(es);
     const bool strided_dw_cached = pl->path == DataPath::depthwise && p.stride[0] == 1 &&
                                    (p.stride[1] > 1 || p.stride[2] > 1) &&
-                                   double(out_bytes) + dd_bytes <= kStridedDwCachedBytes;
+                                   double(out_bytes) + dd_bytes <= kL3Bytes;
     pl->nt_store = big && !strided_dw_cached && one_store && whole_lines && !pl->ncx_windows &&
                    (pl->path == DataPath::depthwise || p.icg % pl->blk.vlen == 0) && p.ic() % pl->blk.vlen == 0;
     // Where streaming stores cannot serve (channels not whole vectors, or

@@ -479,7 +479,7 @@ double dw_data_bytes(const WeightsPlan& plan) {
 
 // f32 depthwise windows from 3 taps (not 5): at W stride 1 on rows of up
 // to dw_window_3tap_max_ow pixels whose src and diff_dst fit in L3
-// together (l3_bytes), pixel strides not a multiple of 2 KiB. 3x3 windows
+// together (kL3Bytes), pixel strides not a multiple of 2 KiB. 3x3 windows
 // against none, AMD Zen 4, f32, 1 thread, min of 3-5: at mb 8, 14x14-28x28
 // planes of 192-960 channels 1.04-1.29x; at mb 32 1.04-1.14x in L3 (384,
 // 480 at 14x14, 960 at 7x7) but 0.77-0.84x from DRAM (192 at 28x28,
@@ -502,7 +502,7 @@ bool pixels_share_l1_sets(int64_t pixel_bytes) { return pixel_bytes % (kL1SetSpa
 // (MobileNetV2 192 channels at 28x28, 38 MB), 0.68x at 512 channels
 // (14x14, 26 MB).
 bool dw_f32_src_shared(const WeightsPlan& plan) {
-    return dw_data_bytes(plan) <= Cost::l3_bytes && !pixels_share_l1_sets(dw_tap_disp(plan));
+    return dw_data_bytes(plan) <= kL3Bytes && !pixels_share_l1_sets(dw_tap_disp(plan));
 }
 
 // Depthwise whole rows: f32 or 16-bit widened per load (not W pairs), no
@@ -867,7 +867,7 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 // channels at 14x14 1.54x, 2048 at 8x8 / 7x7 1.67x / 1.37x, 3x3 s2
 // 1.19-1.29x, 5x5 1.35x, 7x7 at 7x7 3.18x.
 bool w_pairs(const Problem& p, Isa isa) {
-    const bool dram_short_rows = 2.0 * double(p.activation_elems()) > Cost::l3_bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
+    const bool dram_short_rows = 2.0 * double(p.activation_elems()) > kL3Bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
                                  p.in[2] <= Cost::dw_row_max_px && p.out[2] <= Cost::dw_row_max_px;
     const bool set_conflicts = pixels_share_l1_sets(p.ic() * int64_t(dtype_size(p.dt)));
     const bool one_row = p.k[0] == 1 && p.k[1] == 1;
@@ -979,7 +979,7 @@ bool dw_stream_ok(const WeightsPlan& plan) {
            g.segs_per_row == 1 &&
            (b.kh == g.k[1] || plan.elem_bytes() == 2) &&
            plan.red.chunks > plan.red.slices && plan.red.chunk_rows * g.segment < Cost::dw_stream_max_call_px &&
-           dw_data_bytes(plan) <= Cost::l3_bytes * Cost::dw_stream_max_l3_share &&
+           dw_data_bytes(plan) <= kL3Bytes * Cost::dw_stream_max_l3_share &&
            std::max(ahead[0], ahead[1]) <= INT32_MAX / 2;
 }
 

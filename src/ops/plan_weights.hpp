@@ -272,7 +272,6 @@ struct WeightsCostModel {
     // bf16 from DRAM on short rows: kernels up to this wide widen instead of pairing W pixels (w_pairs).
     static constexpr int64_t dw_pairs_dram_max_kw = 5;
     static constexpr int64_t dw_pairs_max_kw = 5;  // bf16 W pairs of kernels of several rows: W stride 1, this wide
-    static constexpr double l3_bytes = 32.0 * 1024 * 1024;  // the project hosts' L3 (Zen 4 and Zen 5 guests)
     static constexpr double fma_latency = 4;
     // AVX2 counts it 6: with 16 registers its tiles are small, and one of 8
     // accumulators (4 chains in flight a cycle at most) leaves the FMA ports
@@ -358,12 +357,12 @@ struct WeightsCostModel {
     // calls would take fewer output pixels than this, and how many output
     // rows ahead each pass prefetches.
     static constexpr int64_t dw_stream_max_call_px = 48;
+    static constexpr int64_t dw_stream_rows_ahead = 2;
+    static constexpr double dw_stream_max_l3_share = 0.6;  // ... src and diff_dst within this share of L3
     // bf16 depthwise tiles multiply on vdpbf16ps (WeightsKernelDesc::dot 2)
     // from this many accumulators: it takes 6 cycles to the FMA's 4 at the
     // same 2 a cycle (AMD Zen 5), so fewer chains wait on it.
     static constexpr int64_t zero_ext_min_accumulators = 12;
-    static constexpr int64_t dw_stream_rows_ahead = 2;
-    static constexpr double dw_stream_max_l3_share = 0.6;  // ... src and diff_dst within this share of L3
     static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
     static constexpr int max_prefetch_lines = 16;
 };

@@ -137,6 +137,9 @@ bool plain_axis(const Problem& p, int a);
 // (a block's broadcast rows, a row's pixels) that put more than
 // kL1LinesPerSet into one set evict each other.
 constexpr int64_t kCacheLineBytes = 64;
+// The L3 of the project's hosts (AMD Zen 4 and Zen 5 guests), for the
+// planners' rules on data that stays cached between passes.
+constexpr double kL3Bytes = 32.0 * 1024 * 1024;
 constexpr int64_t kL1SetSpan = 4096;
 constexpr int kL1LinesPerSet = 8;
 // The most distinct lines that m rows `stride` bytes apart, read at one
