@@ -69,17 +69,19 @@ void check_exact(Make make, const char* note, bool dot, const std::vector<convgr
     }
 }
 
-// A copy of a buffer's bytes that ends where an inaccessible page begins:
-// a load of any byte past its end faults.
+// A copy of a buffer's bytes that ends where an inaccessible page begins
+// (front: that starts where one ends): a load of any byte past its end
+// (before its start) faults.
 class Guarded {
 public:
-    explicit Guarded(const testutil::Buffer& b) : page_(sysconf(_SC_PAGESIZE)) {
+    explicit Guarded(const testutil::Buffer& b, bool front = false) : page_(sysconf(_SC_PAGESIZE)) {
         const int64_t bytes = static_cast<int64_t>(b.bytes.size());
         len_ = static_cast<size_t>(((bytes + page_ - 1) / page_ + 1) * page_);
         base_ = static_cast<char*>(mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
         REQUIRE(base_ != MAP_FAILED);
-        REQUIRE(mprotect(base_ + len_ - page_, static_cast<size_t>(page_), PROT_NONE) == 0);
-        data_ = base_ + len_ - page_ - b.bytes.size();
+        char* guard = front ? base_ : base_ + len_ - page_;
+        REQUIRE(mprotect(guard, static_cast<size_t>(page_), PROT_NONE) == 0);
+        data_ = front ? base_ + page_ : base_ + len_ - page_ - b.bytes.size();
         std::memcpy(data_, b.data(), b.bytes.size());
     }
     ~Guarded() { munmap(base_, len_); }

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "dot_test_util.hpp"
 #include "jit/isa.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
@@ -32,6 +33,19 @@ struct DCase : wtest::Case {
         return testutil::make_op(isa, op_kind::conv_bwd_data, dt, a, data(oc, false), weights());
     }
 };
+
+// A case's spatial attributes, as the tables below list them.
+struct Geom {
+    dims in, k, s, d, pb, pe;
+};
+void set_geometry(DCase& c, const Geom& g) {
+    c.in = g.in;
+    c.k = g.k;
+    c.s = g.s;
+    c.d = g.d;
+    c.pb = g.pb;
+    c.pe = g.pe;
+}
 
 // Whether the CPU (and CONVGRAD_MAX_ISA) allows the cap `isa`.
 bool runs(const std::string& isa) {
@@ -251,32 +265,27 @@ TEST_CASE("data: bf16 depthwise pairs kh rows", "[jit][data]") {
         return;
     }
     struct Shape {
-        dims in, k, s, d, pb, pe;
+        Geom geo;
         const char* step;  // the pair step the plan names
     };
     const std::vector<Shape> shapes{
-            {{9, 11}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}, "(kh, kh+1)"},
-            {{10, 8}, {4, 3}, {1, 1}, {1, 1}, {3, 0}, {1, 2}, "(kh, kh+1)"},
-            {{12, 9}, {3, 3}, {2, 1}, {1, 1}, {1, 1}, {0, 1}, "(kh, kh+2)"},
-            {{13, 7}, {3, 3}, {2, 1}, {2, 1}, {2, 1}, {2, 1}, "(kh, kh+1)"},
-            {{14, 6}, {5, 3}, {3, 1}, {1, 1}, {2, 1}, {2, 1}, "(kh, kh+3)"},
-            {{11, 9}, {3, 3}, {1, 1}, {2, 1}, {2, 1}, {2, 1}, "(kh, kh+1)"},
-            {{5, 58}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 1}, "(kh, kh+2)"},
-            {{9, 14}, {3, 3}, {1, 2}, {1, 1}, {1, 1}, {1, 1}, "(kh, kh+1)"},
-            {{4, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, "(kh, kh+1)"},
-            {{5, 6, 7}, {2, 3, 3}, {1, 2, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 1}, "(kh, kh+2)"},
+            {{{9, 11}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, "(kh, kh+1)"},
+            {{{10, 8}, {4, 3}, {1, 1}, {1, 1}, {3, 0}, {1, 2}}, "(kh, kh+1)"},
+            {{{12, 9}, {3, 3}, {2, 1}, {1, 1}, {1, 1}, {0, 1}}, "(kh, kh+2)"},
+            {{{13, 7}, {3, 3}, {2, 1}, {2, 1}, {2, 1}, {2, 1}}, "(kh, kh+1)"},
+            {{{14, 6}, {5, 3}, {3, 1}, {1, 1}, {2, 1}, {2, 1}}, "(kh, kh+3)"},
+            {{{11, 9}, {3, 3}, {1, 1}, {2, 1}, {2, 1}, {2, 1}}, "(kh, kh+1)"},
+            {{{5, 58}, {5, 5}, {2, 2}, {1, 1}, {2, 2}, {2, 1}}, "(kh, kh+2)"},
+            {{{9, 14}, {3, 3}, {1, 2}, {1, 1}, {1, 1}, {1, 1}}, "(kh, kh+1)"},
+            {{{4, 6, 7}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}, "(kh, kh+1)"},
+            {{{5, 6, 7}, {2, 3, 3}, {1, 2, 1}, {1, 1, 1}, {1, 1, 1}, {0, 0, 1}}, "(kh, kh+2)"},
     };
     for (const Shape& sh : shapes)
         for (int64_t ch : {1, 17, 48}) {
             DCase c;
             c.dt = data_type::bf16;
             c.g = c.ic = c.oc = ch;
-            c.in = sh.in;
-            c.k = sh.k;
-            c.s = sh.s;
-            c.d = sh.d;
-            c.pb = sh.pb;
-            c.pe = sh.pe;
+            set_geometry(c, sh.geo);
             const std::string d = c.make("avx512_core_bf16").describe();
             INFO(d);
             CHECK(d.find(std::string("vdpbf16ps on kh row pairs ") + sh.step) != std::string::npos);
@@ -1052,6 +1061,90 @@ TEST_CASE("data: streaming stores, aligned and not", "[jit][data][dtype]") {
             const auto expect = testutil::run(ref, dd, w);
             check_streaming(c, dd, w, expect);
         }
+}
+
+// Depthwise and lane-group plans with an entry per kh row (or kernels
+// one tap wide) read the diff_dst rows in place: each W phase's kernel has
+// the row compiled in and leaves out the taps past its ends, block by block
+// (rows of one to three pixels, where every block is an edge; wide and
+// asymmetric pads; W dilation; W strides of 2 and 3 with the phase's taps
+// in one entry; 1x1 at stride 2, whose odd pixels no tap reaches; lane
+// groups; 1D and 3D; channel tails). diff_dst starts right after an
+// inaccessible page and, in a second run, ends right before one: a read
+// of a pixel outside the tensor faults, and one outside the row but inside
+// the tensor adds a wrong value. Bit for bit as the reference, every type
+// and ISA.
+TEST_CASE("data: depthwise kernels compile the W edges in and read diff_dst in place", "[jit][data][dtype]") {
+    // edges: the f32 AVX-512 plan compiles them in (the others run an
+    // entry per tap on zero-padded rows: rows too short for the accumulators
+    // a kh row's taps need, a W stride of 3; or the 1x1 has no edges).
+    struct Shape {
+        int64_t g, c;
+        Geom geo;
+        bool edges;
+    };
+    const Shape shapes[] = {
+            {32, 32, {{3, 1}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, false},
+            {16, 16, {{4, 2}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, false},
+            {17, 17, {{3, 3}, {3, 5}, {}, {}, {1, 2}, {1, 2}}, true},
+            {48, 48, {{5, 14}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, true},
+            {40, 40, {{7, 7}, {7, 7}, {}, {}, {3, 3}, {3, 3}}, true},
+            {24, 24, {{4, 9}, {3, 5}, {}, {1, 2}, {1, 4}, {1, 4}}, true},
+            {33, 33, {{3, 11}, {3, 3}, {}, {}, {0, 2}, {2, 0}}, true},
+            {20, 20, {{3, 5}, {3, 3}, {}, {}, {1, 3}, {1, 3}}, false},
+            {48, 48, {{3, 60}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}}, true},
+            {32, 32, {{3, 64}, {3, 5}, {1, 2}, {}, {1, 2}, {1, 2}}, true},
+            {16, 16, {{3, 61}, {3, 7}, {1, 3}, {}, {1, 3}, {1, 3}}, false},
+            {32, 32, {{3, 9}, {1, 1}, {1, 2}, {}, {}, {}}, false},
+            {8, 32, {{4, 10}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, true},
+            {4, 32, {{4, 13}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, true},
+            {64, 64, {{37}, {5}, {}, {}, {2}, {2}}, true},
+            {24, 24, {{4, 5, 6}, {3, 3, 3}, {}, {}, {1, 1, 1}, {1, 1, 1}}, true},
+    };
+    for (const Shape& sh : shapes)
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            DCase c;
+            c.dt = dt;
+            c.g = sh.g;
+            c.ic = c.oc = sh.c;
+            set_geometry(c, sh.geo);
+            const auto ref = c.make("ref");
+            const auto dd = testutil::small_ints(dt, ref.input0_elems(), 51);
+            const auto w = testutil::small_ints(dt, ref.input1_elems(), 52);
+            const auto expect = testutil::run(ref, dd, w);
+            const dottest::Guarded dd_front(dd, true), dd_end(dd), gw(w);
+            for (const std::string& isa : kAllIsas) {
+                if (!runs(isa)) continue;
+                const auto jit = c.make(isa);
+                INFO(sh.g << " groups, " << sh.c << " ch, " << convgrad::dtype_name(dt) << ", " << isa << ": "
+                          << jit.describe());
+                require_jit_named(jit, isa);
+                if (isa == "avx512_core" && dt == data_type::f32)
+                    CHECK((jit.describe().find("W edges compiled in, rows read in place") != std::string::npos) ==
+                          sh.edges);
+                CHECK(testutil::bitwise_equal(dottest::run_guarded(jit, dd_front, gw), expect));
+                CHECK(testutil::bitwise_equal(dottest::run_guarded(jit, dd_end, gw), expect));
+            }
+        }
+}
+
+// Depthwise layers whose diff_dst and diff_src together exceed L3 prefetch
+// the row each next diff_src row reads first, block by block, to L2.
+TEST_CASE("data: large depthwise layers prefetch the next diff_dst row", "[jit][data]") {
+    DCase c;
+    c.mb = 3;  // 24 MiB each
+    c.g = c.ic = c.oc = 32;
+    c.in = {256, 256};
+    c.pb = c.pe = {1, 1};
+    if (runs("avx512_core")) {
+        const std::string d = c.make("avx512_core").describe();
+        INFO(d);
+        CHECK(d.find("rows read in place, the next one prefetched to L2") != std::string::npos);
+    }
+    c.mb = 1;
+    if (runs("avx512_core")) CHECK(c.make("avx512_core").describe().find("prefetched to L2") == std::string::npos);
+    c.mb = 3;
+    check_exact(c, {"avx512_core"});
 }
 
 TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][dtype]") {

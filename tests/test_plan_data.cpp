@@ -54,7 +54,8 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 3584 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 1 (32 channels/group, tail 2 vec 0 lanes)\n"
           "      for oc chunk of 1\n"
-          "        for W phase in 1, block of 12 pixels (zero-padded rows), streaming stores\n"
+          "        for W phase in 1, block of 12 pixels (W edges compiled in, rows read in place, the next one "
+          "prefetched to L2), streaming stores\n"
           "          for valid tap (kd, kh, kw): per kh: 6 W loads, 28 dd loads, 72 FMAs\n");
     // ResNet-50 res4b_branch2a in bf16: a dozen blockings tie at the FMA
     // bound; the tie goes to the fewest loads per FMA with W in L1 (m6 x n4,
@@ -68,7 +69,8 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 3 (144 channels/group, tail 3 vec 0 lanes), up to 3 a call\n"
           "      for oc chunk of 1\n"
-          "        for W phase in 1, block of 6 pixels (zero-padded rows), diff_src lines prefetched for writing\n"
+          "        for W phase in 1, block of 6 pixels (W edges compiled in, rows read in place, the next one "
+          "prefetched to L2), diff_src lines prefetched for writing\n"
           "          for valid tap (kd, kh, kw): per kh pair: 9 W loads, 24 dd pairs (2 loads + vpermw; a kh alone: "
           "vpmovzxwd), 54 FMAs\n");
     // RegNetX-400MF stage 4: 24 groups of 16 at 7x7. One vector per group,
@@ -90,7 +92,8 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 4 (256 channels/group, tail 4 vec 0 lanes), up to 4 a call\n"
           "      for oc chunk of 8\n"
-          "        for W phase in 2, block of 5 pixels (zero-padded rows), streaming stores\n"
+          "        for W phase in 2, block of 5 pixels (W edges compiled in, rows read in place, the next one "
+          "prefetched to L2), streaming stores\n"
           "          for valid tap (kd, kh, kw): per kh, up to 2 taps of the phase: for o in 8: 8 W loads, 24 permuted "
           "dd loads, 40 FMAs\n");
     CHECK(plan_of(square(32, 128, 128, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
@@ -98,7 +101,8 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
           "    for cb in 16 (128 channels/group, tail 1 vec 0 lanes), up to 16 a call\n"
           "      for oc chunk of 4\n"
-          "        for W phase in 1, block of 10 pixels (zero-padded rows), diff_src lines prefetched for writing\n"
+          "        for W phase in 1, block of 10 pixels (W edges compiled in, rows read in place, the next one "
+          "prefetched to L2), diff_src lines prefetched for writing\n"
           "          for valid tap (kd, kh, kw): per kh: for o in 4: 3 W loads, 12 permuted dd loads, 30 FMAs\n");
     CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 direct m6 n2x8 threads 2\n"

@@ -36,8 +36,10 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.row_taps = kind == DataKernelKind::depthwise || direct_taps ? types.row_taps : 1;
     d.tap_dil = d.row_taps > 1 ? types.tap_dil : 1;
     d.w_tap_step = d.row_taps > 1 && !direct_taps ? types.w_tap_step : 1;
-    d.row_x0 = direct_taps ? types.row_x0 : 0;
-    d.row_w = direct_taps ? types.row_w : 0;
+    const bool dw_edges = kind == DataKernelKind::depthwise && types.row_w > 0;
+    d.row_x0 = direct_taps || dw_edges ? types.row_x0 : 0;
+    d.row_w = direct_taps || dw_edges ? types.row_w : 0;
+    d.row_nblocks = dw_edges ? types.row_nblocks : 0;
     d.w_tap_bytes = direct_taps ? types.w_tap_bytes : 0;
     d.block_rows = direct_taps ? std::max(1, types.block_rows) : 1;
     d.tail_m = types.tail_m;
@@ -60,7 +62,10 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.store == int32_t(DataStore::streaming)) os << "_nt";
     if (d.store == int32_t(DataStore::prefetched)) os << "_pfw";
     if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
-    if (d.row_w) os << "x" << d.row_x0 << "of" << d.row_w << "w" << d.w_tap_bytes;
+    if (d.row_w && d.kind == int32_t(DataKernelKind::depthwise))
+        os << "_edges" << d.row_x0 << "of" << d.row_w << "b" << d.row_nblocks;
+    else if (d.row_w)
+        os << "x" << d.row_x0 << "of" << d.row_w << "w" << d.w_tap_bytes;
     if (d.block_rows > 1) os << "_rows" << d.block_rows;
     if (d.tail_m) os << "_tail" << d.tail_m;
     if (d.w_tap_step > 1) os << "w" << d.w_tap_step;
@@ -176,7 +181,6 @@ void DataKernel::generate() {
 // (kRep*), read once a rep, and the W offset once an entry.
 void DataKernel::block_loop() {
     Xbyak::Label l_rep, l_block, l_tail, l_done;
-    const int64_t acc_pix_bytes = d_.dst_pix_bytes / VecCvt::elem_bytes(out_dt()) * 4;
     sub(rsp, kRepFrameBytes);
     mov(kTmp, arg(*this, &DataKernelArgs::nreps));
     test(kTmp, kTmp);
@@ -193,18 +197,20 @@ void DataKernel::block_loop() {
     mov(kDst, rep_slot(kRepDst));
     mov(kAcc, rep_slot(kRepAcc));
     mov(kBlkOff, rep_slot(kRepDd));
-    mov(kBlocks, arg(*this, &DataKernelArgs::nblocks));
-    test(kBlocks, kBlocks);
-    jz(l_tail, T_NEAR);
-    L(l_block);
-    block_body();
-    add(kDst, static_cast<int>(d_.m * d_.dst_pix_bytes));
-    add(kAcc, static_cast<int>(d_.m * acc_pix_bytes));
-    add(kBlkOff, static_cast<int>(d_.dd_block_bytes));
-    dec(kBlocks);
-    jnz(l_block, T_NEAR);
+    if (dw_edges()) {
+        edge_row();
+    } else {
+        mov(kBlocks, arg(*this, &DataKernelArgs::nblocks));
+        test(kBlocks, kBlocks);
+        jz(l_tail, T_NEAR);
+        L(l_block);
+        block_body();
+        next_block();
+        dec(kBlocks);
+        jnz(l_block, T_NEAR);
+    }
     L(l_tail);
-    if (d_.tail_m) {  // the partial block: the same body over tail_m pixels
+    if (d_.tail_m && !dw_edges()) {  // the partial block: the same body over tail_m pixels
         Xbyak::Label l_no_tail;
         mov(kTmp, arg(*this, &DataKernelArgs::tail));
         test(kTmp, kTmp);
@@ -229,8 +235,69 @@ void DataKernel::block_loop() {
     add(rsp, kRepFrameBytes);
 }
 
+// rcx / r12 / rsi := the next block's.
+void DataKernel::next_block() {
+    const int64_t acc_pix_bytes = d_.dst_pix_bytes / VecCvt::elem_bytes(out_dt()) * 4;
+    add(kDst, static_cast<int>(d_.m * d_.dst_pix_bytes));
+    add(kAcc, static_cast<int>(d_.m * acc_pix_bytes));
+    add(kBlkOff, static_cast<int>(d_.dd_block_bytes));
+}
+
+// Depthwise W edges (DataKernelDesc::row_x0): a W phase of a row. Block b
+// reads row pixels row_x0 + b·m - reach to row_x0 + b·m + m - 1, inside
+// the row for the blocks [lo, hi): those run in a loop, the others (and
+// the partial block) are emitted each for its position. Clobbers rdx.
+void DataKernel::edge_row() {
+    const int m = d_.m, nb = d_.row_nblocks, reach = (d_.row_taps - 1) * d_.tap_dil;
+    auto inside = [&](int b) { return d_.row_x0 + b * m - reach >= 0 && d_.row_x0 + b * m + m <= d_.row_w; };
+    int lo = 0;
+    while (lo < nb && !inside(lo)) ++lo;
+    int hi = lo;
+    while (hi < nb && inside(hi)) ++hi;
+    auto edge_block = [&](int b, int pixels) {  // block position b, emitted for its pixels alone
+        d_.m = pixels;
+        edge_px0_ = b * m;
+        block_body();
+        edge_px0_ = kInteriorBlock;
+        d_.m = m;
+    };
+    for (int b = 0; b < lo; ++b) {
+        edge_block(b, m);
+        next_block();
+    }
+    if (hi > lo) {
+        Xbyak::Label l_block;
+        mov(kBlocks, hi - lo);
+        L(l_block);
+        block_body();
+        next_block();
+        dec(kBlocks);
+        jnz(l_block, T_NEAR);
+    }
+    for (int b = hi; b < nb; ++b) {
+        edge_block(b, m);
+        next_block();
+    }
+    if (d_.tail_m) edge_block(nb, d_.tail_m);
+}
+
+// Depthwise W edges: the lines of the block's m pixels (n vectors each)
+// at args.dd_pf to L2, if set. Reads rsi; clobbers r15.
+void DataKernel::prefetch_next_row() {
+    Xbyak::Label l_none;
+    mov(kPf, arg(*this, &DataKernelArgs::dd_pf));
+    test(kPf, kPf);
+    jz(l_none, T_NEAR);
+    const int64_t bytes = d_.n * vi_.vlen() * VecCvt::elem_bytes(in_dt());
+    for (int j = 0; j < d_.m; ++j)
+        for (int64_t off = 0; off < bytes; off += 64)
+            prefetcht1(ptr[kPf + kBlkOff + static_cast<int>(j * d_.dd_pix_bytes + off)]);
+    L(l_none);
+}
+
 // One block of m pixels at rcx / r12 / rsi: init, entries, store.
 void DataKernel::block_body() {
+    if (dw_edges()) prefetch_next_row();
     init_accumulators();
     if (d_.store == int32_t(DataStore::prefetched)) prefetch_block_dst();
     entry_loop();
@@ -534,7 +601,7 @@ void DataKernel::depthwise_lane_group(int o, DwRows rows) {
         // Each (pixel, vector) FMA multiplies its own broadcast (a vector is
         // one group): read it inside the FMA, pair o at bytes 4o either way.
         for (int j = 0; j < d_.m; ++j)
-            for (int v = 0; v < d_.n; ++v) {
+            for (int v = 0; v < d_.n && dw_pixel_inside(j); ++v) {
                 const auto a = ptr[kDd + static_cast<int>(j * d_.dd_pix_bytes + v * dd_vec_bytes + o * 4)];
                 if (dot())
                     cvt_.dot_bf16_bcast(vi_.vreg(j * d_.n + v), vi_.vreg(mn + v), a);
@@ -550,7 +617,7 @@ void DataKernel::depthwise_lane_group(int o, DwRows rows) {
         vi_.lane_group_index(index_vreg(), kTmp, g, o);
     int next_temp = 0;
     for (int q = -(taps - 1) * dil; q < d_.m; ++q)
-        for (int v = 0; v < d_.n; ++v) {
+        for (int v = 0; v < d_.n && dw_pixel_inside(q); ++v) {
             const Xbyak::Xmm t = vi_.vreg(mn + taps * d_.n + next_temp);
             next_temp ^= 1;
             const int disp = static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes);

@@ -35,7 +35,9 @@
 // pointer into the pre-packed weights. The executor builds the entries, so
 // stride phases, dilation and padding never reach the kernel: taps that hit
 // an inserted zero are simply not entries, and edge pixels read a
-// zero-padded staging copy. A call with no entries writes zeros.
+// zero-padded staging copy (depthwise kernels with row_w > 0 instead leave
+// the taps past the W edges out, see DataKernelDesc::row_x0). A call with
+// no entries writes zeros.
 //
 // The sum over one pixel is a single running chain in entry order then oc
 // order (depthwise: entry, then o, then the row's taps; direct row taps:
@@ -53,6 +55,7 @@
 // they go to `acc` as f32 for the next oc chunk.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -134,6 +137,13 @@ struct DataKernelDesc {
     // whose x falls outside the row are left out at generation (the W
     // edges compiled in), and each pixel is broadcast once per oc for every
     // tap that reads it.
+    // Depthwise with row_w > 0: the same for the pixels of a whole W phase
+    // of a row, read in place (no zero-padded copy): block b's pixel j,
+    // tap k reads x = b·m + j + row_x0 - tap_dil·k. A call runs the row's
+    // row_nblocks full blocks and its tail_m pixels (the args' nblocks and
+    // tail are not read); the blocks whose taps reach past either end of
+    // the row are emitted one by one, those loads and FMAs left out, the
+    // others run in a loop.
     int32_t row_x0 = 0;
     int32_t row_w = 0;
     // Direct row taps: a block is block_rows consecutive diff_src rows of
@@ -145,7 +155,7 @@ struct DataKernelDesc {
     // row's partial last block, run in the same rep so that each channel
     // block of a run finishes its row before the next one starts.
     int32_t tail_m = 0;
-    int32_t reserved = 0;         // keeps the struct free of padding
+    int32_t row_nblocks = 0;      // depthwise W edges (row_w > 0): full blocks a row
     int64_t w_tap_bytes = 0;      // direct row taps: W bytes between taps k and k+1
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
@@ -166,7 +176,8 @@ struct DataKernelTypes {
     // the block's FMAs, so the lines' reads for ownership overlap them.
     DataStore store = DataStore::plain;
     int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise, direct row taps: see DataKernelDesc
-    int row_x0 = 0, row_w = 0;      // direct row taps: see DataKernelDesc
+    int row_x0 = 0, row_w = 0;      // direct row taps, depthwise W edges: see DataKernelDesc
+    int row_nblocks = 0;            // depthwise W edges: see DataKernelDesc
     int64_t w_tap_bytes = 0;        // direct row taps: see DataKernelDesc
     int block_rows = 1;             // direct row taps: see DataKernelDesc
     int tail_m = 0;                 // see DataKernelDesc
@@ -217,6 +228,10 @@ struct DataKernelArgs {
     // Zero: the call leaves out the desc's partial block (tail_m), a row
     // segment that ends before its phase does (DataPlan::segments).
     int64_t tail = 1;
+    // Depthwise W edges (rows read in place): entry 0's diff_dst pointer
+    // one row further on (the row the next diff_src row reads first), whose
+    // lines under each block's pixels the block prefetches to L2; null: none.
+    const void* dd_pf = nullptr;
 };
 
 class DataKernel final : public JitKernel {
@@ -230,6 +245,9 @@ public:
 private:
     void generate() override;
     void block_loop();
+    void edge_row();
+    void prefetch_next_row();
+    void next_block();
     void block_body();
     void init_accumulators();
     void entry_loop();
@@ -239,6 +257,15 @@ private:
     void odd_oc_step();
     void oc_step_row_taps(int i);
     bool direct_row_taps() const { return d_.kind == int32_t(DataKernelKind::direct) && d_.row_taps > 1; }
+    bool dw_edges() const { return d_.kind == int32_t(DataKernelKind::depthwise) && d_.row_w > 0; }
+    // Depthwise W edges: whether the block being emitted reads diff_dst
+    // pixel q (q = j - tap_dil·k of its tap-0 pixel 0, see
+    // DataKernelDesc::row_x0) inside the row; always true in the loop.
+    bool dw_pixel_inside(int q) const {
+        if (edge_px0_ == kInteriorBlock) return true;
+        const int x = d_.row_x0 + edge_px0_ + q;
+        return x >= 0 && x < d_.row_w;
+    }
     // Direct: the block pixel tap k of diff_dst pixel x adds to (-1: none;
     // see DataKernelDesc::row_x0; one tap per entry: pixel x itself).
     // Direct row taps: pixels of one diff_src row of a block, and the
@@ -292,6 +319,10 @@ private:
 
     DataKernelDesc d_;  // d_.m is the partial block's while its body is emitted (block_loop)
     int index_m_ = 1;   // the full blocks' m
+    // Depthwise W edges: the row pixel of the emitted block's pixel 0, or
+    // kInteriorBlock while the loop's body (or any other kernel) is emitted.
+    static constexpr int kInteriorBlock = INT_MIN;
+    int edge_px0_ = kInteriorBlock;
     VecIsa vi_;
     VecCvt cvt_;
     Fn fn_ = nullptr;

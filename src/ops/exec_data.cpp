@@ -466,7 +466,7 @@ void JitDataExecutor::build_kernels() {
     const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
     // mb pixels a block, the last (narrower) channel block or not,
     // streaming stores, an entry's row taps, the pixels of a partial block.
-    auto build = [&](int64_t mb, bool last, bool nt, int64_t taps, int64_t tail_m) {
+    auto build = [&](int64_t mb, bool last, bool nt, int64_t taps, int64_t tail_m, int64_t r = 0) {
         DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
         if (col) types.out = data_type::f32;
         if (plan_.direct_row_taps) {  // W taps one [oc][lanes] block apart; whole rows a block
@@ -477,6 +477,12 @@ void JitDataExecutor::build_kernels() {
         const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes * std::max<int64_t>(1, mb / row_px) : 0;
         types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
         types.tail_m = static_cast<int>(tail_m);
+        if (plan_.dw_edges) {  // phase r's row: tap 0 of pixel 0 reads pixel row_x0
+            const std::vector<PhaseTap>& pt = phases_[static_cast<size_t>(r)];
+            types.row_x0 = pt.empty() ? 0 : static_cast<int>(pt[0].base);
+            types.row_w = static_cast<int>(g.out[2]);
+            types.row_nblocks = static_cast<int>(phase_pixel_count(g, r) / mb);
+        }
         const DataKernelDesc d = make_data_desc(
                 plan_.isa, dw ? DataKernelKind::depthwise : DataKernelKind::direct, static_cast<int>(mb),
                 last ? plan_.cb.tail_n : b.n, last ? plan_.cb.tail_lanes : 0, b.oc_unroll, b.bcast_in_fma, dd_pix,
@@ -495,7 +501,7 @@ void JitDataExecutor::build_kernels() {
                 for (int last = 0; last < 2; ++last)
                     if (last || plan_.cb.per_group > 1)
                         phase_kernels_[static_cast<size_t>((r * 2 + last) * 2 + nt)] =
-                                build(b.m, last, nt, taps, phase_pixel_count(g, r) % b.m);
+                                build(b.m, last, nt, taps, phase_pixel_count(g, r) % b.m, r);
         }
         return;
     }
@@ -1139,7 +1145,8 @@ DataKernelArgs JitDataExecutor::call_args(const DataKernelArgs& rep, int64_t noc
 // (acc_row: the row's f32 partial sums, or null when they live in
 // diff_src): every W phase in one call, its blocks of m pixels, then its
 // partial block. Every tap of every pixel
-// reads real memory: the row itself when no pixel reaches past an edge, else
+// reads real memory: the row itself when no pixel reaches past an edge
+// (or where the kernels leave those taps out: DataPlan::dw_edges), else
 // its zero-padded copy.
 void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t seg, int64_t cb,
                                   int64_t reps, int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
@@ -1268,6 +1275,8 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     a.acc = acc;
     a.nblocks = pc.nblocks;
     a.tail = pc.tail;
+    if (plan_.dw_prefetch_rows && !ctx.entries.empty())
+        a.dd_pf = static_cast<const char*>(ctx.entries[0].dd) + ctx.dd_row_elems * es_;
     k(a);
 }
 

@@ -470,6 +470,22 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     }
     pl->padded_rows = pl->pad_left > 0 || pl->pad_right > 0 || pl->row_blocks;
     if (!pl->padded_rows) return;
+    // Depthwise plans whose entries carry a kh row's taps (or one kw tap)
+    // compile the W edges into their kernels instead (DataPlan::dw_edges),
+    // unless rows are long (segments pad just their windows). The copies
+    // had been a quarter of MobileNetV2 b7's time (f32, mb 32, perf); AMD
+    // Zen 5, 2 threads, min of 3, 28 depthwise layers x f32 / bf16:
+    // geomean 1.16x at mb 32 (L3-resident 3x3 / 5x5 / 7x7 layers at unit
+    // stride 1.2-1.46x, X3D 3x3x3 1.22-1.94x), 1.19x at mb 8; lane groups
+    // (ResNeXt-50, RegNetY) 1.00-1.39x.
+    const bool dw_one_entry_a_row = pl->dw_row_taps || g.k[2] == 1;
+    if (pl->path == DataPath::depthwise && dw_one_entry_a_row &&
+        g.k[0] * g.k[1] * g.out[2] * pl->dd_pitch <= kLongRowBytes) {
+        pl->dw_edges = true;
+        pl->padded_rows = false;
+        pl->pad_left = pl->pad_right = 0;
+        return;
+    }
     // Depthwise keeps 16-bit rows and widens on load instead: each value is
     // loaded once per kh row there, and copying half the bytes measured
     // 10-15 % faster for bf16 (equal for f16).
@@ -905,6 +921,12 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // stride 2, 1.13x without).
     pl->pf_store = big && pl->path == DataPath::depthwise && !pl->ncx_windows;  // (windows: in cache)
     pl->window_nt = pl->ncx_windows && out_bytes >= kStreamingOutputBytes;
+    // Rows read in place come from DRAM where the tensors exceed L3: the
+    // blocks prefetch the row the next diff_src row reads first (AMD Zen 5,
+    // 2 threads, mb 32, min of 5, against no prefetch: MobileNetV2 b0 / b2
+    // 1.09-1.82x, b1 1.06-1.20x, b4 1.00-1.09x; within L3 (b7, b11, b14)
+    // 0.93-1.00x, so not there).
+    pl->dw_prefetch_rows = pl->dw_edges && !pl->ncx_windows && double(out_bytes) + dd_bytes > kL3Bytes;
     return true;
 }
 
@@ -1004,7 +1026,9 @@ std::string DataPlan::to_string() const {
            << (!row_blocks           ? ""
                : block_rows() > 1 ? " = " + std::to_string(block_rows()) + " rows, rows of a plane sharing their taps in one call"
                                   : std::string(" = a row, rows of a plane sharing their taps in one call"))
-           << (!padded_rows       ? " (no edges)"
+           << (dw_prefetch_rows   ? " (W edges compiled in, rows read in place, the next one prefetched to L2)"
+               : dw_edges          ? " (W edges compiled in, rows read in place)"
+               : !padded_rows      ? " (no edges)"
                : dd_pitch_spread ? " (zero-padded rows, pixels spaced out of one L1 set)"
                                  : " (zero-padded rows)")
            << (ncx_windows ? window_nt ? ", NCX rows through NXC windows (streamed back)" : ", NCX rows through NXC windows" : "")

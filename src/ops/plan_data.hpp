@@ -154,6 +154,13 @@ struct DataPlan {
     // sequence of blocks; without edges the kernels read diff_dst itself.
     bool padded_rows = false, widen_rows = false;
     int64_t pad_left = 0, pad_right = 0;  // zero pixels before / after a padded row
+    // Depthwise plans with one entry a kh row (dw_row_taps, or kernels one
+    // tap wide), rows not long: no padded copies; each W phase's kernel has
+    // the row's geometry compiled in (DataKernelDesc::row_x0, row_w,
+    // row_nblocks) and leaves out the taps past the W edges, so the kernels
+    // read diff_dst rows where they are.
+    bool dw_edges = false;
+    bool dw_prefetch_rows = false;
     // Bytes between diff_dst pixels as the kernels read them: OC elements,
     // or in padded rows one line more where a block's taps would otherwise
     // crowd one L1 set (see choose_padded_rows).
