@@ -1075,17 +1075,18 @@ TEST_CASE("data: streaming stores, aligned and not", "[jit][data][dtype]") {
 // the tensor adds a wrong value. Bit for bit as the reference, every type
 // and ISA.
 TEST_CASE("data: depthwise kernels compile the W edges in and read diff_dst in place", "[jit][data][dtype]") {
-    // edges: the f32 AVX-512 plan compiles them in (the others run an
-    // entry per tap on zero-padded rows: rows too short for the accumulators
-    // a kh row's taps need, a W stride of 3; or the 1x1 has no edges).
+    // edges: the f32 AVX-512 plan compiles them in (the 1x1 has none, nor
+    // has the 5-pixel row padded by 3: every tap lands inside diff_dst).
+    // Rows too short for the accumulators a kh row's W vectors leave, and
+    // W strides of 3, run a row's taps one at a time: "one at a time".
     struct Shape {
         int64_t g, c;
         Geom geo;
         bool edges;
     };
     const Shape shapes[] = {
-            {32, 32, {{3, 1}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, false},
-            {16, 16, {{4, 2}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, false},
+            {32, 32, {{3, 1}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, true},
+            {16, 16, {{4, 2}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, true},
             {17, 17, {{3, 3}, {3, 5}, {}, {}, {1, 2}, {1, 2}}, true},
             {48, 48, {{5, 14}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, true},
             {40, 40, {{7, 7}, {7, 7}, {}, {}, {3, 3}, {3, 3}}, true},
@@ -1094,13 +1095,14 @@ TEST_CASE("data: depthwise kernels compile the W edges in and read diff_dst in p
             {20, 20, {{3, 5}, {3, 3}, {}, {}, {1, 3}, {1, 3}}, false},
             {48, 48, {{3, 60}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}}, true},
             {32, 32, {{3, 64}, {3, 5}, {1, 2}, {}, {1, 2}, {1, 2}}, true},
-            {16, 16, {{3, 61}, {3, 7}, {1, 3}, {}, {1, 3}, {1, 3}}, false},
+            {16, 16, {{3, 61}, {3, 7}, {1, 3}, {}, {1, 3}, {1, 3}}, true},
             {32, 32, {{3, 9}, {1, 1}, {1, 2}, {}, {}, {}}, false},
             {8, 32, {{4, 10}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, true},
             {4, 32, {{4, 13}, {3, 3}, {}, {}, {1, 1}, {1, 1}}, true},
             {64, 64, {{37}, {5}, {}, {}, {2}, {2}}, true},
             {24, 24, {{4, 5, 6}, {3, 3, 3}, {}, {}, {1, 1, 1}, {1, 1, 1}}, true},
     };
+    int seq = 0;
     for (const Shape& sh : shapes)
         for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
             DCase c;
@@ -1122,10 +1124,12 @@ TEST_CASE("data: depthwise kernels compile the W edges in and read diff_dst in p
                 if (isa == "avx512_core" && dt == data_type::f32)
                     CHECK((jit.describe().find("W edges compiled in, rows read in place") != std::string::npos) ==
                           sh.edges);
+                seq += jit.describe().find("one at a time") != std::string::npos;
                 CHECK(testutil::bitwise_equal(dottest::run_guarded(jit, dd_front, gw), expect));
                 CHECK(testutil::bitwise_equal(dottest::run_guarded(jit, dd_end, gw), expect));
             }
         }
+    CHECK(seq >= 12);  // the one-at-a-time form ran (rows of one and two pixels, the W stride of 3, ...)
 }
 
 // Depthwise layers whose diff_dst and diff_src together exceed L3 prefetch

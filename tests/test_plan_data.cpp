@@ -196,8 +196,11 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             CHECK(pl.lane_group == (lanes ? icg : 1));
             DataKernelTypes types = pl.types;
             types.lane_group = pl.lane_group;
-            if (pl.dw_row_taps)  // a phase's taps: all KW with a unit W stride
+            if (pl.dw_row_taps) {  // a phase's taps: all KW with a unit W stride (one at a time: tap_seq)
                 types.row_taps = static_cast<int>((pl.geo.k[2] + pl.geo.stride[2] - 1) / pl.geo.stride[2]);
+                types.tap_seq = pl.dw_tap_seq;
+            }
+            CHECK((!pl.dw_tap_seq || pl.dw_row_taps));
             if (pl.direct_row_taps) {  // whole rows, a kh row's KW taps per entry, one broadcast register
                 CHECK(pl.row_blocks);
                 CHECK(pl.path == DataPath::direct);

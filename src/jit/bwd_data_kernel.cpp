@@ -40,6 +40,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.row_x0 = direct_taps || dw_edges ? types.row_x0 : 0;
     d.row_w = direct_taps || dw_edges ? types.row_w : 0;
     d.row_nblocks = dw_edges ? types.row_nblocks : 0;
+    d.tap_seq = kind == DataKernelKind::depthwise && d.row_taps > 1 && types.tap_seq;
     d.w_tap_bytes = direct_taps ? types.w_tap_bytes : 0;
     d.block_rows = direct_taps ? std::max(1, types.block_rows) : 1;
     d.tail_m = types.tail_m;
@@ -61,7 +62,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
     if (d.store == int32_t(DataStore::streaming)) os << "_nt";
     if (d.store == int32_t(DataStore::prefetched)) os << "_pfw";
-    if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil;
+    if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil << (d.tap_seq ? "seq" : "");
     if (d.row_w && d.kind == int32_t(DataKernelKind::depthwise))
         os << "_edges" << d.row_x0 << "of" << d.row_w << "b" << d.row_nblocks;
     else if (d.row_w)
@@ -86,7 +87,7 @@ int data_kernel_vregs(const DataKernelDesc& d) {
     const bool index = VecIsa::lane_group_needs_index(d.lane_group) ||
                        (d.compute == int32_t(DataCompute::bf16_dot) && d.row_pairs != int32_t(DataRowPairs::expand));
     const int temps = d.kind == int32_t(DataKernelKind::depthwise) ? 2 + index : (bcast_reg ? 1 : 0);
-    return d.m * d.n + d.row_taps * d.n + temps + (avx2_mask ? 1 : 0);
+    return d.m * d.n + data_kernel_w_vregs(d) + temps + (avx2_mask ? 1 : 0);
 }
 
 namespace {
@@ -593,13 +594,33 @@ void DataKernel::depthwise_row_pairs() {
 void DataKernel::depthwise_lane_group(int o, DwRows rows) {
     const int mn = d_.m * d_.n, taps = d_.row_taps, dil = d_.tap_dil, g = d_.lane_group;
     const int dd_vec_bytes = vi_.vlen() * VecCvt::elem_bytes(in_dt());
-    for (int k = 0; k < taps; ++k)
+    auto load_w = [&](int k, int reg) {
         for (int v = 0; v < d_.n; ++v)
-            vi_.load(vi_.vreg(mn + k * d_.n + v),
+            vi_.load(vi_.vreg(mn + reg * d_.n + v),
                      ptr[kW + ((k * d_.w_tap_step * lane_group_passes() + o) * d_.n + v) * vi_.vbytes()]);
+    };
+    // One diff_dst vector (pixel q, vector v) into t: widened, permuted or
+    // paired as the kernel reads diff_dst.
+    auto load_dd = [&](const Xbyak::Xmm& t, int q, int v) {
+        const int disp = static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes);
+        const bool tail = d_.tail && v == d_.n - 1;
+        if (rows != DwRows::one)
+            load_row_pair(t, disp, tail, rows);
+        else if (dot())
+            load_pairs(t, disp, tail);
+        else
+            load_lane_group(t, disp, o, tail);
+    };
+    auto multiply = [&](int j, int v, int reg, const Xbyak::Xmm& t) {
+        if (dot())
+            vdpbf16ps(vi_.vreg(j * d_.n + v), vi_.vreg(mn + reg * d_.n + v), t);
+        else
+            vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + reg * d_.n + v), t);
+    };
     if (embedded_lane_group()) {
         // Each (pixel, vector) FMA multiplies its own broadcast (a vector is
         // one group): read it inside the FMA, pair o at bytes 4o either way.
+        load_w(0, 0);
         for (int j = 0; j < d_.m; ++j)
             for (int v = 0; v < d_.n && dw_pixel_inside(j); ++v) {
                 const auto a = ptr[kDd + static_cast<int>(j * d_.dd_pix_bytes + v * dd_vec_bytes + o * 4)];
@@ -616,25 +637,31 @@ void DataKernel::depthwise_lane_group(int o, DwRows rows) {
     else if (rows == DwRows::one && VecIsa::lane_group_needs_index(g) && !bcast_lane_group())
         vi_.lane_group_index(index_vreg(), kTmp, g, o);
     int next_temp = 0;
+    auto temp = [&] {
+        const Xbyak::Xmm t = vi_.vreg(mn + w_vregs() + next_temp);
+        next_temp ^= 1;
+        return t;
+    };
+    if (d_.tap_seq) {  // tap k's W, then pixel j's diff_dst vector j - k·dil for each j
+        for (int k = 0; k < taps; ++k) {
+            load_w(k, 0);
+            for (int j = 0; j < d_.m; ++j)
+                for (int v = 0; v < d_.n && dw_pixel_inside(j - k * dil); ++v) {
+                    const Xbyak::Xmm t = temp();
+                    load_dd(t, j - k * dil, v);
+                    multiply(j, v, 0, t);
+                }
+        }
+        return;
+    }
+    for (int k = 0; k < taps; ++k) load_w(k, k);
     for (int q = -(taps - 1) * dil; q < d_.m; ++q)
         for (int v = 0; v < d_.n && dw_pixel_inside(q); ++v) {
-            const Xbyak::Xmm t = vi_.vreg(mn + taps * d_.n + next_temp);
-            next_temp ^= 1;
-            const int disp = static_cast<int>(q * d_.dd_pix_bytes + v * dd_vec_bytes);
-            const bool tail = d_.tail && v == d_.n - 1;
-            if (rows != DwRows::one)
-                load_row_pair(t, disp, tail, rows);
-            else if (dot())
-                load_pairs(t, disp, tail);
-            else
-                load_lane_group(t, disp, o, tail);
+            const Xbyak::Xmm t = temp();
+            load_dd(t, q, v);
             for (int k = 0; k < taps; ++k) {
                 const int j = q + k * dil;
-                if (j < 0 || j >= d_.m) continue;
-                if (dot())
-                    vdpbf16ps(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), t);
-                else
-                    vi_.fma(vi_.vreg(j * d_.n + v), vi_.vreg(mn + k * d_.n + v), t);
+                if (j >= 0 && j < d_.m) multiply(j, v, k, t);
             }
         }
 }

@@ -156,13 +156,19 @@ struct DataKernelDesc {
     // block of a run finishes its row before the next one starts.
     int32_t tail_m = 0;
     int32_t row_nblocks = 0;      // depthwise W edges (row_w > 0): full blocks a row
+    // Depthwise with row_taps > 1: the taps one after another, each with
+    // its W vectors in the n W registers and every diff_dst vector loaded
+    // for it (the registers of one tap an entry; row_taps only carries the
+    // taps' offsets, and with them the W edges).
+    int32_t tap_seq = 0;
+    int32_t reserved = 0;         // keeps the struct free of padding
     int64_t w_tap_bytes = 0;      // direct row taps: W bytes between taps k and k+1
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
     int64_t dd_block_bytes = 0;   // diff_dst bytes between blocks (m pixels of a row, or a whole row)
 };
-static_assert(sizeof(DataKernelDesc) == 128, "DataKernelDesc must have no padding");
+static_assert(sizeof(DataKernelDesc) == 136, "DataKernelDesc must have no padding");
 
 // The element types and compute form of a kernel; f32 by default.
 struct DataKernelTypes {
@@ -178,6 +184,7 @@ struct DataKernelTypes {
     int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise, direct row taps: see DataKernelDesc
     int row_x0 = 0, row_w = 0;      // direct row taps, depthwise W edges: see DataKernelDesc
     int row_nblocks = 0;            // depthwise W edges: see DataKernelDesc
+    bool tap_seq = false;           // depthwise: see DataKernelDesc
     int64_t w_tap_bytes = 0;        // direct row taps: see DataKernelDesc
     int block_rows = 1;             // direct row taps: see DataKernelDesc
     int tail_m = 0;                 // see DataKernelDesc
@@ -193,6 +200,8 @@ std::string to_string(const DataKernelDesc& d);
 
 // Vector registers a desc needs (accumulators, weights, temporaries, AVX2 mask).
 int data_kernel_vregs(const DataKernelDesc& d);
+// ... of them the W vectors (n a tap held at once).
+inline int data_kernel_w_vregs(const DataKernelDesc& d) { return (d.tap_seq ? 1 : d.row_taps) * d.n; }
 
 // Direct row taps: the pixel of an m-pixel block that tap k of diff_dst
 // pixel x adds to, or -1 (see DataKernelDesc::row_x0 and tap_dil). The
@@ -294,7 +303,8 @@ private:
     // the register after the two diff_dst temporaries.
     // Loaded once in the prologue: placed after the full blocks' registers
     // (index_m_, the desc's m) also while a partial block's body is emitted.
-    Xbyak::Xmm index_vreg() const { return vi_.vreg(index_m_ * d_.n + d_.row_taps * d_.n + 2); }
+    Xbyak::Xmm index_vreg() const { return vi_.vreg(index_m_ * d_.n + w_vregs() + 2); }
+    int w_vregs() const { return data_kernel_w_vregs(d_); }
     // A lane group fills the vector and f32 diff_dst: perm_o is a broadcast load.
     bool bcast_lane_group() const { return d_.lane_group == vi_.vlen() && in_dt() == data_type::f32; }
     // ... and one tap per entry (no broadcast to share between taps), f32 or

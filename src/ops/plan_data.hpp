@@ -141,6 +141,10 @@ struct DataPlan {
     // Depthwise, unit W stride: one kernel entry per kh row carrying all KW
     // taps, so each diff_dst vector is loaded once for every tap it meets.
     bool dw_row_taps = false;
+    // ... the taps one after another, each with the registers of one tap an
+    // entry (DataKernelDesc::tap_seq): plans whose blocking left no room
+    // for a row's W vectors, or short strided phases.
+    bool dw_tap_seq = false;
     // Depthwise bf16 with vdpbf16ps (G = 1, types.row_pairs set): a
     // diff_src row's valid kh rows of one kd, kh and kh + row_pair_step, go
     // through the kernel in pairs (DataKernelDesc::row_pairs), W packed as
