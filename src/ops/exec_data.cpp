@@ -698,21 +698,20 @@ void JitDataExecutor::pack_weights(const void* w, char* wp, int threads) const {
         pack_weights_as(static_cast<const uint16_t*>(w), wp, threads);
 }
 
-// For pack row (g, lane block b, x = tap; col: x = 0): the element of
-// (lane l, oc row 0) in the user's W, -1 for lanes past the channels; oc
-// rows step by wei_str.o.
 int64_t JitDataExecutor::w_tap_offset(int64_t tap) const {
     const WeightStrides& ws = p_.wei_str;
     const int64_t kh = p_.k[1], kw = p_.k[2];
     return tap / (kh * kw) * ws.k[0] + tap / kw % kh * ws.k[1] + tap % kw * ws.k[2];
 }
 
+// For pack row (g, lane block b, x = tap; col: x = 0): the element of
+// (lane l, oc row 0) in the user's W, -1 for lanes past the channels; oc
+// rows step by wei_str.o.
 void JitDataExecutor::pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t width, std::vector<int64_t>& src) const {
     const WeightStrides& ws = p_.wei_str;
     const DataChannelBlocks& cb = plan_.cb;
-    auto tap_offset = [&](int64_t tap) { return w_tap_offset(tap); };
     src.assign(static_cast<size_t>(width), -1);
-    const int64_t tap_x = plan_.path == DataPath::col ? 0 : tap_offset(x);  // once: it divides
+    const int64_t tap_x = plan_.path == DataPath::col ? 0 : w_tap_offset(x);  // once: it divides
     for (int64_t l = 0; l < width; ++l) {
         const int64_t lane = b * cb.block + l;
         if (lane >= cb.lanes) break;
@@ -721,7 +720,7 @@ void JitDataExecutor::pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t 
         else if (plan_.path == DataPath::depthwise)  // oc row o adds o·ws.o
             src[l] = (lane - lane % plan_.lane_group) * ws.o + lane % plan_.lane_group * ws.i + tap_x;
         else if (plan_.path == DataPath::col)
-            src[l] = g * p_.ocg * ws.o + lane % p_.icg * ws.i + tap_offset(lane / p_.icg);
+            src[l] = g * p_.ocg * ws.o + lane % p_.icg * ws.i + w_tap_offset(lane / p_.icg);
         else
             src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_x;
     }
@@ -928,7 +927,7 @@ void JitDataExecutor::pack_row_pairs(const uint16_t* w, char* wp, int threads) c
     const DataChannelBlocks& cb = plan_.cb;
     const int64_t ksp = p_.k_sp(), step_taps = plan_.row_pair_step * p_.k[2], kh_n = p_.k[1];
     const int64_t items = cb.per_group * ksp;
-    const int64_t so = p_.wei_str.o;  // lane l of a block is channel b·block + l, so·l elements on
+    const int64_t so = p_.wei_str.o;  // W elements from one channel to the next (G = 1: output channels)
     for_each_thread(threads, [&](int t) {
         const auto [it0, it1] = spread(items, threads, t);
         for (int64_t it = it0; it < it1; ++it) {
