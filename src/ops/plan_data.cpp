@@ -923,9 +923,9 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     const bool whole_lines = (pl->geo.stride[2] == 1 || p.ic() * es % kCacheLineBytes == 0) &&
                              (pl->cb.per_group == 1 || pl->cb.block * es >= kCacheLineBytes) && !dw_split;
     const double dd_bytes = double(p.mb * p.out_sp() * p.oc()) * double(es);
+    const bool data_in_l3 = double(out_bytes) + dd_bytes <= kL3Bytes;  // diff_dst and diff_src together
     const bool strided_dw_cached = pl->path == DataPath::depthwise && p.stride[0] == 1 &&
-                                   (p.stride[1] > 1 || p.stride[2] > 1) &&
-                                   double(out_bytes) + dd_bytes <= kL3Bytes;
+                                   (p.stride[1] > 1 || p.stride[2] > 1) && data_in_l3;
     pl->nt_store = big && !strided_dw_cached && one_store && whole_lines && !pl->ncx_windows &&
                    (pl->path == DataPath::depthwise || p.icg % pl->blk.vlen == 0) && p.ic() % pl->blk.vlen == 0;
     // Where streaming stores cannot serve (channels not whole vectors, or
@@ -941,7 +941,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // 2 threads, mb 32, min of 5, against no prefetch: MobileNetV2 b0 / b2
     // 1.09-1.82x, b1 1.06-1.20x, b4 1.00-1.09x; within L3 (b7, b11, b14)
     // 0.93-1.00x, so not there).
-    pl->dw_prefetch_rows = pl->dw_edges && !pl->ncx_windows && double(out_bytes) + dd_bytes > kL3Bytes;
+    pl->dw_prefetch_rows = pl->dw_edges && !pl->ncx_windows && !data_in_l3;
     return true;
 }
 
@@ -971,17 +971,16 @@ std::string DataPlan::body_text() const {
                     ? " dd pairs (vpmovzxwd + vpexpandw; a kh alone: vpmovzxwd)"
                     : " dd pairs (2 loads + vpermw; a kh alone: vpmovzxwd)";
     const std::string kh = dw_row_pairs() ? "per kh pair" : "per kh";
-    if (dw_tap_seq) {
-        const int64_t taps = row_tap_count(geo);
-        return (geo.stride[2] > 1 ? kh + ", up to " + std::to_string(taps) + " taps of the phase one at a time: "
-                                  : kh + ", " + std::to_string(taps) + " taps one at a time: ") +
-               per_o + "per tap " + std::to_string(blk.n) + " W loads, " + std::to_string(blk.m * blk.n) + dd +
-               ", " + std::to_string(blk.m * blk.n) + " FMAs";
-    }
     if (dw_row_taps) {
         const int64_t taps = row_tap_count(geo);
-        return (geo.stride[2] > 1 ? kh + ", up to " + std::to_string(taps) + " taps of the phase: " : kh + ": ") +
-               per_o + std::to_string(taps * blk.n) + " W loads, " +
+        const std::string seq = dw_tap_seq ? " one at a time" : "";
+        const std::string head = geo.stride[2] > 1 ? kh + ", up to " + std::to_string(taps) + " taps of the phase" + seq
+                                 : dw_tap_seq       ? kh + ", " + std::to_string(taps) + " taps" + seq
+                                                    : kh;
+        if (dw_tap_seq)
+            return head + ": " + per_o + "per tap " + std::to_string(blk.n) + " W loads, " +
+                   std::to_string(blk.m * blk.n) + dd + ", " + std::to_string(blk.m * blk.n) + " FMAs";
+        return head + ": " + per_o + std::to_string(taps * blk.n) + " W loads, " +
                std::to_string((blk.m + (taps - 1) * row_tap_pixels(geo)) * blk.n) + dd + ", " +
                std::to_string(taps * blk.m * blk.n) + " FMAs";
     }

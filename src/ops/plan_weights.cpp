@@ -867,8 +867,9 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
 // channels at 14x14 1.54x, 2048 at 8x8 / 7x7 1.67x / 1.37x, 3x3 s2
 // 1.19-1.29x, 5x5 1.35x, 7x7 at 7x7 3.18x.
 bool w_pairs(const Problem& p, Isa isa) {
-    const bool dram_short_rows = 2.0 * double(p.activation_elems()) > kL3Bytes && p.k[2] <= Cost::dw_pairs_dram_max_kw &&
-                                 p.in[2] <= Cost::dw_row_max_px && p.out[2] <= Cost::dw_row_max_px;
+    const bool dram_short_rows = 2.0 * double(p.activation_elems()) > kL3Bytes &&
+                                 p.k[2] <= Cost::dw_pairs_dram_max_kw && p.in[2] <= Cost::dw_row_max_px &&
+                                 p.out[2] <= Cost::dw_row_max_px;
     const bool set_conflicts = pixels_share_l1_sets(p.ic() * int64_t(dtype_size(p.dt)));
     const bool one_row = p.k[0] == 1 && p.k[1] == 1;
     const bool taps = one_row ? p.stride[2] <= Cost::dw_window_max_stride
