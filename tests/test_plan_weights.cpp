@@ -9,6 +9,7 @@
 #include "ops/plan_weights.hpp"
 #include "weights_case.hpp"
 
+using convgrad::data_type;
 using convgrad::dims;
 using convgrad::detail::Isa;
 using convgrad::detail::Problem;
@@ -710,11 +711,44 @@ TEST_CASE("weights plan: problems that always run on one thread have no slices",
             const Problem p = problem(c);
             const WeightsPlan plan = plan_weights(p, Isa::avx512_core, 2);
             INFO(ic << " -> " << oc << " mb " << mb << ", " << p.flops() << " flop\n" << plan.to_string());
-            if (p.flops() <= convgrad::detail::kSerialMaxFlops)
+            CHECK(convgrad::detail::runs_serial(p) == (p.flops() <= convgrad::detail::kSerialMaxFlops));
+            if (convgrad::detail::runs_serial(p))
                 CHECK(plan.red.slices == 1);
             else
                 CHECK(plan.red.slices > 1);
         }
+    }
+}
+
+TEST_CASE("weights: few flops over many bytes run on every thread", "[jit][weights][plan]") {
+    // MobileNet v1 conv5_6 on one image: below kSerialMaxFlops, but its f32
+    // src and diff_dst exceed kSerialMaxBytes, so it runs on the arena's
+    // threads (and its 16-bit twin, half the bytes, on one), and its
+    // result does not depend on that.
+    Case c = resnet_dw(512, 14, 3, 1, 2);
+    for (data_type dt : {data_type::f32, data_type::bf16}) {
+        c.dt = dt;
+        const Problem p = problem(c);
+        const double bytes = double(p.activation_elems()) * double(convgrad::detail::dtype_size(dt));
+        INFO(convgrad::dtype_name(dt) << ": " << p.flops() << " flop, " << bytes << " bytes");
+        REQUIRE(p.flops() <= convgrad::detail::kSerialMaxFlops);
+        const bool serial = bytes <= convgrad::detail::kSerialMaxBytes;
+        CHECK(serial == (dt != data_type::f32));
+        CHECK(convgrad::detail::runs_serial(p) == serial);
+        const convgrad::op o = c.make("");
+        REQUIRE(o.describe().rfind("jit:", 0) == 0);
+        const auto a = testutil::random_reals(dt, o.input0_elems(), 1);
+        const auto b = testutil::random_reals(dt, o.input1_elems(), 2);
+        std::vector<testutil::Buffer> outs;
+        for (int t : {1, 2, 3}) {
+            tbb::task_arena arena(t);
+            arena.execute([&] {
+                outs.push_back(testutil::run(o, a, b));
+                CHECK(testutil::threads_used(o) == (serial ? 1 : t));
+            });
+        }
+        CHECK(testutil::bitwise_equal(outs[0], outs[1]));
+        CHECK(testutil::bitwise_equal(outs[0], outs[2]));
     }
 }
 

@@ -177,10 +177,12 @@ bool verbose_log() {
     return v && *v && *v != '0';
 }
 
-int op_threads(const Problem& p) {
-    const double most = p.kind == op_kind::conv_bwd_data ? kSerialMaxFlopsData : kSerialMaxFlops;
-    return p.flops() <= most ? 1 : tbb::this_task_arena::max_concurrency();
+bool runs_serial(const Problem& p) {
+    if (p.kind == op_kind::conv_bwd_data) return p.flops() <= kSerialMaxFlopsData;
+    return p.flops() <= kSerialMaxFlops && double(p.activation_elems()) * double(dtype_size(p.dt)) <= kSerialMaxBytes;
 }
+
+int op_threads(const Problem& p) { return runs_serial(p) ? 1 : tbb::this_task_arena::max_concurrency(); }
 
 std::unique_ptr<Executor> make_executor(const Problem& p) {
     const Isa isa = effective_isa();

@@ -24,9 +24,10 @@ public:
 
 // The threads a JIT op runs on: the arena's (tbb::this_task_arena), or one
 // for a problem small enough to finish before a second thread pays for its
-// wake-up: weight gradients of at most kSerialMaxFlops, data gradients of
-// at most kSerialMaxFlopsData. The results do not depend on it (both
-// gradients are bitwise identical for any thread count). AMD Zen 4, one
+// wake-up: weight gradients of at most kSerialMaxFlops (and
+// kSerialMaxBytes, below), data gradients of at most kSerialMaxFlopsData.
+// The results do not depend on it (both gradients are bitwise identical
+// for any thread count). AMD Zen 4, one
 // thread against two (tools/sweep_ab.py, min of 5, f32 and bf16): weight
 // gradients of EfficientNet-B0's squeeze-excitation layers (16-153 kflop)
 // 1.06-1.43x, a 64 -> 64 1x1 layer on a 1x1 plane at mb 32 (262 kflop)
@@ -37,8 +38,21 @@ public:
 // 4.0-4.1, bf16 2.3 / 3.1-3.4; 10 -> 240 f32 4.0 / 4.2, bf16 2.2 / 2.5-3.1;
 // a 64-channel depthwise 3x3 at 4x4, mb 8 (147 kflop), 5.1-5.4 / 5.3-11.1;
 // 64 -> 64 (262 kflop) f32 4.3 / 4.7-5.5, bf16 2.4 / 2.8-3.6.
+//
+// Weight gradients also need their src and diff_dst within kSerialMaxBytes:
+// a layer of few flops a byte (depthwise, strided) takes longer on one
+// thread than its flops say. MobileNet v1 conv5_6 (512 channels 3x3 s2 at
+// 14x14, one image, 452 kflop, 501 KB in f32), AMD Zen 5, two threads
+// against one (tools/sweep_ab.py --rounds=7..9 --min, three runs):
+// 1.16-1.48x (7.3 -> 4.9-6.3 us);
+// below the bytes, two threads against one: depthwise 3x3 of 128-384
+// channels at 7x7-14x14 (226-452 kflop, 100-250 KB, f32 and bf16)
+// 0.36-0.69x, 512 channels at 7x7 and 96 at 14x14 0.80-1.12x.
 inline constexpr double kSerialMaxFlops = 5e5;
 inline constexpr double kSerialMaxFlopsData = 3e5;
+inline constexpr double kSerialMaxBytes = 384 << 10;
+// Whether op_threads runs p on one thread whatever the arena.
+bool runs_serial(const Problem& p);
 int op_threads(const Problem& p);
 
 // CONVGRAD_VERBOSE is set and not "0", read on each call (the log lines

@@ -22,7 +22,7 @@
 //    (slice, tile) pairs; stream_slices when the layer does fewer than
 //    stream_intensity flop per byte of src + diff_dst (threads then split
 //    the DRAM traffic too); at most max_slices and max_partial_bytes; 1
-//    for problems that always run on one thread (kSerialMaxFlops).
+//    for problems that always run on one thread (runs_serial).
 #include "ops/plan_weights.hpp"
 
 #include <algorithm>
@@ -800,9 +800,9 @@ void choose_reduction(WeightsPlan& plan, const Problem& p) {
     if (plan.staged && wei_bytes * Cost::staged_partial_ratio < data_bytes)
         slices = std::max(slices, Cost::staged_slices);
     // A problem that always runs on one thread (op_threads: the rule reads
-    // only its flops, so every arena gives the same plan and the same sums)
-    // gains nothing from slices, and pays their partials and reduction.
-    if (p.flops() <= kSerialMaxFlops) slices = 1;
+    // only the problem, so every arena gives the same plan and the same
+    // sums) gains nothing from slices, and pays their partials and reduction.
+    if (runs_serial(p)) slices = 1;
     if (slices > 1) {
         const int64_t by_memory = 1 + static_cast<int64_t>(Cost::max_partial_bytes / std::max(wei_bytes, 4.0));
         slices = std::min({slices, Cost::max_slices, by_memory, r.rows});
