@@ -230,8 +230,10 @@ bool lane_pairs_ok(const Problem& p, Isa isa) {
 // f32 is staged (copied) where measured faster than reading the user's
 // tensors in place: L2-sized chunks amortise the flush and the call set-up,
 // and the kernels then read L2 instead of DRAM. Not for depthwise (memory
-// bound: the copy is pure extra traffic), nor on AVX-512 for 1x1 layers
-// with few output channels, whose L1-sized chunks keep a tile's diff_dst
+// bound: the copy is pure extra traffic; even where pixels a multiple of
+// 1 KiB apart share L1 sets, per-thread copies with a line of padding a
+// pixel ran 0.57-0.89x, MobileNet v1 at mb 1 and 16), nor on AVX-512 for
+// 1x1 layers with few output channels, whose L1-sized chunks keep a tile's diff_dst
 // slice in L1 across all ic tiles (ResNet-50 256->64: 8 % slower staged),
 // nor for narrow 1x1 layers (few input channels, or few of both: below),
 // nor for a first layer's few input channels on AVX-512 (7x7 s2 ic 3: 10 %
