@@ -692,7 +692,7 @@ TEST_CASE("weights plan: bf16 depthwise pairs W pixels only where they measured 
     }
     for (const Expect& e : cases) {
         const WeightsPlan plan = plan_weights(problem(e.c), Isa::avx512_core_bf16, 2);
-        INFO(e.c.ic << " channels " << e.c.in[1] << " px k " << e.c.k[1] << " mb " << e.c.mb << "\n"
+        INFO(e.c.ic << " channels " << e.c.in.back() << " px k " << e.c.k.back() << " mb " << e.c.mb << "\n"
                     << plan.to_string());
         CHECK(plan.w_pairs == e.pairs);
         if (!e.pairs) CHECK((plan.blk.whole_rows || plan.blk.window > 1));

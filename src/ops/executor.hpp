@@ -27,9 +27,9 @@ public:
 // wake-up: weight gradients of at most kSerialMaxFlops (and
 // kSerialMaxBytes, below), data gradients of at most kSerialMaxFlopsData.
 // The results do not depend on it (both gradients are bitwise identical
-// for any thread count). AMD Zen 4, one
-// thread against two (tools/sweep_ab.py, min of 5, f32 and bf16): weight
-// gradients of EfficientNet-B0's squeeze-excitation layers (16-153 kflop)
+// for any thread count). AMD Zen 4, one thread against two
+// (tools/sweep_ab.py, min of 5, f32 and bf16): weight gradients of
+// EfficientNet-B0's squeeze-excitation layers (16-153 kflop)
 // 1.06-1.43x, a 64 -> 64 1x1 layer on a 1x1 plane at mb 32 (262 kflop)
 // 1.28-1.48x, 128 -> 128 (1 Mflop) 1.00x. Data gradients since their
 // small-plane images share rows (DataGeometry::images_per_row), one
@@ -44,10 +44,10 @@ public:
 // thread than its flops say. MobileNet v1 conv5_6 (512 channels 3x3 s2 at
 // 14x14, one image, 452 kflop, 501 KB in f32), AMD Zen 5, two threads
 // against one (tools/sweep_ab.py --rounds=7..9 --min, three runs):
-// 1.16-1.48x (7.3 -> 4.9-6.3 us);
-// below the bytes, two threads against one: depthwise 3x3 of 128-384
-// channels at 7x7-14x14 (226-452 kflop, 100-250 KB, f32 and bf16)
-// 0.36-0.69x, 512 channels at 7x7 and 96 at 14x14 0.80-1.12x.
+// 1.16-1.48x (7.3 -> 4.9-6.3 us); below the bytes, two threads against
+// one: depthwise 3x3 of 128-384 channels at 7x7-14x14 (226-452 kflop,
+// 100-250 KB, f32 and bf16) 0.36-0.69x, 512 channels at 7x7 and 96 at
+// 14x14 0.80-1.12x.
 inline constexpr double kSerialMaxFlops = 5e5;
 inline constexpr double kSerialMaxFlopsData = 3e5;
 inline constexpr double kSerialMaxBytes = 384 << 10;
