@@ -1255,6 +1255,26 @@ TEST_CASE("weights: data and weight formats", "[jit][weights]") {
         dw.wfmt = "OIX";
         check_exact(dw);
     }
+    // ConvTranspose's layouts over several 16 x 16 permute tiles with
+    // channel tails, one tap to nine: XIO transposes each tap's plane, OIX
+    // (input channels outermost to the convolution) and IOX transpose runs
+    // of taps, XOI is written directly (and OIX of one tap, which is
+    // the convolution's XIO).
+    for (const char* f : {"XIO", "OIX", "IOX", "XOI"})
+        for (int64_t k : {1, 2, 3}) {
+            Case c = conv2d(37, 70, {8, 8}, {k, k});
+            c.transpose = true;
+            c.mb = 2;
+            if (k == 2) c.s = {2, 2};
+            c.wfmt = f;
+            for (const std::string& isa : jit_isas(true)) {
+                const std::string d = c.make(isa).describe();
+                INFO(label(c, isa) << "\n" << d);
+                const bool direct = std::string(f) == "XOI" || (k == 1 && std::string(f) == "OIX");
+                CHECK((d.find(" direct") != std::string::npos) == direct);
+            }
+            check_exact(c);
+        }
 }
 
 TEST_CASE("weights: random reals within tolerance", "[jit][weights]") {
