@@ -1596,17 +1596,17 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
     const bool o_outer = u.o >= u.i;  // the user's outer channel axis outermost
     // Taps innermost and contiguous in the user's layout (OIX; ConvTranspose's
     // IOX, and its OIX with input channels outermost to the convolution):
-    // register transposes; one tap with input channels contiguous: a plain
-    // transpose.
+    // register transposes.
     bool tap_runs = taps > 1;
     for (int64_t t = 0; t < taps; ++t) tap_runs = tap_runs && tap_to[static_cast<size_t>(t)] == t;
-    const bool one_tap = taps == 1 && o_outer && u.i == 1;
-    // Input channels contiguous, taps outside the channels (ConvTranspose's
-    // default XIO, which is XOI to the convolution here): the same
-    // transpose per tap. Element by element, each tap's stores landed a
-    // whole tap plane apart: DCGAN's 512 -> 256 4x4 up-convolution at mb 32,
-    // 8 MB of weights, spent 38 % of the call there.
-    const bool tap_planes = taps > 1 && !tap_runs && o_outer && u.i == 1;
+    // Input channels contiguous, taps (if more than one) outside the
+    // channels: a plain transpose per tap, 16 x 16 register tiles on
+    // AVX-512. One tap: 2048 -> 512 at mb 4 had spent 24 % of the call in
+    // the element-by-element permute (1.15-1.18x); ConvTranspose's default
+    // XIO (XOI to the convolution here), whose element-by-element stores
+    // landed a whole tap plane apart: DCGAN's 512 -> 256 4x4 up-convolution
+    // at mb 32, 8 MB of weights, 38 % of the call.
+    const bool tap_planes = !tap_runs && o_outer && u.i == 1;
     parallel_static(threads, it * ot, [&](int64_t ti) {
         const int64_t i0 = ti / ot * tile, o0 = ti % ot * tile;
         const int64_t i1 = std::min(p_.icg, i0 + tile), o1 = std::min(p_.oc(), o0 + tile);
@@ -1617,18 +1617,13 @@ void JitWeightsExecutor::reduce_and_store(float* target, const float* partials, 
             for (int64_t h = o0; h < o1; h += 8)
                 permute_tap_runs_avx2(target + h + i0 * wei_str_.i, wei_str_.i, tap_from.data(), taps,
                                       to_base + h * u.o + i0 * u.i, u.o, u.i, std::min<int64_t>(8, o1 - h), i1 - i0);
-        } else if (one_tap) {
-            // 16 x 16 register tiles on AVX-512 (2048 -> 512 at mb 4: the
-            // permute 24 % of the call element by element; 1.15-1.18x).
-            transpose_block(target + o0 + i0 * wei_str_.i, wei_str_.i, to_base + o0 * u.o + i0, u.o, 4, i1 - i0,
-                            o1 - o0, plan_.isa);
         } else if (tap_planes) {
             for (int64_t t = 0; t < taps; ++t)
                 transpose_block(target + tap_from[static_cast<size_t>(t)] + o0 + i0 * wei_str_.i, wei_str_.i,
                                 to_base + tap_to[static_cast<size_t>(t)] + o0 * u.o + i0, u.o, 4, i1 - i0, o1 - o0,
                                 plan_.isa);
         }
-        if (tap_runs || one_tap || tap_planes) return;
+        if (tap_runs || tap_planes) return;
         const int64_t a1 = o_outer ? o1 : i1, b0 = o_outer ? i0 : o0, b1 = o_outer ? i1 : o1;
         const int64_t sa = o_outer ? u.o : u.i, sb = o_outer ? u.i : u.o;  // user strides of a, b
         const int64_t fa = o_outer ? 1 : wei_str_.i, fb = o_outer ? wei_str_.i : 1;  // target strides
