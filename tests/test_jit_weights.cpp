@@ -664,8 +664,10 @@ TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
         const std::string lg = "(lane groups of " + std::to_string(lc.group_size) + ")";
         // Groups of 8 under a W stride pair groups in kw lanes on AVX-512.
         const bool pairs = lc.group_size == 8 && lc.c.s.back() > 1;
-        CHECK((lc.c.make("avx512_core").describe().find(lg) != std::string::npos) == !pairs);
-        CHECK((lc.c.make("avx512_core").describe().find("kw-lanes(group pairs)") != std::string::npos) == pairs);
+        if (convgrad::max_isa() != "avx2") {
+            CHECK((lc.c.make("avx512_core").describe().find(lg) != std::string::npos) == !pairs);
+            CHECK((lc.c.make("avx512_core").describe().find("kw-lanes(group pairs)") != std::string::npos) == pairs);
+        }
         // A group of 8 fills an AVX2 vector: the gemm kernel there.
         CHECK((lc.c.make("avx2").describe().find(lg) != std::string::npos) == (lc.group_size < 8));
         check_exact(lc.c);
