@@ -4,7 +4,7 @@
 // timed), interleaved per shape in one process.
 // See docs/bench.md. Usage:
 //   convgrad-bench [--benchmark_*] [DESCRIPTOR... | --batch=FILE] [--op=..]
-//                  [--dt=..] [--mb=N] [--threads=N] [--isa=..] [--peaks=FILE]
+//                  [--dt=..] [--mb=N] [--threads=N] [--isa=..] [--peaks=FILE|measure]
 //                  [--impl=jit,ref,onednn,onednn_plain,create] [--ref-max-gflop=X]
 #include <benchmark/benchmark.h>
 #include <tbb/task_arena.h>
@@ -224,7 +224,7 @@ int main(int argc, char** argv) {
     try {
         b = parse_bench_args(argc, argv);
         cases = bench_cases(b);
-        if (!b.sweep.peaks_file.empty()) peaks = peak_table::load(b.sweep.peaks_file);
+        peaks = peak_table::from_option(b.sweep.peaks_file);
     } catch (const std::exception& e) {
         std::cerr << "convgrad-bench: " << e.what() << '\n';
         return 2;

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "check.hpp"
 #include "json_op.hpp"
@@ -270,4 +271,26 @@ TEST_CASE("cli perf: the peak table", "[cli][perf]") {
     CHECK_THROWS_WITH(peak_table::parse(R"({"f32": {"1": 100}})", "p.json"), Catch::Contains("p.json"));
     CHECK_THROWS_WITH(peak_table::parse(R"({"f32": {"x": 1}, "bf16": {"1": 1}})", "p"),
                       Catch::Contains("f32.x"));
+}
+
+// --peaks=measure measures this machine; no --peaks keeps the defaults only
+// on the kind of machine they were measured on.
+TEST_CASE("cli perf: peaks measured on this machine", "[cli][perf]") {
+    const peak_table m = peak_table::from_option("measure");
+    CHECK_THAT(m.source(), Catch::StartsWith("measured at start on this machine (1 thread(s): f32 "));
+    const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    for (bool avx2_path : {false, true})
+        for (data_type dt : {data_type::f32, data_type::bf16}) {
+            // An FMA a cycle at 0.5 GHz or more, and no more than 4 a cycle
+            // of 16 lanes at 8 GHz.
+            CHECK(m.gflops(dt, 1, avx2_path) > 8);
+            CHECK(m.gflops(dt, 1, avx2_path) < 2048);
+            CHECK(m.gflops(dt, all, avx2_path) > 0);
+        }
+    // The AVX2 path's ymm FMAs: at most the f32 figure (zmm where there is AVX-512).
+    CHECK(m.gflops(data_type::f32, 1, true) <= 1.25 * m.gflops(data_type::f32, 1));
+    const peak_table d = peak_table::from_option("");
+    if (convgrad::cli::reference_host()) CHECK(d.gflops(data_type::f32, 2) == 469.4);
+    else CHECK_THAT(d.source(), Catch::StartsWith("measured at start"));
+    CHECK_THROWS_WITH(peak_table::from_option("/nonexistent/peaks.json"), Catch::Contains("/nonexistent/peaks.json"));
 }

@@ -18,6 +18,21 @@ peak_table::peak_table()
     : table_{{"f32", {{1, 238.6}, {2, 469.4}}}, {"bf16", {{1, 471.0}, {2, 948.2}}}, {"avx2", {{1, 117.2}, {2, 231.0}}}},
       source_("measured 2-core Zen 5 peaks (../shared/peers/RESULTS.md)") {}
 
+peak_table peak_table::measure() {
+    std::string log;
+    const std::string json = measure_peaks_json(0.05, &log);
+    std::string figures;  // "1 thread(s): f32 ..., 2 thread(s): ..." on one line
+    for (char c : log) figures += c == '\n' ? std::string("; ") : std::string(1, c);
+    if (figures.size() >= 2) figures.resize(figures.size() - 2);
+    return parse(json, "measured at start on this machine (" + figures + ")");
+}
+
+peak_table peak_table::from_option(const std::string& peaks) {
+    if (peaks == "measure") return measure();
+    if (!peaks.empty()) return load(peaks);
+    return reference_host() ? peak_table() : measure();
+}
+
 peak_table peak_table::load(const std::string& path) {
     std::ifstream in(path);
     if (!in) throw std::invalid_argument("--peaks: cannot read \"" + path + "\"");

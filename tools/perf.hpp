@@ -14,6 +14,13 @@ namespace convgrad::cli {
 class peak_table {
 public:
     peak_table();  // the measured defaults
+    // Measured now, on this machine (measure_peaks_json, about 0.05 s a run:
+    // 1-4 s in all).
+    static peak_table measure();
+    // --peaks: a convgrad-peak JSON file, "measure", or empty: the defaults
+    // on the kind of machine they were measured on (reference_host), else
+    // measured now; their figures cannot hold for another CPU.
+    static peak_table from_option(const std::string& peaks);
     // Reads the JSON written by convgrad-peak:
     //   {"f32": {"1": 238.6, "2": 469.4}, "bf16": {"1": 471.0, "2": 948.2},
     //    "avx2": {"1": 117.2, "2": 231.0}}
@@ -34,6 +41,15 @@ private:
     std::map<std::string, std::map<int, double>> table_;
     std::string source_;
 };
+
+// The CPU is of the kind the default peaks were measured on: AVX-512 with
+// BF16, family 26 (AMD Zen 5).
+constexpr unsigned kReferenceFamily = 26;
+bool reference_host();
+// convgrad-peak's JSON for this machine (peak_table::parse reads it), each
+// figure the median of 3 runs of about `seconds_per_run`; a line per thread
+// count appended to *log. Throws std::runtime_error without AVX2/FMA.
+std::string measure_peaks_json(double seconds_per_run, std::string* log = nullptr);
 
 struct timing {
     double median_ms = 0;

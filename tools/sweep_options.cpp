@@ -261,7 +261,9 @@ run
                         avx512_core_bf16 | amx (the check always uses ref)
   --perf-budget=S       time at a smaller minibatch when a full run is predicted
                         to take more than S seconds (default 2; the reference)
-  --peaks=FILE          peak GFLOP/s from convgrad-peak (default: measured Zen 5)
+  --peaks=FILE|measure  peak GFLOP/s from convgrad-peak, or measured at start
+                        (default: the measured Zen 5 figures on a Zen 5 with
+                        AVX-512 BF16, measured at start on other machines)
   --max-mem-gb=N        skip cases needing more memory (default 8)
 output
   --csv=FILE  --json=FILE   write every result

@@ -1,5 +1,6 @@
-// convgrad-peak: measures this machine's arithmetic peak, so the sweep's and
-// the bench's "% of peak" columns are honest on any machine.
+// The machine's arithmetic peak, measured, so the sweep's and the bench's
+// "% of peak" columns are honest on any machine (convgrad-peak, and
+// --peaks=measure or the default on other machines than the project's).
 //
 // Method (as ../shared/peers/RESULTS.md): a JIT loop of independent
 // vfmadd231ps zmm (f32) or vdpbf16ps zmm (bf16) instructions, one per
@@ -8,8 +9,8 @@
 // count wins. Without AVX-512 the f32 loop uses ymm FMA; without
 // AVX512_BF16 the bf16 entry repeats the f32 one (bf16 is then converted).
 // "avx2" is the ymm FMA loop: the peak of convgrad's AVX2 kernels.
-//
-// usage: convgrad-peak [--out=FILE]   (JSON for convgrad-sweep --peaks=FILE)
+#include "perf.hpp"
+
 #include <xbyak/xbyak.h>
 #include <xbyak/xbyak_util.h>
 
@@ -17,12 +18,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
-#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
 
+namespace convgrad::cli {
 namespace {
 
 enum class loop_kind { fma_zmm, fma_ymm, dpbf16_zmm };
@@ -104,17 +104,17 @@ double median_of_3(const peak_loop& loop, int threads, uint64_t iterations) {
 }
 
 // Best over accumulator counts (latency x throughput needs 8..24).
-double peak(loop_kind kind, int threads) {
+double peak(loop_kind kind, int threads, double seconds_per_run) {
     const int max_acc = kind == loop_kind::fma_ymm ? 14 : 24;
     double best = 0;
     for (int acc : {8, 12, 16, 24}) {
         if (acc > max_acc) continue;
         const peak_loop loop(kind, acc);
-        // Calibrate to ~0.2 s per run.
+        // Calibrate to about seconds_per_run a run.
         const auto t0 = std::chrono::steady_clock::now();
         loop.run(100000);
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const uint64_t iterations = static_cast<uint64_t>(100000 * 0.2 / std::max(s, 1e-6)) + 1;
+        const uint64_t iterations = static_cast<uint64_t>(100000 * seconds_per_run / std::max(s, 1e-6)) + 1;
         best = std::max(best, median_of_3(loop, threads, iterations));
     }
     return best;
@@ -122,25 +122,18 @@ double peak(loop_kind kind, int threads) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-    std::string out_path;
-    for (int i = 1; i < argc; ++i) {
-        const std::string arg = argv[i];
-        if (arg.rfind("--out=", 0) == 0) {
-            out_path = arg.substr(6);
-        } else {
-            std::cerr << "usage: convgrad-peak [--out=FILE]\n";
-            return 2;
-        }
-    }
+bool reference_host() {
     using Cpu = Xbyak::util::Cpu;
     const Cpu cpu;
+    return cpu.has(Cpu::tAVX512F) && cpu.has(Cpu::tAVX512_BF16) && cpu.displayFamily == kReferenceFamily;
+}
+
+std::string measure_peaks_json(double seconds_per_run, std::string* log) {
+    using Cpu = Xbyak::util::Cpu;
+    const Cpu cpu;
+    if (!cpu.has(Cpu::tFMA | Cpu::tAVX2)) throw std::runtime_error("peaks: this CPU has no AVX2/FMA to measure");
     const bool avx512 = cpu.has(Cpu::tAVX512F);
     const bool bf16 = avx512 && cpu.has(Cpu::tAVX512_BF16);
-    if (!cpu.has(Cpu::tFMA | Cpu::tAVX2)) {
-        std::cerr << "convgrad-peak: this CPU has no AVX2/FMA; nothing to measure\n";
-        return 1;
-    }
     const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     std::vector<int> counts{1};
     if (all > 1) counts.push_back(all);
@@ -151,25 +144,22 @@ int main(int argc, char** argv) {
         row += buf;
     };
     for (int t : counts) {
-        const double ymm = peak(loop_kind::fma_ymm, t);
-        const double f32 = avx512 ? peak(loop_kind::fma_zmm, t) : ymm;
-        const double b16 = bf16 ? peak(loop_kind::dpbf16_zmm, t) : f32;
-        std::fprintf(stderr, "%d thread(s): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s, AVX2 path %.1f GFLOP/s\n", t, f32,
-                     b16, bf16 ? "" : " (no vdpbf16ps: f32 figure)", ymm);
+        const double ymm = peak(loop_kind::fma_ymm, t, seconds_per_run);
+        const double f32 = avx512 ? peak(loop_kind::fma_zmm, t, seconds_per_run) : ymm;
+        const double b16 = bf16 ? peak(loop_kind::dpbf16_zmm, t, seconds_per_run) : f32;
+        if (log) {
+            char line[192];
+            std::snprintf(line, sizeof line, "%d thread(s): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s, AVX2 path %.1f GFLOP/s\n",
+                          t, f32, b16, bf16 ? "" : " (no vdpbf16ps: f32 figure)", ymm);
+            *log += line;
+        }
         append(f32_json, t, f32);
         append(bf16_json, t, b16);
         append(avx2_json, t, ymm);
     }
-    const std::string json = std::string("{\"f32\": {") + f32_json + "}, \"bf16\": {" + bf16_json +
-                             "}, \"avx2\": {" + avx2_json + "}, \"method\": \"convgrad-peak: " +
-                             (avx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm") +
-                             (bf16 ? ", vdpbf16ps zmm" : "") + (avx512 ? ", vfmadd231ps ymm" : "") +
-                             ", median of 3\"}\n";
-    if (out_path.empty()) {
-        std::cout << json;
-    } else {
-        std::ofstream(out_path) << json;
-        std::cerr << "wrote " << out_path << '\n';
-    }
-    return 0;
+    return std::string("{\"f32\": {") + f32_json + "}, \"bf16\": {" + bf16_json + "}, \"avx2\": {" + avx2_json +
+           "}, \"method\": \"convgrad-peak: " + (avx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm") +
+           (bf16 ? ", vdpbf16ps zmm" : "") + (avx512 ? ", vfmadd231ps ymm" : "") + ", median of 3\"}\n";
 }
+
+}  // namespace convgrad::cli
