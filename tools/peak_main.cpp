@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
     }
     std::string log, json;
     try {
-        json = convgrad::cli::measure_peaks_json(0.2, &log);
+        json = convgrad::cli::measure_peaks_json(convgrad::cli::peak_method{}, &log);
     } catch (const std::exception& e) {
         std::cerr << "convgrad-peak: " << e.what() << '\n';
         return 1;

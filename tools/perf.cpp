@@ -20,7 +20,7 @@ peak_table::peak_table()
 
 peak_table peak_table::measure() {
     std::string log;
-    const std::string json = measure_peaks_json(0.05, &log);
+    const std::string json = measure_peaks_json(peak_method{0.05, 5, true}, &log);
     std::string figures;  // "1 thread(s): f32 ..., 2 thread(s): ..." on one line
     for (char c : log) figures += c == '\n' ? std::string("; ") : std::string(1, c);
     if (figures.size() >= 2) figures.resize(figures.size() - 2);

@@ -14,8 +14,8 @@ namespace convgrad::cli {
 class peak_table {
 public:
     peak_table();  // the measured defaults
-    // Measured now, on this machine (measure_peaks_json, about 0.05 s a run:
-    // 1-4 s in all).
+    // Measured now, on this machine (measure_peaks_json, the best of 5 runs
+    // of about 0.05 s: 1-5 s in all).
     static peak_table measure();
     // --peaks: a convgrad-peak JSON file, "measure", or empty: the defaults
     // on the kind of machine they were measured on (reference_host), else
@@ -46,10 +46,19 @@ private:
 // BF16, family 26 (AMD Zen 5).
 constexpr unsigned kReferenceFamily = 26;
 bool reference_host();
-// convgrad-peak's JSON for this machine (peak_table::parse reads it), each
-// figure the median of 3 runs of about `seconds_per_run`; a line per thread
-// count appended to *log. Throws std::runtime_error without AVX2/FMA.
-std::string measure_peaks_json(double seconds_per_run, std::string* log = nullptr);
+// How each peak figure is taken: `runs` runs of about `seconds_per_run`,
+// their median (convgrad-peak, the method of ../shared/peers/RESULTS.md) or
+// their best (at the start of a sweep or bench, in less time: a busy moment
+// only lowers a run).
+struct peak_method {
+    double seconds_per_run = 0.2;
+    int runs = 3;
+    bool best = false;
+};
+// convgrad-peak's JSON for this machine (peak_table::parse reads it); a
+// line per thread count appended to *log. Throws std::runtime_error
+// without AVX2/FMA.
+std::string measure_peaks_json(const peak_method& m, std::string* log = nullptr);
 
 struct timing {
     double median_ms = 0;
