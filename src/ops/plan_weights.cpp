@@ -332,10 +332,22 @@ int64_t staged_pitch(const WeightsPlan& plan, const Problem& p, int64_t bytes) {
 // staging over 310 network layers: 8+ ic tiles 1.05-1.39x geomean per
 // bucket (ResNet-50 3x3 at mb 32: 1.17-1.72x), 2-7 ic tiles 0.57-0.94x,
 // 1x1 layers of fewer than 128 tiles 0.71-1.08x.
+// On a core whose L2 feeds L1 at half Zen 4's rate (AMD Zen 3, a host
+// with AVX2 only: the AVX2 path's real users), a row-staged tile's two
+// lines a pixel (6 of 16 src floats, 16 diff_dst) bound the FMAs, and
+// blocking pays wider: those 74 layers' blocked plans ran 1.32x row
+// staging (geomean; 1.00-1.92x, 2 threads, min of 5), and layers of 6-7
+// ic tiles or fewer than 128 tiles, with OC/g >= 32, 1.08-1.49x (12
+// layers, geomean 1.20x, min of 7: GoogLeNet-v3 1x1 and 3x3, ResNeXt-50
+// conv5 3x3, MobileNet 1x1, WaveNet / TCN 1D, ResNet-50 res2a_branch2a
+// 1.18x). Narrower OC lost there (EfficientNet-B0 32 -> 16 0.68x, U-Net's
+// 64 -> 2 head 0.54x), as did 3-5 ic tiles (16 -> 96 0.91x).
 bool blocked_ok(const WeightsPlan& plan) {
-    return plan.isa == Isa::avx2 && plan.staged && plan.blk.kind == WeightsKernelKind::gemm && !plan.tile_major &&
-           plan.fold_kw == 1 && !plan.compress_w && plan.kw_phases == 0 && !plan.kw_lanes && !plan.pairs &&
-           plan.blk.m_tiles >= Cost::blocked_min_ic_tiles && plan.blk.tiles >= Cost::blocked_min_tiles;
+    const WeightsBlocking& b = plan.blk;
+    const bool shares = (b.m_tiles >= Cost::blocked_min_ic_tiles && b.tiles >= Cost::blocked_min_tiles) ||
+                        (b.m_tiles >= Cost::blocked_wide_min_ic_tiles && plan.geo.ocg >= Cost::blocked_wide_oc);
+    return plan.isa == Isa::avx2 && plan.staged && b.kind == WeightsKernelKind::gemm && !plan.tile_major &&
+           plan.fold_kw == 1 && !plan.compress_w && plan.kw_phases == 0 && !plan.kw_lanes && !plan.pairs && shares;
 }
 
 double tile_cycles(double fmas, double loads, double instrs, double latency) {

@@ -329,6 +329,8 @@ struct WeightsCostModel {
     static constexpr double blocked_l1_budget = 16 << 10;
     static constexpr int64_t blocked_min_ic_tiles = 8;  // per group and tap (see blocked_ok)
     static constexpr int64_t blocked_min_tiles = 128;
+    static constexpr int64_t blocked_wide_min_ic_tiles = 6;  // ... or this many, with OC/g of at least
+    static constexpr int64_t blocked_wide_oc = 32;
     static constexpr int64_t tiles_for_balance = 32;  // below this, split the reduction
     static constexpr int64_t max_slices = 16;
     static constexpr int64_t slice_multiple = 2;  // 12 slices split evenly over 2, 3, 4 and 6 threads
