@@ -1221,10 +1221,11 @@ void finish_plan(WeightsPlan& plan, const Problem& p, int nthreads) {
     if (plan.group_prefetch) plan.pf_lines = 1;
 }
 
-// plan_weights, with bf16 depthwise W pairs (w_pairs) allowed or not.
-WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pairs_ok) {
+// plan_weights, with bf16 depthwise W pairs (w_pairs) allowed or not, and
+// the tile-major pass for AVX2's wide 1x1 layers or not.
+WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pairs_ok, bool tile_major_ok = true) {
     if (pairs_ok && prepad_src(p, isa)) {
-        WeightsPlan plan = plan_weights_with(padded_problem(p), isa, nthreads, true);
+        WeightsPlan plan = plan_weights_with(padded_problem(p), isa, nthreads, true, tile_major_ok);
         plan.prepad = true;
         plan.ncx_windows = false;  // the pad pass reads whole NXC images
         return plan;
@@ -1273,7 +1274,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pair
     // +42 %; bf16 pairs in the kernels over the pass: +5..+13 %).
     const bool wide = std::max(p.ic(), p.oc()) * 4 >= Cost::tile_major_stride_bytes;
     const bool in_kernel = plan.isa >= Isa::avx512_core && (p.dt == data_type::f32 || wide);
-    plan.tile_major = plan.staged && p.k_sp() == 1 &&  // staged: gemm only
+    plan.tile_major = plan.staged && p.k_sp() == 1 && (tile_major_ok || in_kernel) &&  // staged: gemm only
                       p.pad_begin == std::array<int64_t, 3>{} && p.pad_end == std::array<int64_t, 3>{} &&
                       (in_kernel || wide);
     plan.stage_in_kernel = plan.tile_major && in_kernel;
@@ -1384,6 +1385,19 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     if (plan.w_pairs && !plan.prepad && (p.stride[2] == 1 || p.k[2] > 3)) {
         WeightsPlan widened = plan_weights_with(p, isa, nthreads, false);
         if (widened.dw_stream) return widened;
+    }
+    // AVX2's wide 1x1 layers at unit stride: blocked rows where they can be
+    // blocked (blocked_ok), not the tile-major pass. AMD Zen 3 (AVX2 only),
+    // 2 threads, mb 32, min of 5: 1.02-1.63x over 23 layers (ResNet-50
+    // res5a_branch2c 1.22x, res4a_branch2c 1.07x, GoogLeNet-v3 mixed_10
+    // 1.63x, ConvNeXt-T s3 / s4 pointwise 1.09-1.16x, MobileNetV2 /
+    // EfficientNet-B0 heads 1.27-1.34x). Strided ones keep the pass: row
+    // staging of their compressed rows ran 0.44-0.69x (ResNet-50 res4a / res5a
+    // branch1, res5a_branch2a), and blocked staging takes no W stride.
+    const bool unit_stride = p.stride == std::array<int64_t, 3>{1, 1, 1};
+    if (plan.tile_major && !plan.stage_in_kernel && unit_stride) {
+        WeightsPlan rows = plan_weights_with(p, isa, nthreads, true, false);
+        if (rows.blocked) return rows;
     }
     return plan;
 }
