@@ -172,13 +172,17 @@ TEST_CASE("weights: AVX2 stages row chunks per tile and runs a tap's ic tiles in
     Case wide = conv2d(600, 50, {28, 28}, {3, 3});  // ic blocks (weights past L2)
     wide.s = {2, 2};
     wide.pb = wide.pe = {1, 1};
-    // Few tiles but OC/g >= 32 (blocked_ok): a 1x1 layer of 44 tiles (6
-    // pixels a row, merged) and a 3x3 of 6 ic tiles in groups of 36 -> 32.
+    // A strided 1x1 layer, W padded (compressed rows); few tiles but OC/g
+    // >= 32 (blocked_ok): a 1x1 layer of 44 tiles (6 pixels a row, merged)
+    // and a 3x3 of 6 ic tiles in groups of 36 -> 32.
     Case one_by_one = conv2d(64, 64, {6, 7}, {1, 1});
+    Case strided_1x1 = conv2d(100, 70, {13, 17}, {1, 1});  // a pixel per output pixel in the slices
+    strided_1x1.s = {2, 3};
+    strided_1x1.pb = strided_1x1.pe = {0, 1};
     Case six_tiles = conv2d(2 * 36, 2 * 32, {5, 9}, {3, 3});
     six_tiles.g = 2;
     six_tiles.pb = six_tiles.pe = {1, 1};
-    for (Case c : {tails, strided, grouped, d3, d1, transposed, wide, one_by_one, six_tiles}) {
+    for (Case c : {tails, strided, grouped, d3, d1, transposed, wide, one_by_one, strided_1x1, six_tiles}) {
         for (const std::string& isa : jit_isas(false)) {
             const std::string d = c.make(isa).describe();
             INFO(label(c, isa) << "\n" << d);

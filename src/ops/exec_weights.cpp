@@ -885,23 +885,27 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
             });
             continue;
         }
-        if (plan_.blocked) {
-            const int64_t first = plane_row * g.in[2] + src_row_first(seg), count = src_row_width(seg);
-            scatter_tiles(f32_pixels(src, ic, in_pixels, n, first, count, row_buf), count, ic, g.icg, b.m_tiles, b.m,
-                          blocked_src_slice_bytes(), st.src, static_cast<int64_t>(i) * row_pixels);
-            continue;
-        }
+        const int64_t slot0 = static_cast<int64_t>(i) * row_pixels;  // the row's first pixel slot
         if (!plan_.compress_w) {
-            stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + src_row_first(seg), src_row_width(seg), to,
-                         plan_.src_pitch);
+            const int64_t first = plane_row * g.in[2] + src_row_first(seg), count = src_row_width(seg);
+            if (plan_.blocked)
+                scatter_tiles(f32_pixels(src, ic, in_pixels, n, first, count, row_buf), count, ic, g.icg, b.m_tiles,
+                              b.m, blocked_src_slice_bytes(), st.src, slot0);
+            else
+                stage_pixels(src, ic, in_pixels, n, first, count, to, plan_.src_pitch);
             continue;
         }
-        // iw = ow * stride - pad; staged segments: the segment's pixels, from slot 0
+        // iw = ow * stride - pad, in slot ow - ow0; staged segments: the segment's pixels, from slot 0
         const int64_t ow0 = plan_.staged_segments() ? seg * g.segment : 0;
         const int64_t ow1 = plan_.staged_segments() ? ow0 + g.segment : g.out[2];
-        for (int64_t ow = std::max(valid[0], ow0); ow < std::min(valid[1], ow1); ++ow)
-            stage_pixels(src, ic, in_pixels, n, plane_row * g.in[2] + ow * g.stride[2] - g.pad[2], 1,
-                         to + (ow - ow0) * plan_.src_pitch);
+        for (int64_t ow = std::max(valid[0], ow0); ow < std::min(valid[1], ow1); ++ow) {
+            const int64_t pixel = plane_row * g.in[2] + ow * g.stride[2] - g.pad[2];
+            if (plan_.blocked)
+                scatter_tiles(f32_pixels(src, ic, in_pixels, n, pixel, 1, row_buf), 1, ic, g.icg, b.m_tiles, b.m,
+                              blocked_src_slice_bytes(), st.src, slot0 + ow - ow0);
+            else
+                stage_pixels(src, ic, in_pixels, n, pixel, 1, to + (ow - ow0) * plan_.src_pitch);
+        }
     }
 }
 
