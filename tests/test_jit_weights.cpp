@@ -134,7 +134,8 @@ TEST_CASE("weights: staged 1x1 layers stage their chunks tile-major", "[jit][wei
             const bool avx512 = isa != "avx2";
             const bool blocked = !avx512 && c.ic == 70;
             if (blocked) CHECK(d.find(" blocked") != std::string::npos);
-            CHECK((d.find(" tile-major") != std::string::npos) == (c.pb.empty() && (c.oc != 131 || avx512) && !blocked));
+            const bool tile_major = c.pb.empty() && (c.oc != 131 || avx512) && !blocked;
+            CHECK((d.find(" tile-major") != std::string::npos) == tile_major);
             CHECK((d.find(" tile-major(in-kernel)") != std::string::npos) == (c.pb.empty() && avx512));
         }
         check_exact(c);

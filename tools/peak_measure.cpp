@@ -151,8 +151,9 @@ std::string measure_peaks_json(const peak_method& m, std::string* log) {
         const double b16 = bf16 ? peak(loop_kind::dpbf16_zmm, t, m) : f32;
         if (log) {
             char line[192];
-            std::snprintf(line, sizeof line, "%d thread(s): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s, AVX2 path %.1f GFLOP/s\n",
-                          t, f32, b16, bf16 ? "" : " (no vdpbf16ps: f32 figure)", ymm);
+            std::snprintf(line, sizeof line,
+                          "%d thread(s): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s%s, AVX2 path %.1f GFLOP/s\n", t, f32,
+                          b16, bf16 ? "" : " (no vdpbf16ps: f32 figure)", ymm);
             *log += line;
         }
         append(f32_json, t, f32);
@@ -161,7 +162,8 @@ std::string measure_peaks_json(const peak_method& m, std::string* log) {
     }
     return std::string("{\"f32\": {") + f32_json + "}, \"bf16\": {" + bf16_json + "}, \"avx2\": {" + avx2_json +
            "}, \"method\": \"convgrad-peak: " + (avx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm") +
-           (bf16 ? ", vdpbf16ps zmm" : "") + (avx512 ? ", vfmadd231ps ymm" : "") + (m.best ? ", best of " : ", median of ") + std::to_string(m.runs) + "\"}\n";
+           (bf16 ? ", vdpbf16ps zmm" : "") + (avx512 ? ", vfmadd231ps ymm" : "") +
+           (m.best ? ", best of " : ", median of ") + std::to_string(m.runs) + "\"}\n";
 }
 
 }  // namespace convgrad::cli

@@ -44,12 +44,12 @@ void write_file(const std::string& path, Writer write) {
 
 int run(const sweep_options& o) {
     const std::vector<op_case> cases = collect_cases(o);
-    // Only timing needs the peaks (measuring them takes 1-4 s).
-    const peak_table peaks = o.perf || !o.peaks_file.empty() ? peak_table::from_option(o.peaks_file) : peak_table();
     if (o.emit_json) {
         for (const op_case& c : cases) std::cout << to_json(c) << '\n';
         return 0;
     }
+    // Only timing needs the peaks (measuring them takes 1-4 s).
+    const peak_table peaks = o.perf || !o.peaks_file.empty() ? peak_table::from_option(o.peaks_file) : peak_table();
     if (o.perf) std::cout << "peaks: " << peaks.source() << std::endl;
     const auto start = std::chrono::steady_clock::now();
     std::vector<case_result> results;
