@@ -1051,6 +1051,18 @@ TEST_CASE("weights: depthwise whole rows compile their W edges in", "[jit][weigh
     }
 }
 
+namespace {
+// Runs c under every JIT cap on inputs of all-ones bytes (NaNs), so that
+// stale bytes of a per-thread window would show in the next check.
+void run_on_nans(const Case& c) {
+    const convgrad::op ref = c.make("ref");
+    Buffer nan_a(c.dt, ref.input0_elems()), nan_b(c.dt, ref.input1_elems());
+    std::fill(nan_a.bytes.begin(), nan_a.bytes.end(), uint8_t(0xff));
+    std::fill(nan_b.bytes.begin(), nan_b.bytes.end(), uint8_t(0xff));
+    for (const std::string& isa : jit_isas(true)) testutil::run(c.make(isa), nan_a, nan_b);
+}
+}  // namespace
+
 TEST_CASE("weights: NCX depthwise reads per-chunk NXC windows", "[jit][weights]") {
     // NCX depthwise plans transpose each chunk's rows into per-thread NXC
     // windows (no whole-tensor transposes): chunks of rows that cross
@@ -1121,11 +1133,7 @@ TEST_CASE("weights: NCX depthwise reads per-chunk NXC windows", "[jit][weights]"
         for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
             Case t = base;
             t.dt = dt;
-            const convgrad::op ref = t.make("ref");
-            Buffer nan_a(dt, ref.input0_elems()), nan_b(dt, ref.input1_elems());
-            std::fill(nan_a.bytes.begin(), nan_a.bytes.end(), uint8_t(0xff));
-            std::fill(nan_b.bytes.begin(), nan_b.bytes.end(), uint8_t(0xff));
-            for (const std::string& isa : jit_isas(true)) testutil::run(t.make(isa), nan_a, nan_b);
+            run_on_nans(t);
             check_exact_any_type(t);
         }
         check_exact(base);
@@ -1180,6 +1188,89 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
             if (dt != convgrad::data_type::f32) wtest::check_thread_counts(wtest::split_size(t), false);
         }
         check_exact(base);
+        check_reals(base);
+        wtest::check_thread_counts(wtest::split_size(base), false);
+    }
+}
+
+TEST_CASE("weights: AVX2 depthwise on pixels a multiple of 2 KiB apart reads windows of wider pixels", "[jit][weights]") {
+    // 512 / 1024 f32 channels (1024 16-bit ones): AVX2 plans copy each
+    // chunk's rows into per-thread windows whose pixels are a line further
+    // apart (WeightsPlan::nxc_windows, window_pad), in NXC from the user's
+    // tensors, in NCX through the windows' transposes; row blocks stay in
+    // place where they fit. Strides, dilation, pads past the kernel's reach,
+    // 1D / 3D, merged 1x1 rows, ConvTranspose, OIX; threads splitting the
+    // channel tiles (one image) and the chunks. Run first on NaN inputs, so
+    // a window's stale bytes would show; 1-4 threads bitwise alike.
+    auto dw = [](int64_t ch, dims in, dims k) {
+        Case c = conv2d(ch, ch, std::move(in), std::move(k));
+        c.g = ch;
+        c.mb = 2;
+        return c;
+    };
+    enum Expect { windows, row_blocks, none };  // the f32 plan on avx2
+    std::vector<std::pair<Case, Expect>> cases;
+    Case c = dw(1024, {7, 7}, {3, 3});  // MobileNet v1 conv6/dw
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, windows});
+    c.mb = 1;  // one image: threads split the channel tiles
+    cases.push_back({c, windows});
+    c = dw(512, {14, 14}, {3, 3});  // row blocks fit: in place
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, row_blocks});
+    c = dw(512, {13, 11}, {3, 3});  // H and W stride 2 (MobileNet v1 conv5_6/dw, odd sizes)
+    c.s = {2, 2};
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, windows});
+    c = dw(512, {12, 15}, {5, 5});  // dilation, pads past the kernel's reach, OIX
+    c.d = {1, 2};
+    c.pb = {2, 5};
+    c.pe = {3, 5};
+    c.wfmt = "OIX";
+    cases.push_back({c, windows});
+    c = dw(1024, {9, 8}, {3, 3});  // NCX
+    c.pb = c.pe = {1, 1};
+    c.nxc = false;
+    cases.push_back({c, windows});
+    c = dw(512, {90}, {5});  // 1D, W stride 2
+    c.s = {2};
+    c.pb = c.pe = {2};
+    cases.push_back({c, windows});
+    c = dw(512, {3, 5, 6}, {3, 3, 3});  // 3D
+    c.pb = c.pe = {1, 1, 1};
+    cases.push_back({c, windows});
+    c = dw(1024, {6, 7}, {1, 1});  // 1x1: merged rows
+    cases.push_back({c, windows});
+    c = dw(1536, {5, 6}, {3, 3});  // ConvTranspose, 1536 channels
+    c.pb = c.pe = {1, 1};
+    c.transpose = true;
+    cases.push_back({c, windows});
+    c = dw(1000, {7, 7}, {3, 3});  // 4000-byte pixels: in place
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, none});
+    const bool avx2 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx2;
+    for (const auto& [base, expect] : cases) {
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+            Case t = base;
+            t.dt = dt;
+            if (avx2) {
+                const std::string d = t.make("avx2").describe();
+                INFO(label(t, "avx2") << "\n" << d);
+                // 16-bit pixels of 1024 and 1536 channels are 2 KiB multiples, of 512 not.
+                const bool wide = dt == convgrad::data_type::f32 ? base.ic % 512 == 0 : base.ic % 1024 == 0;
+                const bool win = d.find(" window-pixels+64") != std::string::npos;
+                if (dt == convgrad::data_type::f32) {
+                    CHECK(win == (expect == windows));
+                    CHECK((d.find(" row-blocks=") != std::string::npos) == (expect == row_blocks));
+                } else if (!wide) {
+                    CHECK_FALSE(win);
+                }
+                if (win) CHECK(d.find(base.nxc ? " windows" : " ncx->nxc(windows)") != std::string::npos);
+            }
+            run_on_nans(t);
+            check_exact_any_type(t);
+            if (dt != convgrad::data_type::f32) wtest::check_thread_counts(wtest::split_size(t), false);
+        }
         check_reals(base);
         wtest::check_thread_counts(wtest::split_size(base), false);
     }

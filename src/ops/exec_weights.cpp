@@ -368,8 +368,10 @@ public:
         }
         user_es_ = static_cast<int64_t>(dtype_size(p_.dt));
         if (plan.blk.kind == WeightsKernelKind::depthwise) plan_dw_edges();
-        win_src_bytes_ = plan.window_src_rows * plan.geo.in[2] * p_.ic() * user_es_;
-        win_dst_bytes_ = plan.window_dst_rows * plan.geo.out[2] * p_.oc() * user_es_;
+        src_px_ = p_.ic() * user_es_ + plan.window_pad;
+        dst_px_ = p_.oc() * user_es_ + plan.window_pad;
+        win_src_bytes_ = plan.window_src_rows * plan.geo.in[2] * src_px_;
+        win_dst_bytes_ = plan.window_dst_rows * plan.geo.out[2] * dst_px_;
         load_kernels();
     }
 
@@ -536,11 +538,14 @@ private:
     void fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch, const char* src,
                       const char* diff_dst, char* src_win, char* dst_win) const;
     int64_t win_src_bytes_ = 0, win_dst_bytes_ = 0;  // the largest chunk's windows
+    // Bytes between pixels of the activations as the kernels read them
+    // (not staged): the user's tensors, the NXC scratch, or the windows.
+    int64_t src_px_ = 0, dst_px_ = 0;
     // Staged strided 1x1 rows keep only the pixels read: one per output
     // pixel. Tile-major chunks: one tile's channels per pixel.
     // Bytes between consecutive src pixels of a row as the kernels read it
     // (staged or the user's tensor; not tile-major).
-    int64_t src_pixel_bytes() const { return plan_.staged ? plan_.src_pitch : p_.ic() * plan_.elem_bytes(); }
+    int64_t src_pixel_bytes() const { return plan_.staged ? plan_.src_pitch : src_px_; }
     int64_t src_step_bytes() const {
         if (plan_.tile_major) return plan_.blk.m * 4;
         return (plan_.compress_w ? 1 : plan_.geo.stride[2]) * src_pixel_bytes();
@@ -548,18 +553,20 @@ private:
     int64_t dst_step_bytes() const {
         return plan_.tile_major ? plan_.blk.n * plan_.blk.vlen * 4
                : plan_.staged   ? plan_.dst_pitch
-                                : p_.oc() * plan_.elem_bytes();
+                                : dst_px_;
     }
     // The same in the user's tensors (NXC, or the NXC scratch).
     int64_t user_elem_bytes() const { return user_es_; }
-    // Bytes from the user's (NXC) src / diff_dst to a pixel of an image.
+    // Bytes from the user's (NXC) src / diff_dst to a pixel of an image;
+    // with windows (WeightsPlan::windows), in virtual NXC tensors of the
+    // windows' pixel pitch.
     int64_t user_src_bytes(int64_t n, int64_t id, int64_t ih, int64_t iw) const {
         const WeightsGeometry& g = plan_.geo;
-        return (((n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * p_.ic() * user_elem_bytes();
+        return (((n * g.in[0] + id) * g.in[1] + ih) * g.in[2] + iw) * src_px_;
     }
     int64_t user_dst_bytes(int64_t n, int64_t od, int64_t oh, int64_t ow) const {
         const WeightsGeometry& g = plan_.geo;
-        return (((n * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow) * p_.oc() * user_elem_bytes();
+        return (((n * g.out[0] + od) * g.out[1] + oh) * g.out[2] + ow) * dst_px_;
     }
     int64_t user_src_step() const { return plan_.geo.stride[2] * p_.ic() * user_elem_bytes(); }
     int64_t user_dst_step() const { return p_.oc() * user_elem_bytes(); }
@@ -615,8 +622,8 @@ void JitWeightsExecutor::load_kernels() {
     const WeightsBlocking& b = plan_.blk;
     const bool dw = b.kind == WeightsKernelKind::depthwise;
     const int64_t tap_disp = plan_.kw_lanes ? src_pixel_bytes()  // kw lanes: one src pixel
-                                            : plan_.geo.dil[2] * p_.ic() * plan_.elem_bytes();
-    const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * p_.ic() * plan_.elem_bytes();
+                                            : plan_.geo.dil[2] * src_px_;
+    const int64_t row_disp = plan_.geo.dil[1] * plan_.geo.in[2] * src_px_;
     const int row_kinds[kRowsKinds] = {b.m, b.m_last};
     for (int r = 0; r < kRowsKinds; ++r) {
         for (int last = 0; last < 2; ++last) {
@@ -1321,12 +1328,12 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         ts.src_filled.resize(static_cast<size_t>(g.g * b.m_tiles));
         ts.dst_filled.resize(static_cast<size_t>(g.g * b.n_tiles));
     }
-    // NCX windows: the user's NCX tensors here, the kernels read the windows.
+    // Windows: the user's tensors here, the kernels read the windows.
     const char* const user_src = src;
     const char* const user_dst = diff_dst;
     ScratchLease src_win, dst_win;
     std::array<int64_t, 2> channels{};
-    if (plan_.ncx_windows) {
+    if (plan_.windows()) {
         src_win = ScratchLease(Scratch::weights_src_nxc, win_src_bytes_);
         dst_win = ScratchLease(Scratch::weights_dst_nxc, win_dst_bytes_);
         src = src_win.get();
@@ -1345,7 +1352,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
             decode_rows(ts.chunk, q0, q1);
-            if (plan_.ncx_windows)
+            if (plan_.windows())
                 fill_windows(ts, chunk_window(ts.chunk), channels, user_src, user_dst, src_win.get(), dst_win.get());
             // stage_in_kernel: the kernels fill the slices, unless a copy
             // pass stages the chunk (a lone bf16 image pairs with zeros).
@@ -1374,7 +1381,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
                     ts.win_next = chunk_window(ts.next_chunk);
                 }
                 ts.pf_grp = -1;
-            } else if (has_next && !plan_.ncx_windows && plan_.pf_lines > 0) {  // (streamed passes: no walk)
+            } else if (has_next && !plan_.windows() && plan_.pf_lines > 0) {  // (streamed passes: no walk)
                 // (Windows: the transposes prefetch as they read. The
                 // kernels also walking the next chunk's NCX runs, a line
                 // or two per channel and image, cost 5-25 % on 56x56 and
@@ -1429,8 +1436,9 @@ std::array<int64_t, 2> JitWeightsExecutor::thread_channels(const std::array<int6
     return {tiles[0] % nt * width, std::min(p_.ic(), ((tiles[1] - 1) % nt + 1) * width)};
 }
 
-// Chunk window w of channels ch from the user's NCX tensors into the
-// thread's NXC windows (pixels every channel apart).
+// Chunk window w of channels ch from the user's tensors (NCX, or NXC with
+// nxc_windows) into the thread's NXC windows (pixels src_px_ / dst_px_
+// bytes apart).
 void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch,
                                       const char* src, const char* diff_dst, char* src_win, char* dst_win) const {
     const WeightsGeometry& g = plan_.geo;
@@ -1438,6 +1446,8 @@ void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, con
     const int e = static_cast<int>(es);
     NcxRows s{e, p_.ic(), g.in[0] * g.in[1], g.in[2], ch[0], ch[1], w.src_lo, w.src_hi};
     NcxRows d{e, p_.oc(), g.out[0] * g.out[1], g.out[2], ch[0], ch[1], w.dst_lo, w.dst_hi};
+    s.window_px = src_px_ / es;
+    d.window_px = dst_px_ / es;
     if (g.segs_per_row > 1) {  // the chunk's segments: their pixels, each in its place
         int64_t a = g.out[2], b = 0;
         for (const RowPos& r : ts.chunk) {
@@ -1454,10 +1464,15 @@ void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, con
             if (s.x0 == s.x1) s.lo = s.hi;  // every tap outside src
         }
     }
-    ncx_rows_to_window(src, src_win, s, plan_.isa);
-    ncx_rows_to_window(diff_dst, dst_win, d, plan_.isa);
-    ts.src_shift = w.src_lo * g.in[2] * p_.ic() * es;
-    ts.dst_shift = w.dst_lo * g.out[2] * p_.oc() * es;
+    if (plan_.nxc_windows) {
+        nxc_rows_to_window(src, src_win, s);
+        nxc_rows_to_window(diff_dst, dst_win, d);
+    } else {
+        ncx_rows_to_window(src, src_win, s, plan_.isa);
+        ncx_rows_to_window(diff_dst, dst_win, d, plan_.isa);
+    }
+    ts.src_shift = w.src_lo * g.in[2] * src_px_;
+    ts.dst_shift = w.dst_lo * g.out[2] * dst_px_;
 }
 
 // The user memory of chunk `chunk`, per image (two for a bf16 pair): its
@@ -1733,7 +1748,7 @@ std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, s
     WeightsPlan plan;
     find_or_make_plan(weights_plan_cache(), "weights", p, isa, threads, &plan, [&](WeightsPlan* made) {
         *made = plan_weights(p, isa, threads);
-        if (made->ncx_windows) size_windows(made);
+        if (made->windows()) size_windows(made);
         return true;
     });
     return std::make_unique<JitWeightsExecutor>(p, plan);

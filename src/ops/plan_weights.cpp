@@ -470,12 +470,11 @@ bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
 }
 
 // Depthwise src displacements (bytes) between kw taps and kernel rows.
-int64_t dw_tap_disp(const WeightsPlan& plan) {
-    return plan.geo.dil[2] * plan.geo.g * plan.geo.icg * plan.elem_bytes();
+int64_t dw_pixel_bytes(const WeightsPlan& plan) {
+    return plan.geo.g * plan.geo.icg * plan.elem_bytes() + plan.window_pad;
 }
-int64_t dw_row_disp(const WeightsPlan& plan) {
-    return plan.geo.dil[1] * plan.geo.in[2] * plan.geo.g * plan.geo.icg * plan.elem_bytes();
-}
+int64_t dw_tap_disp(const WeightsPlan& plan) { return plan.geo.dil[2] * dw_pixel_bytes(plan); }
+int64_t dw_row_disp(const WeightsPlan& plan) { return plan.geo.dil[1] * plan.geo.in[2] * dw_pixel_bytes(plan); }
 
 // The kernel's largest displacement, (kh-1)*row + (m-1)*tap + n vectors,
 // must fit in 32 bits.
@@ -941,7 +940,7 @@ bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
     const WeightsBlocking& b = plan.blk;
     const int64_t per = plan.lane_pairs ? 2 : 1, es = static_cast<int64_t>(dtype_size(p.dt));
     if (plan.staged || p.g < 2 || b.kind != WeightsKernelKind::gemm || !(plan.kw_lanes || plan.kw_phases > 0) ||
-        plan.ncx_windows || plan.prepad || g.merged || g.segs_per_row > 1 || g.k[0] > 1 || g.out[0] > 1)
+        plan.windows() || plan.prepad || g.merged || g.segs_per_row > 1 || g.k[0] > 1 || g.out[0] > 1)
         return false;
     if (per * g.icg * es > 64 || per * g.ocg * es > 64) return false;
     if (p.ic() * es < Cost::group_prefetch_min_pitch || p.oc() * es < Cost::group_prefetch_min_pitch) return false;
@@ -992,7 +991,7 @@ bool dw_stream_ok(const WeightsPlan& plan) {
     const WeightsBlocking& b = plan.blk;
     const std::array<int64_t, 2> ahead = dw_stream_ahead(plan, b.kh);  // (the kernel adds a row's columns)
     return b.kind == WeightsKernelKind::depthwise && b.whole_rows && b.row_block <= 1 && !plan.w_pairs &&
-           !plan.pairs && !plan.staged && !plan.prepad && !plan.transpose_inputs && !plan.ncx_windows &&
+           !plan.pairs && !plan.staged && !plan.prepad && !plan.transpose_inputs && !plan.windows() &&
            g.k[0] == 1 && g.stride[0] == 1 && (g.stride[1] == 1 || g.dil[1] == 1) && g.stride[1] <= UINT8_MAX &&
            g.segs_per_row == 1 &&
            (b.kh == g.k[1] || plan.elem_bytes() == 2) &&
@@ -1224,13 +1223,20 @@ void finish_plan(WeightsPlan& plan, const Problem& p, int nthreads) {
     if (plan.group_prefetch) plan.pf_lines = 1;
 }
 
-// plan_weights, with bf16 depthwise W pairs (w_pairs) allowed or not, and
-// the tile-major pass for AVX2's wide 1x1 layers or not.
-WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pairs_ok, bool tile_major_ok = true) {
+// What plan_weights_with may choose; plan_weights compares the alternatives.
+struct PlanChoices {
+    bool pairs = true;        // bf16 depthwise W pairs (w_pairs)
+    bool tile_major = true;   // the tile-major pass for AVX2's wide 1x1 layers
+    bool pad_windows = true;  // AVX2 depthwise windows of wider pixels (WeightsPlan::window_pad)
+};
+
+WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const PlanChoices& choices = {}) {
+    const bool pairs_ok = choices.pairs, tile_major_ok = choices.tile_major;
     if (pairs_ok && prepad_src(p, isa)) {
-        WeightsPlan plan = plan_weights_with(padded_problem(p), isa, nthreads, true, tile_major_ok);
+        WeightsPlan plan = plan_weights_with(padded_problem(p), isa, nthreads, choices);
         plan.prepad = true;
-        plan.ncx_windows = false;  // the pad pass reads whole NXC images
+        plan.ncx_windows = plan.nxc_windows = false;  // the pad pass reads whole NXC images
+        plan.window_pad = 0;
         return plan;
     }
     WeightsPlan plan;
@@ -1284,6 +1290,15 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pair
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
     plan.ncx_windows = plan.transpose_inputs && dw;
+    // AVX2 depthwise on pixels a multiple of 2 KiB apart: windows whose
+    // pixels are a line further apart (WeightsPlan::nxc_windows). AMD Zen 3,
+    // 1 thread, 3x3 at 7x7, mb 8, in place: 1024 channels ran 6-7x slower
+    // than 1032 or 1040 (1.0 ms against 0.12-0.16 ms), 512 channels 2.5x
+    // slower than 520 or 528.
+    if (choices.pad_windows && dw && plan.isa == Isa::avx2 && pixels_share_l1_sets(p.ic() * plan.elem_bytes())) {
+        plan.window_pad = kCacheLineBytes;
+        plan.nxc_windows = !plan.ncx_windows;
+    }
     // Lane groups flush (kw, ic) rows as one run.
     plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || kw_ic_rows_consecutive(p));
     plan.weights_elems = p.output_elems;
@@ -1377,7 +1392,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, bool pair
 }  // namespace
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
-    WeightsPlan plan = plan_weights_with(p, isa, nthreads, true);
+    WeightsPlan plan = plan_weights_with(p, isa, nthreads);
     // bf16 depthwise W pairs (W stride 1 here, but for kernels of one row:
     // w_pairs) against bf16 widened as it is loaded, where the widened plan
     // streams (WeightsPlan::dw_stream): AMD Zen 5, 2 threads, min of 5, mb 8
@@ -1386,7 +1401,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // 1.49x / 1.29x (measured before widened loads fed vdpbf16ps, which
     // adds to them). One-row kernels of 3 taps at W stride 2 keep pairs.
     if (plan.w_pairs && !plan.prepad && (p.stride[2] == 1 || p.k[2] > 3)) {
-        WeightsPlan widened = plan_weights_with(p, isa, nthreads, false);
+        WeightsPlan widened = plan_weights_with(p, isa, nthreads, {false, true, true});
         if (widened.dw_stream) return widened;
     }
     // AVX2's wide 1x1 layers at unit stride: blocked rows where they can be
@@ -1398,9 +1413,22 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // staging of their compressed rows ran 0.44-0.69x (ResNet-50 res4a / res5a
     // branch1, res5a_branch2a), and blocked rows even with it (1.00-1.07x
     // over 7 rounds).
+    // AVX2 depthwise on pixels a multiple of 2 KiB apart: row blocks in
+    // place where they fit (their measured remedy for those pitches, see
+    // choose_row_block), windows of wider pixels where not. Against in place,
+    // AMD Zen 3, 2 threads, min of 5-7: MobileNet v1 conv6/dw (1024
+    // channels at 7x7) 2.71x at mb 8, 1.58x at mb 32; conv5_6/dw (512,
+    // 14 -> 7) 1.62x at mb 8; 512 channels 5x5 at 28x28 2.23x and a 1D
+    // k5 layer of 400 pixels 1.37x at mb 32. The row-block layers against
+    // windows: 512 / 1024 channels at 14x14 0.86-1.73x, too noisy to
+    // move them.
+    if (plan.window_pad) {
+        WeightsPlan in_place = plan_weights_with(p, isa, nthreads, {true, true, false});
+        if (in_place.blk.row_block > 1) return in_place;
+    }
     const bool unit_stride = p.stride == std::array<int64_t, 3>{1, 1, 1};
     if (plan.tile_major && !plan.stage_in_kernel && unit_stride) {
-        WeightsPlan rows = plan_weights_with(p, isa, nthreads, true, false);
+        WeightsPlan rows = plan_weights_with(p, isa, nthreads, {true, false, true});
         if (rows.blocked) return rows;
     }
     return plan;
@@ -1430,7 +1458,8 @@ std::string WeightsPlan::to_string() const {
        << (fold_kw > 1 ? " fold-kw" : "") << (kw_phases > 0 ? " kw-window" : "")
        << (kw_lanes ? (lane_pairs ? " kw-lanes(group pairs)" : " kw-lanes") : "") << (prepad ? " prepad" : "")
        << (w_pairs ? " W-pairs" : "")
-       << (ncx_windows ? " ncx->nxc(windows)" : transpose_inputs ? " ncx->nxc" : "")
+       << (ncx_windows ? " ncx->nxc(windows)" : transpose_inputs ? " ncx->nxc" : nxc_windows ? " windows" : "")
+       << (window_pad ? " window-pixels+" + std::to_string(window_pad) : std::string())
        << (direct_weights ? " direct" : " permute")
        << (pf_lines > 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())
        << (dw_stream ? " streamed (prefetch " + std::to_string(Cost::dw_stream_rows_ahead) + " rows ahead)"

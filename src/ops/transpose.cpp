@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "ops/parallel.hpp"
 #include "ops/problem.hpp"
@@ -202,32 +203,43 @@ void for_each_image_run(const NcxRows& r, F&& f) {
 }  // namespace
 
 void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa) {
-    const int64_t plane = r.rows_per_image * r.row_px;
+    const int64_t plane = r.rows_per_image * r.row_px, wpx = r.window_pitch();
     if (const int64_t px = (r.x1 ? r.x1 : r.row_px) - r.x0; px < r.row_px) {  // a run per row
         const int64_t pitch = r.whole_rows ? r.row_px : px, at = r.whole_rows ? r.x0 : 0;
         for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
             for (int64_t row = a; row < z; ++row)
                 transpose_block(ncx + ((n * r.channels + r.c0) * plane + (row - n * r.rows_per_image) * r.row_px + r.x0) * r.es,
-                                plane, window + (((row - r.lo) * pitch + at) * r.channels + r.c0) * r.es, r.channels,
-                                r.es, r.c1 - r.c0, px, isa);
+                                plane, window + (((row - r.lo) * pitch + at) * wpx + r.c0) * r.es, wpx, r.es,
+                                r.c1 - r.c0, px, isa);
         });
         return;
     }
     for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
         transpose_block(ncx + ((n * r.channels + r.c0) * plane + (a - n * r.rows_per_image) * r.row_px) * r.es, plane,
-                        window + ((a - r.lo) * r.row_px * r.channels + r.c0) * r.es, r.channels, r.es, r.c1 - r.c0,
+                        window + ((a - r.lo) * r.row_px * wpx + r.c0) * r.es, wpx, r.es, r.c1 - r.c0,
                         (z - a) * r.row_px, isa);
     });
 }
 
+void nxc_rows_to_window(const char* nxc, char* window, const NcxRows& r) {
+    const int64_t x0 = r.x0, x1 = r.x1 ? r.x1 : r.row_px, wpx = r.window_pitch();
+    const int64_t pitch = r.whole_rows || x1 - x0 == r.row_px ? r.row_px : x1 - x0, at = pitch == r.row_px ? x0 : 0;
+    const size_t bytes = static_cast<size_t>((r.c1 - r.c0) * r.es);
+    for (int64_t row = r.lo; row < r.hi; ++row) {
+        const char* from = nxc + ((row * r.row_px + x0) * r.channels + r.c0) * r.es;
+        char* to = window + (((row - r.lo) * pitch + at) * wpx + r.c0) * r.es;
+        for (int64_t x = x0; x < x1; ++x, from += r.channels * r.es, to += wpx * r.es) std::memcpy(to, from, bytes);
+    }
+}
+
 void window_to_ncx_rows(const char* window, char* ncx, const NcxRows& r, Isa isa, bool stream) {
-    const int64_t plane = r.rows_per_image * r.row_px;
+    const int64_t plane = r.rows_per_image * r.row_px, wpx = r.window_pitch();
     if (const int64_t px = (r.x1 ? r.x1 : r.row_px) - r.x0; px < r.row_px) {  // a run per row
         for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
             for (int64_t row = a; row < z; ++row) {
                 char* to = ncx + ((n * r.channels + r.c0) * plane + (row - n * r.rows_per_image) * r.row_px + r.x0) * r.es;
                 const bool lines = reinterpret_cast<uintptr_t>(to) % 64 == 0 && plane * r.es % 64 == 0 && px * r.es % 64 == 0;
-                transpose_block(window + ((row - r.lo) * px * r.channels + r.c0) * r.es, r.channels, to, plane, r.es, px,
+                transpose_block(window + ((row - r.lo) * px * wpx + r.c0) * r.es, wpx, to, plane, r.es, px,
                                 r.c1 - r.c0, isa, stream && lines);
             }
         });
@@ -237,7 +249,7 @@ void window_to_ncx_rows(const char* window, char* ncx, const NcxRows& r, Isa isa
         char* to = ncx + ((n * r.channels + r.c0) * plane + (a - n * r.rows_per_image) * r.row_px) * r.es;
         const int64_t px = (z - a) * r.row_px;
         const bool lines = reinterpret_cast<uintptr_t>(to) % 64 == 0 && plane * r.es % 64 == 0 && px * r.es % 64 == 0;
-        transpose_block(window + ((a - r.lo) * r.row_px * r.channels + r.c0) * r.es, r.channels, to, plane, r.es, px,
+        transpose_block(window + ((a - r.lo) * r.row_px * wpx + r.c0) * r.es, wpx, to, plane, r.es, px,
                         r.c1 - r.c0, isa, stream && lines);
     });
 }

@@ -78,8 +78,8 @@ void transpose_block(const void* src, int64_t src_ld, void* dst, int64_t dst_ld,
 // the calling thread. The tensor: images of `channels` planes of
 // rows_per_image rows (the flattened D x H) of row_px pixels; the window:
 // its rows [lo, hi) (flattened over images too: row n * rows_per_image + r)
-// in NXC, pixels `channels` elements apart, window row 0 = row lo. Only
-// channels [c0, c1) are read and written.
+// in NXC, pixels `channels` elements apart (or window_px), window row 0 =
+// row lo. Only channels [c0, c1) are read and written.
 struct NcxRows {
     int es;  // element bytes, 2 or 4
     int64_t channels, rows_per_image, row_px;
@@ -90,8 +90,14 @@ struct NcxRows {
     // place in a row of row_px pixels.
     int64_t x0 = 0, x1 = 0;
     bool whole_rows = false;
+    int64_t window_px = 0;  // elements between window pixels; 0: channels
+    int64_t window_pitch() const { return window_px ? window_px : channels; }
 };
 void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa);
+// The same from an NXC tensor (the rows' pixels `channels` elements apart)
+// into a window of window_px elements a pixel: a copy of each pixel's
+// channels [c0, c1).
+void nxc_rows_to_window(const char* nxc, char* window, const NcxRows& r);
 // `stream`: streaming stores for the image runs whose rows are whole
 // aligned lines (ordinary stores for the others).
 void window_to_ncx_rows(const char* window, char* ncx, const NcxRows& r, Isa isa, bool stream);
