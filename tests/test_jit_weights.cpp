@@ -1193,15 +1193,16 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
     }
 }
 
-TEST_CASE("weights: AVX2 depthwise on pixels a multiple of 2 KiB apart reads windows of wider pixels", "[jit][weights]") {
+TEST_CASE("weights: AVX2 depthwise on 2 KiB-multiple pixels reads windows of wider pixels", "[jit][weights]") {
     // 512 / 1024 f32 channels (1024 16-bit ones): AVX2 plans copy each
     // chunk's rows into per-thread windows whose pixels are a line further
     // apart (WeightsPlan::nxc_windows, window_pad), in NXC from the user's
     // tensors, in NCX through the windows' transposes; row blocks stay in
     // place where they fit. Strides, dilation, pads past the kernel's reach,
-    // 1D / 3D, merged 1x1 rows, ConvTranspose, OIX; threads splitting the
-    // channel tiles (one image) and the chunks. Run first on NaN inputs, so
-    // a window's stale bytes would show; 1-4 threads bitwise alike.
+    // 1D / 3D, merged 1x1 rows, ConvTranspose, OIX, lane groups; threads
+    // splitting the channel tiles (one image) and the chunks. Run first on
+    // NaN inputs, so a window's stale bytes would show; 1-4 threads bitwise
+    // alike.
     auto dw = [](int64_t ch, dims in, dims k) {
         Case c = conv2d(ch, ch, std::move(in), std::move(k));
         c.g = ch;
@@ -1248,6 +1249,10 @@ TEST_CASE("weights: AVX2 depthwise on pixels a multiple of 2 KiB apart reads win
     c = dw(1000, {7, 7}, {3, 3});  // 4000-byte pixels: in place
     c.pb = c.pe = {1, 1};
     cases.push_back({c, none});
+    c = dw(1024, {7, 8}, {3, 3});  // lane groups of 4
+    c.g = 256;
+    c.pb = c.pe = {1, 1};
+    cases.push_back({c, windows});
     const bool avx2 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx2;
     for (const auto& [base, expect] : cases) {
         for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
