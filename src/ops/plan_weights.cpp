@@ -1401,18 +1401,9 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // 1.49x / 1.29x (measured before widened loads fed vdpbf16ps, which
     // adds to them). One-row kernels of 3 taps at W stride 2 keep pairs.
     if (plan.w_pairs && !plan.prepad && (p.stride[2] == 1 || p.k[2] > 3)) {
-        WeightsPlan widened = plan_weights_with(p, isa, nthreads, {false, true, true});
+        WeightsPlan widened = plan_weights_with(p, isa, nthreads, {false, true, true});  // no W pairs
         if (widened.dw_stream) return widened;
     }
-    // AVX2's wide 1x1 layers at unit stride: blocked rows where they can be
-    // blocked (blocked_ok), not the tile-major pass. AMD Zen 3 (AVX2 only),
-    // 2 threads, mb 32, min of 5: 1.02-1.63x over 23 layers (ResNet-50
-    // res5a_branch2c 1.22x, res4a_branch2c 1.07x, GoogLeNet-v3 mixed_10
-    // 1.63x, ConvNeXt-T s3 / s4 pointwise 1.09-1.16x, MobileNetV2 /
-    // EfficientNet-B0 heads 1.27-1.34x). Strided ones keep the pass: row
-    // staging of their compressed rows ran 0.44-0.69x (ResNet-50 res4a / res5a
-    // branch1, res5a_branch2a), and blocked rows even with it (1.00-1.07x
-    // over 7 rounds).
     // AVX2 depthwise on pixels a multiple of 2 KiB apart: row blocks in
     // place where they fit (their measured remedy for those pitches, see
     // choose_row_block), windows of wider pixels where not. Against in place,
@@ -1423,12 +1414,21 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // windows: 512 / 1024 channels at 14x14 0.86-1.73x, too noisy to
     // move them.
     if (plan.window_pad) {
-        WeightsPlan in_place = plan_weights_with(p, isa, nthreads, {true, true, false});
+        WeightsPlan in_place = plan_weights_with(p, isa, nthreads, {true, true, false});  // no windows
         if (in_place.blk.row_block > 1) return in_place;
     }
+    // AVX2's wide 1x1 layers at unit stride: blocked rows where they can be
+    // blocked (blocked_ok), not the tile-major pass. AMD Zen 3 (AVX2 only),
+    // 2 threads, mb 32, min of 5: 1.02-1.63x over 23 layers (ResNet-50
+    // res5a_branch2c 1.22x, res4a_branch2c 1.07x, GoogLeNet-v3 mixed_10
+    // 1.63x, ConvNeXt-T s3 / s4 pointwise 1.09-1.16x, MobileNetV2 /
+    // EfficientNet-B0 heads 1.27-1.34x). Strided ones keep the pass: row
+    // staging of their compressed rows ran 0.44-0.69x (ResNet-50 res4a / res5a
+    // branch1, res5a_branch2a), and blocked rows even with it (1.00-1.07x
+    // over 7 rounds).
     const bool unit_stride = p.stride == std::array<int64_t, 3>{1, 1, 1};
     if (plan.tile_major && !plan.stage_in_kernel && unit_stride) {
-        WeightsPlan rows = plan_weights_with(p, isa, nthreads, {true, false, true});
+        WeightsPlan rows = plan_weights_with(p, isa, nthreads, {true, false, true});  // no tile-major pass
         if (rows.blocked) return rows;
     }
     return plan;
