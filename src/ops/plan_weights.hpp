@@ -97,12 +97,12 @@ struct WeightsPlan {
     // transposes a chunk's rows of its channels into an NXC window (per
     // thread scratch) as the chunk starts, and the kernels read the window.
     bool ncx_windows = false;
-    // AVX2 depthwise in NXC whose pixels are a multiple of 2 KiB apart
-    // (512 or 1024 f32 channels, 1024 16-bit ones): each thread copies a
-    // chunk's rows of its channels into windows as the chunk starts, as NCX
-    // windows do, and the kernels read the windows. A channel tile's lines
-    // of every pixel fell into one or two L1 sets (and a few L2 sets) and
-    // missed there at every tap; see window_pad.
+    // AVX2 depthwise (and lane groups) in NXC whose pixels are a multiple
+    // of 2 KiB apart (512 or 1024 f32 channels, 1024 16-bit ones): each
+    // thread copies a chunk's rows of its channels into windows as the
+    // chunk starts, as NCX windows do, and the kernels read the windows. A
+    // channel tile's half lines of every pixel fell into one or two L1 sets
+    // and missed there at every tap; see window_pad.
     bool nxc_windows = false;
     // Bytes added to each window pixel (NCX or NXC windows): a line where
     // the user's pixels are a multiple of 2 KiB apart (AVX2 only), else 0.

@@ -200,17 +200,27 @@ void for_each_image_run(const NcxRows& r, F&& f) {
         f(n, std::max(r.lo, n * r.rows_per_image), std::min(r.hi, (n + 1) * r.rows_per_image));
 }
 
+// Pixels [x0, x1) of a row into the window: the pixels a window row holds,
+// and where in it pixel x0 goes (see NcxRows::whole_rows).
+struct WindowRow {
+    int64_t px, pitch, at;
+};
+WindowRow window_row(const NcxRows& r) {
+    const int64_t px = (r.x1 ? r.x1 : r.row_px) - r.x0;
+    if (r.whole_rows || px == r.row_px) return {px, r.row_px, r.x0};
+    return {px, px, 0};
+}
+
 }  // namespace
 
 void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa) {
     const int64_t plane = r.rows_per_image * r.row_px, wpx = r.window_pitch();
-    if (const int64_t px = (r.x1 ? r.x1 : r.row_px) - r.x0; px < r.row_px) {  // a run per row
-        const int64_t pitch = r.whole_rows ? r.row_px : px, at = r.whole_rows ? r.x0 : 0;
+    if (const WindowRow w = window_row(r); w.px < r.row_px) {  // a run per row
         for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
             for (int64_t row = a; row < z; ++row)
                 transpose_block(ncx + ((n * r.channels + r.c0) * plane + (row - n * r.rows_per_image) * r.row_px + r.x0) * r.es,
-                                plane, window + (((row - r.lo) * pitch + at) * wpx + r.c0) * r.es, wpx, r.es,
-                                r.c1 - r.c0, px, isa);
+                                plane, window + (((row - r.lo) * w.pitch + w.at) * wpx + r.c0) * r.es, wpx, r.es,
+                                r.c1 - r.c0, w.px, isa);
         });
         return;
     }
@@ -222,13 +232,13 @@ void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa
 }
 
 void nxc_rows_to_window(const char* nxc, char* window, const NcxRows& r) {
-    const int64_t x0 = r.x0, x1 = r.x1 ? r.x1 : r.row_px, wpx = r.window_pitch();
-    const int64_t pitch = r.whole_rows || x1 - x0 == r.row_px ? r.row_px : x1 - x0, at = pitch == r.row_px ? x0 : 0;
+    const WindowRow w = window_row(r);
+    const int64_t wpx = r.window_pitch();
     const size_t bytes = static_cast<size_t>((r.c1 - r.c0) * r.es);
     for (int64_t row = r.lo; row < r.hi; ++row) {
-        const char* from = nxc + ((row * r.row_px + x0) * r.channels + r.c0) * r.es;
-        char* to = window + (((row - r.lo) * pitch + at) * wpx + r.c0) * r.es;
-        for (int64_t x = x0; x < x1; ++x, from += r.channels * r.es, to += wpx * r.es) std::memcpy(to, from, bytes);
+        const char* from = nxc + ((row * r.row_px + r.x0) * r.channels + r.c0) * r.es;
+        char* to = window + (((row - r.lo) * w.pitch + w.at) * wpx + r.c0) * r.es;
+        for (int64_t x = 0; x < w.px; ++x, from += r.channels * r.es, to += wpx * r.es) std::memcpy(to, from, bytes);
     }
 }
 
