@@ -1281,14 +1281,15 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
     }
 }
 
-// 16-bit outputs of strided layers: the W phases no tap reaches, and the
-// rows no kernel row reaches, are zeroed apart from the kernels, once for
-// every channel (see direct_item). Every such pixel must be written: the
-// output starts as 0x7f bytes. Phases of 1x1 s2 / s3 and of 2 taps at
-// stride 3 (some phases reached, some not), a D stride (whole planes of
-// zero rows), groups, both data formats, every ISA; and a large layer with
-// streaming stores, at an aligned output (zeros streamed) and one 16 bytes
-// off (plain stores).
+// 16-bit outputs of strided layers, and AVX2's f32 ones: the W phases no
+// tap reaches, and the rows no kernel row reaches, are zeroed apart from
+// the kernels, once for every channel (see direct_item; AVX-512 f32 keeps
+// them in the kernels, and runs here too). Every such pixel must be
+// written: the output starts as 0x7f bytes. Phases of 1x1 s2 / s3 and of 2
+// taps at stride 3 (some phases reached, some not), a D stride (whole
+// planes of zero rows), groups, both data formats, every ISA; and large
+// layers (bf16, f32) with streaming stores, at an aligned output (zeros
+// streamed) and one 16 bytes off (plain stores).
 TEST_CASE("data: strided layers' inserted zeros are written apart from the kernels", "[jit][data][dtype]") {
     std::vector<DCase> cs;
     DCase c;
@@ -1316,26 +1317,29 @@ TEST_CASE("data: strided layers' inserted zeros are written apart from the kerne
     d3.pb = d3.pe = {0, 0, 0};
     cs.push_back(d3);
     for (DCase v : cs)
-        for (data_type dt : {data_type::bf16, data_type::f16})
+        for (data_type dt : {data_type::bf16, data_type::f16, data_type::f32})
             for (bool nxc : {true, false}) {
                 v.dt = dt;
                 v.nxc = nxc;
-                INFO(wtest::label(v, "") << (dt == data_type::bf16 ? " bf16" : " f16"));
+                INFO(wtest::label(v, "") << " " << convgrad::dtype_name(dt));
                 check_exact(v, kAllIsas);
             }
-    DCase big;
-    big.mb = 6;  // 9.6 MB of bf16 diff_src, 3/4 of it zeros
-    big.ic = 256;
-    big.oc = 128;
-    big.in = {56, 56};
-    big.k = {1, 1};
-    big.s = {2, 2};
-    big.dt = data_type::bf16;
-    const auto ref = big.make("ref");
-    const auto dd = testutil::small_ints(big.dt, ref.input0_elems(), 31);
-    const auto w = testutil::small_ints(big.dt, ref.input1_elems(), 32);
-    const auto expect = testutil::run(ref, dd, w);
-    check_streaming(big, dd, w, expect);
+    for (data_type dt : {data_type::bf16, data_type::f32}) {
+        DCase big;
+        big.mb = dt == data_type::f32 ? 3 : 6;  // 9.6 MB of diff_src, 3/4 of it zeros
+        big.ic = 256;
+        big.oc = 128;
+        big.in = {56, 56};
+        big.k = {1, 1};
+        big.s = {2, 2};
+        big.dt = dt;
+        INFO(convgrad::dtype_name(dt));
+        const auto ref = big.make("ref");
+        const auto dd = testutil::small_ints(big.dt, ref.input0_elems(), 31);
+        const auto w = testutil::small_ints(big.dt, ref.input1_elems(), 32);
+        const auto expect = testutil::run(ref, dd, w);
+        check_streaming(big, dd, w, expect);
+    }
 }
 
 // One kernel call runs several channel blocks of a row (DataPlan::cb_reps):

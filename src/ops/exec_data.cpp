@@ -1207,17 +1207,22 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const int64_t chan_off = dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block;
     const int64_t m = plan_.blk.m;
     const DataKernelArgs rep = rep_steps(reps);
-    // 16-bit outputs: the W phases no tap reaches (all of them in a row no
-    // kernel row reaches: a strided layer's inserted zeros) are written
-    // once for every channel, by the row's first channel block and oc
-    // chunk, instead of by a kernel call per phase, channel block and chunk
-    // (a phase's pixels are never another's: no item writes what another
-    // computes). AMD Zen 5, ResNet-50 1x1 s2 layers, mb 32, 2 threads,
-    // min of 5 per case: bf16 / f16 0.96-1.16x (512 -> 1024 and 1024 ->
-    // 2048: 1.05-1.16x). f32 rows, twice the bytes, ran 0.91-1.06x: their
-    // zeros stay with the kernels, where the streaming stores of each
-    // channel block interleave with the others' FMAs.
-    const bool zeros_apart = es_ == 2;
+    // 16-bit outputs and AVX2: the W phases no tap reaches (all of them in
+    // a row no kernel row reaches: a strided layer's inserted zeros) are
+    // written once for every channel, by the row's first channel block and
+    // oc chunk, instead of by a kernel call per phase, channel block and
+    // chunk (a phase's pixels are never another's: no item writes what
+    // another computes). AMD Zen 5, ResNet-50 1x1 s2 layers, mb 32, 2
+    // threads, min of 5 per case: bf16 / f16 0.96-1.16x (512 -> 1024 and
+    // 1024 -> 2048: 1.05-1.16x). AVX-512 f32 rows, twice the bytes, ran
+    // 0.91-1.06x: their zeros stay with the kernels, where the streaming
+    // stores of each channel block interleave with the others' FMAs.
+    // AVX2's channel blocks are 96 bytes (three vectors), and its kernels
+    // zeroed each pixel in pieces of that, block after block: zeros apart
+    // in f32 against that (AMD Zen 3, 2 threads, tools/sweep_ab.py --min,
+    // the six ResNet-50 1x1 s2 layers) 1.07-1.44x at mb 8 (geomean 1.18x,
+    // min of 7), 0.93-1.27x at mb 32 (1.15x, min of 5).
+    const bool zeros_apart = es_ == 2 || plan_.isa == Isa::avx2;
     auto zero_phase = [&](int64_t r) { return rts.empty() || phases_[static_cast<size_t>(r)].empty(); };
     // (NCX windows: every item, into its own window.)
     // (Segments: the segment's pixels, which are those of its phase ranges.)
