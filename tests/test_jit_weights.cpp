@@ -126,8 +126,12 @@ TEST_CASE("weights: staged 1x1 layers stage their chunks tile-major", "[jit][wei
     Case padded = conv2d(48, 1031, {3, 4}, {1, 1});
     padded.pb = padded.pe = {1, 0};
     Case narrow = conv2d(200, 131, {5, 6}, {1, 1});  // (48 -> 131 reads in place on AVX-512)
-    for (Case c : {merged, strided, grouped, transposed, padded, narrow}) {
-        c.mb = 3;
+    // Wide enough for several ic blocks: AVX2's calls run a tap's ic tiles
+    // up to the end of their block (and of the thread's tiles).
+    Case blocks = conv2d(1030, 128, {14, 14}, {1, 1});
+    blocks.s = {2, 2};
+    for (Case c : {merged, strided, grouped, transposed, padded, narrow, blocks}) {
+        c.mb = c.ic == 1030 ? 4 : 3;
         for (const std::string& isa : jit_isas(false)) {
             const std::string d = c.make(isa).describe();
             INFO(label(c, isa) << "\n" << d);
@@ -137,9 +141,16 @@ TEST_CASE("weights: staged 1x1 layers stage their chunks tile-major", "[jit][wei
             const bool tile_major = c.pb.empty() && (c.oc != 131 || avx512) && !blocked;
             CHECK((d.find(" tile-major") != std::string::npos) == tile_major);
             CHECK((d.find(" tile-major(in-kernel)") != std::string::npos) == (c.pb.empty() && avx512));
+            // AVX2 copies the chunk first (tile-major or blocked); then one
+            // call runs a tap's ic tiles.
+            const bool copied = !avx512 && (tile_major || d.find(" blocked") != std::string::npos);
+            CHECK((d.find(" (one call)") != std::string::npos) == copied);
+            if (c.ic == 1030 && !avx512) CHECK(d.find(" ic_block<") != std::string::npos);
         }
         check_exact(c);
     }
+    const wtest::ThreadRuns block_runs = wtest::check_thread_counts(blocks, false);
+    CHECK(block_runs.outputs.size() == jit_isas(false).size());
     const wtest::ThreadRuns runs = wtest::check_thread_counts(strided, false);
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }

@@ -1123,17 +1123,23 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
     const char* user_src = src + (grp * g.icg + ic0) * user_elem_bytes();
     const char* user_dst = diff_dst + oc0 * user_elem_bytes();
     int64_t run = 1;
-    if (plan_.blocked) {  // the tile slices; the full ic tiles that follow in the tap's run share the call
-        c.src = ts.view->src + src_tile * blocked_src_slice_bytes();
-        c.diff_dst = ts.view->diff_dst + dst_tile * blocked_dst_slice_bytes();
-        c.src_step = src_step_bytes();
-        c.dst_step = dst_step_bytes();
+    // ic runs (WeightsPlan::ic_runs): the full ic tiles that follow in the
+    // tap's run (and in its ic block) share the call, their src slices
+    // `slice` bytes apart.
+    auto ic_run = [&](int64_t slice) {
         const int64_t block_end = std::min(b.m_tiles, (it / b.m_block + 1) * b.m_block);
         const int64_t full_end = b.m_last == b.m ? block_end : std::min(block_end, b.m_tiles - 1);
         run = std::max<int64_t>(1, std::min(full_end - it, end - tile));
         c.ic_tiles = run;
-        c.src_tile_step = blocked_src_slice_bytes();
+        c.src_tile_step = slice;
         c.wei_tile_step = b.m * wei_str_.i;
+    };
+    if (plan_.blocked) {  // the tile slices
+        c.src = ts.view->src + src_tile * blocked_src_slice_bytes();
+        c.diff_dst = ts.view->diff_dst + dst_tile * blocked_dst_slice_bytes();
+        c.src_step = src_step_bytes();
+        c.dst_step = dst_step_bytes();
+        ic_run(blocked_src_slice_bytes());
     } else if (!plan_.tile_major) {
         c.src = ts.view ? ts.view->src + (grp * g.icg + ic0) * 4 : user_src;
         c.diff_dst = ts.view ? ts.view->diff_dst + oc0 * 4 : user_dst;
@@ -1148,6 +1154,7 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         c.dst_step = stage & kCopyDst ? user_dst_step() : dst_step_bytes();
         c.src_stage = stage & kCopySrc ? src_slice : nullptr;
         c.dst_stage = stage & kCopyDst ? dst_slice : nullptr;
+        if (plan_.ic_runs()) ic_run(src_slice_bytes());
     }
     const int m = phase ? static_cast<int>(it == phase->m_tiles - 1 ? phase->m_last : phase->m)
                         : it == b.m_tiles - 1 ? b.m_last : b.m;

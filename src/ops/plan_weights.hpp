@@ -159,6 +159,10 @@ struct WeightsPlan {
     // lines then crowd a few L1 sets and its pages the L1 TLB, and every
     // call streams both operands from L2, 2 lines per 12 FMAs on AVX2.
     bool blocked = false;
+    // One call runs consecutive ic tiles of a tap (desc.ic_loop): blocked
+    // chunks, and tile-major ones staged by a copy pass (AVX2), whose ic
+    // tiles of a tap read the same rows from slices a fixed step apart.
+    bool ic_runs() const { return blocked || (tile_major && !stage_in_kernel && !store_rounded); }
     // kw taps folded into the tile rows (gemm, one group, few input
     // channels, no W dilation): 1, or KW. In NXC src a pixel's KW taps read
     // KW*IC consecutive elements, and XIO diff_weights hold rows (kw, ic)
