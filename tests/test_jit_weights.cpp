@@ -1158,8 +1158,9 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
     // kernel: depthwise row blocks against a scalar sum"); here the plans
     // and executor around it: blocks at the top and bottom of an image
     // (src rows masked), unpadded, 3D depths outside src, NCX, channel
-    // tails, the types whose plans take them (f32 on 2 / 4 KiB pixels,
-    // 16-bit widened), every ISA, 1-4 threads bitwise alike.
+    // tails, the types whose plans take them (f32 on 2 / 4 KiB pixels, on
+    // AVX2 from 512 bytes with H strides up to 2; 16-bit widened), every
+    // ISA, 1-4 threads bitwise alike.
     auto dw = [](int64_t ch, dims in, dims k) {
         Case c = conv2d(ch, ch, std::move(in), std::move(k));
         c.g = ch;
@@ -1183,7 +1184,21 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
     c.pb = {2, 1};
     c.pe = {0, 1};
     cases.push_back(c);
+    c = dw(128, {11, 13}, {3, 3});  // AVX2 f32: 512-byte pixels, H and W stride 2, odd sizes
+    c.s = {2, 2};
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = dw(256, {10, 9}, {3, 3});  // 1 KiB pixels, unpadded, ConvTranspose
+    c.transpose = true;
+    cases.push_back(c);
+    c = dw(384, {2, 8, 6}, {2, 3, 3});  // 1.5 KiB pixels, 3D, H stride 2, NCX
+    c.s = {1, 2, 1};
+    c.pb = c.pe = {0, 1, 1};
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cases.push_back(c);
     const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    const bool avx2 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx2;
     for (const Case& base : cases) {
         for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
             Case t = base;
@@ -1194,6 +1209,11 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
                 const std::string d = t.make("avx512_core").describe();
                 INFO(label(t, "avx512_core") << "\n" << d);
                 CHECK(d.find(" row-blocks=") != std::string::npos);
+            }
+            if (avx2 && dt == convgrad::data_type::f32 && base.ic < 512) {  // (2 / 4 KiB pixels: see above)
+                const std::string d = t.make("avx2").describe();
+                INFO(label(t, "avx2") << "\n" << d);
+                CHECK((d.find(" row-blocks=") != std::string::npos) == (base.ic % 128 == 0));
             }
             check_exact_any_type(t);
             if (dt != convgrad::data_type::f32) wtest::check_thread_counts(wtest::split_size(t), false);

@@ -530,15 +530,16 @@ TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from 
 
 TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
     // Whole rows R output rows an entry (WeightsKernelDesc::row_block):
-    // f32 only on pixel strides of a multiple of 2 KiB, 16-bit read
-    // in place (whole lines: an even number of vectors) wherever whole rows
-    // are possible, H stride 1, R dividing the output height; chunks of
-    // whole blocks, descs within the registers.
+    // f32 only on pixel strides of a multiple of 2 KiB (AVX2: of 512 bytes,
+    // H strides up to 2), 16-bit read in place (whole lines: an even number
+    // of vectors) wherever whole rows are possible, H stride 1, R dividing
+    // the output height; chunks of whole blocks, descs within the registers.
     auto dw = [](int64_t ch, int64_t sp, int64_t k, int64_t mb, int64_t s = 1) { return resnet_dw(ch, sp, k, mb, s); };
     struct Expect {
         Case c;
         convgrad::data_type dt;
         int block;  // 1: none
+        Isa isa = Isa::avx512_core;
     };
     using convgrad::data_type;
     std::vector<Expect> cases = {
@@ -552,6 +553,13 @@ TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
         {dw(192, 7, 3, 8), data_type::f16, 1},    // 7 rows: no block of 2 divides them
         {dw(144, 112, 3, 1), data_type::f16, 1},  // rows past 64 pixels
         {dw(192, 14, 5, 8), data_type::f16, 1},   // 5x5: the tile leaves no registers for a block
+        {dw(128, 56, 3, 8), data_type::f32, 2, Isa::avx2},     // AVX2, 512-byte pixels: 8 L1 sets a tile
+        {dw(256, 28, 3, 8, 2), data_type::f32, 2, Isa::avx2},  // 1 KiB pixels, H stride 2
+        {dw(384, 14, 3, 8), data_type::f32, 2, Isa::avx2},     // 1.5 KiB
+        {dw(128, 56, 3, 8), data_type::f32, 1},                // AVX-512: a tile is a whole line
+        {dw(136, 28, 3, 8), data_type::f32, 1, Isa::avx2},     // 544-byte pixels
+        {dw(128, 28, 3, 8, 3), data_type::f32, 1, Isa::avx2},  // H stride 3
+        {dw(512, 14, 3, 8, 2), data_type::f32, 1, Isa::avx2},  // 2 KiB pixels keep H stride 1 (windows)
     };
     Case c3 = dw(1024, 7, 3, 2);  // 3D: blocks of the H rows of each depth
     c3.in = {3, 7, 7};
@@ -563,8 +571,9 @@ TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
         Case c = e.c;
         c.dt = e.dt;
         const Problem p = problem(c);
-        const WeightsPlan plan = plan_weights(p, Isa::avx512_core, 2);
-        INFO(c.ic << " channels " << c.in[1] << " px mb " << c.mb << " " << convgrad::dtype_name(e.dt) << "\n"
+        const WeightsPlan plan = plan_weights(p, e.isa, 2);
+        INFO(c.ic << " channels " << c.in[1] << " px mb " << c.mb << " " << convgrad::dtype_name(e.dt) << " "
+                  << (e.isa == Isa::avx2 ? "avx2" : "avx512_core") << "\n"
                   << plan.to_string());
         CHECK(plan.blk.row_block == e.block);
         CHECK((plan.to_string().find(" row-blocks=") != std::string::npos) == (e.block > 1));
@@ -578,7 +587,7 @@ TEST_CASE("weights plan: depthwise row blocks", "[jit][weights][plan]") {
         const convgrad::detail::WeightsKernelDesc d = plan.desc(plan.blk.m, plan.blk.n, plan.blk.tail, 4 * c.ic, plan.blk.kh,
                                               4 * c.ic * c.in.back(), 0);
         CHECK(d.row_block == plan.blk.row_block);
-        CHECK(convgrad::detail::weights_kernel_vregs(d) <= 32);
+        CHECK(convgrad::detail::weights_kernel_vregs(d) <= (e.isa == Isa::avx2 ? 16 : 32));
     }
 }
 

@@ -682,14 +682,26 @@ void choose_blocking(WeightsPlan& plan, bool rows_only = false) {
 // channels on other strides 0.89-0.94x in L3, 0.82-0.87x from DRAM); 16-bit
 // tensors read in place on an even number of vectors (one vector is half a
 // line: 0.56-0.91x from DRAM); H stride 1 (3x3 s2: 0.957 geomean).
+// AVX2 f32 also on pixel strides of a multiple of 512 bytes (128, 256, 384
+// channels; a one-vector tile's half lines in 8 L1 sets or fewer, which
+// the kernel rows' reuse from one output row to the next outgrows), H
+// strides up to 2: AMD Zen 3, tools/sweep_ab.py --min of 5, mb 8, against
+// one pixel at a time: MobileNet v1 conv3_1 / conv3_2 / conv4_1 / conv4_2
+// 1.21 / 1.11 / 1.24 / 1.20x at 2 threads, 1.30 / 1.06 / 1.28 / 1.18x at
+// 1; 256 channels at 56x56 1.04-1.21x; from DRAM (mb 32) 0.91-1.13x. Other
+// strides stay off (MobileNetV2 144 channels 3x3 s2: 0.48x).
 // Runs before choose_blocking, which a layer with row blocks skips (its
 // search is the larger part of cached op creation); returns whether it
 // chose them.
 bool choose_row_block(WeightsPlan& plan) {
     WeightsBlocking& b = plan.blk;
     const WeightsGeometry& g = plan.geo;
-    if (!whole_row_geometry_ok(plan) || g.dil[1] != 1 || g.stride[1] > Cost::dw_block_max_h_stride ||
-        g.k[1] > 32 || g.k[2] > 32 || (plan.elem_bytes() == 4 && !pixels_share_l1_sets(dw_tap_disp(plan))))
+    const bool shared_sets = pixels_share_l1_sets(dw_tap_disp(plan));
+    const bool avx2_sets = plan.isa == Isa::avx2 && plan.elem_bytes() == 4 && !shared_sets &&
+                           dw_tap_disp(plan) % Cost::dw_block_avx2_pitch == 0;
+    const int64_t max_h_stride = avx2_sets ? Cost::dw_block_max_h_stride_avx2 : Cost::dw_block_max_h_stride;
+    if (!whole_row_geometry_ok(plan) || g.dil[1] != 1 || g.stride[1] > max_h_stride || g.k[1] > 32 || g.k[2] > 32 ||
+        (plan.elem_bytes() == 4 && !shared_sets && !avx2_sets))
         return false;
     // Loads per output pixel and vector (see above).
     auto loads = [&](int r) {

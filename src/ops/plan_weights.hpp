@@ -277,6 +277,9 @@ struct WeightsCostModel {
     // stride 1), so rows up to this long.
     static constexpr int64_t dw_row_max_px = 64;
     static constexpr int64_t dw_block_max_h_stride = 1;  // row blocks (WeightsKernelDesc::row_block) up to this H stride
+    // ... and AVX2 f32 on pixel strides of a multiple of dw_block_avx2_pitch (choose_row_block)
+    static constexpr int64_t dw_block_avx2_pitch = 512;
+    static constexpr int64_t dw_block_max_h_stride_avx2 = 2;
     // ... and up to this many FMAs in a block's body (R rows x row pixels x
     // taps x vectors): about 85 ns of generation per instruction written
     // out, so a cold op stayed within 1 ms (MobileNet-sized 512 channels at
