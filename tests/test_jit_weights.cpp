@@ -1203,9 +1203,11 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
         for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
             Case t = base;
             t.dt = dt;
-            // f32 on 2 / 4 KiB pixels; 16-bit blocks of 2 rows (a line of channels)
+            // f32 on 2 / 4 KiB pixels; 16-bit blocks of 2 rows (a line of channels).
+            // (The AVX2 cases of 128-384 channels: their plans on AVX2 below.)
+            const bool avx2_case = base.ic % 128 == 0 && base.ic < 512;
             const bool blocks = dt == convgrad::data_type::f32 ? base.ic >= 512 : t.out(t.nsp() - 2) % 2 == 0;
-            if (avx512 && blocks) {
+            if (avx512 && blocks && !avx2_case) {
                 const std::string d = t.make("avx512_core").describe();
                 INFO(label(t, "avx512_core") << "\n" << d);
                 CHECK(d.find(" row-blocks=") != std::string::npos);
@@ -1213,7 +1215,7 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
             if (avx2 && dt == convgrad::data_type::f32 && base.ic < 512) {  // (2 / 4 KiB pixels: see above)
                 const std::string d = t.make("avx2").describe();
                 INFO(label(t, "avx2") << "\n" << d);
-                CHECK((d.find(" row-blocks=") != std::string::npos) == (base.ic % 128 == 0));
+                CHECK((d.find(" row-blocks=") != std::string::npos) == avx2_case);
             }
             check_exact_any_type(t);
             if (dt != convgrad::data_type::f32) wtest::check_thread_counts(wtest::split_size(t), false);
