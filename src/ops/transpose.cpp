@@ -200,8 +200,8 @@ void for_each_image_run(const NcxRows& r, F&& f) {
         f(n, std::max(r.lo, n * r.rows_per_image), std::min(r.hi, (n + 1) * r.rows_per_image));
 }
 
-// Pixels [x0, x1) of a row into the window: the pixels a window row holds,
-// and where in it pixel x0 goes (see NcxRows::whole_rows).
+// Pixels [x0, x1) of a row in the window (either way): the pixels a window
+// row holds, and where in it pixel x0 sits (see NcxRows::whole_rows).
 struct WindowRow {
     int64_t px, pitch, at;
 };
@@ -244,13 +244,14 @@ void nxc_rows_to_window(const char* nxc, char* window, const NcxRows& r) {
 
 void window_to_ncx_rows(const char* window, char* ncx, const NcxRows& r, Isa isa, bool stream) {
     const int64_t plane = r.rows_per_image * r.row_px, wpx = r.window_pitch();
-    if (const int64_t px = (r.x1 ? r.x1 : r.row_px) - r.x0; px < r.row_px) {  // a run per row
+    if (const WindowRow w = window_row(r); w.px < r.row_px) {  // a run per row
         for_each_image_run(r, [&](int64_t n, int64_t a, int64_t z) {
             for (int64_t row = a; row < z; ++row) {
                 char* to = ncx + ((n * r.channels + r.c0) * plane + (row - n * r.rows_per_image) * r.row_px + r.x0) * r.es;
-                const bool lines = reinterpret_cast<uintptr_t>(to) % 64 == 0 && plane * r.es % 64 == 0 && px * r.es % 64 == 0;
-                transpose_block(window + ((row - r.lo) * px * wpx + r.c0) * r.es, wpx, to, plane, r.es, px,
-                                r.c1 - r.c0, isa, stream && lines);
+                const bool lines =
+                    reinterpret_cast<uintptr_t>(to) % 64 == 0 && plane * r.es % 64 == 0 && w.px * r.es % 64 == 0;
+                transpose_block(window + (((row - r.lo) * w.pitch + w.at) * wpx + r.c0) * r.es, wpx, to, plane, r.es,
+                                w.px, r.c1 - r.c0, isa, stream && lines);
             }
         });
         return;
