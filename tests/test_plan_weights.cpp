@@ -152,14 +152,14 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "      for g<1 oc_tile<2 kd<1 kh<1 kw<1 ic_tile<19:\n"
           "        for row, px: acc[14 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
           "  sum slices in order");
-    const Problem first = problem(resnet(3, 64, 224, 7, 2));
+    const Problem first = problem(resnet(3, 64, 224, 7, 2));  // AVX2: two-vector tiles (choose_blocking)
     CHECK(plan_weights(first, Isa::avx2, 2).to_string() ==
-          "gemm m11n1x8 tiles=112 (kw.ic 2x11 last 10, oc 8x1v last 1v tail 0) rows=3584x112px chunk=12 rows "
-          "(299 chunks, 556 KiB) slices=8 grid=1x2 fold-kw direct est=678cyc/px\n"
+          "gemm m6n2x8 tiles=112 (kw.ic 4x6 last 3, oc 4x2v last 2v tail 0) rows=3584x112px chunk=9 rows "
+          "(399 chunks, 417 KiB) slices=8 grid=1x2 fold-kw direct est=680cyc/px\n"
           "  parallel slice<8 (2 thr) x tile<112 (1 thr):\n"
-          "    for chunk in slice (12 rows):\n"
-          "      for g<1 oc_tile<8 kd<1 kh<7 kw.ic_tile<2:\n"
-          "        for row, px: acc[11 kw.ic][1v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
+          "    for chunk in slice (9 rows):\n"
+          "      for g<1 oc_tile<4 kd<1 kh<7 kw.ic_tile<4:\n"
+          "        for row, px: acc[6 kw.ic][2v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
           " * diff_dst[px][oc]\n"
           "  sum slices in order");
     CHECK(plan_weights(first, Isa::avx512_core, 2).to_string() ==

@@ -608,6 +608,21 @@ void choose_blocking(WeightsPlan& plan, bool rows_only = false) {
     std::array<std::array<int64_t, 2>, 9> vec_split{};
     for (int m = 1; m <= m_cap; ++m) row_split[size_t(m)] = tile_split(rows_total, m);
     for (int n = 1; n <= 8; ++n) vec_split[size_t(n)] = tile_split(vecs, n);
+    // AVX2 folded kw taps (first layers: KW x IC tile rows) take tiles of
+    // two vectors or more where OC/g spans two. The model rates one-vector
+    // tiles of 9-14 rows (m9n1, m11n1, m14n1) within 0.5 % of the two-vector
+    // ones (m5n2, m6n2), and they measured slower: AMD Zen 3, f32,
+    // tools/sweep_ab.py --rounds=5 --min against m*n1, 2 threads mb 8 / 1
+    // thread mb 4: ResNet-50 conv1 1.20 / 1.17x, 7x7 s2 stems of 256 pixels
+    // or 4 channels 1.15-1.27x, MobileNet v1 conv1 1.22 / 1.22x, VGG-16
+    // conv1_1 1.13 / 1.16x, Inception-v3 and YOLOv3 first layers 0.99-1.06x,
+    // 24 channels (m3n3) 1.31 / 1.12x; 1D k7 from 3 channels 1.12-1.30x (one
+    // 0.99x); ConvTranspose into 3 channels (AlexNet, GoogLeNet v1, Mask
+    // R-CNN) 1.25-1.52x at 2 threads, 0.96-1.24x at 1. Layers whose plans
+    // were the same on both sides read 0.90-1.09x in those runs. A probe of
+    // the two loops alone, with their data in L1, ran both near the FMA
+    // peak: the loss is in how one-vector passes read the chunk, not found.
+    const int n_min = plan.isa == Isa::avx2 && !dw && plan.fold_kw > 1 && vecs >= 2 ? 2 : 1;
     for (int kh : {kh_all, kh_all > 1 ? 1 : 0}) {
         if (kh == 0) continue;  // kh_all is 1 already
         const double passes = double(g.k[1]) / kh;
@@ -629,7 +644,7 @@ void choose_blocking(WeightsPlan& plan, bool rows_only = false) {
                 double& share = shares[o][static_cast<size_t>(m)];
                 if (share < 0) share = rows ? 1 : w > 1 ? windowed_share(plan, m, plan.w_pairs ? 2 * w : w) : 0;
                 const double in_blocks = share;
-                for (int n = 1; n <= n_max; ++n) {
+                for (int n = n_min; n <= n_max; ++n) {
                     if (dw && !dw_disp_fits(plan, m, n, kh, w)) continue;
                     const double pixels = chunk_px[n];
                     auto row_cost = [&](int r) {
