@@ -1471,7 +1471,8 @@ TEST_CASE("data: row blocks of several rows", "[jit][data][dtype]") {
 // rows), a causal depthwise layer, oc in several chunks (16-bit partial
 // sums), a W stride with a phase of inserted zeros and an H stride with
 // rows of them (16-bit: written apart, per segment); each in NCX too
-// (grouped and depthwise plans: NXC windows of the segment's pixels).
+// (grouped and depthwise plans: NXC windows of the segment's pixels, 2D
+// groups: windows of several rows).
 // Bit for bit with small integers on every ISA in f32, bf16 and f16; each
 // cut on every ISA; a short row stays whole.
 TEST_CASE("data: long rows are cut into segments", "[jit][data][dtype]") {
@@ -1507,6 +1508,10 @@ TEST_CASE("data: long rows are cut into segments", "[jit][data][dtype]") {
     wide.s = wide.d = {1, 1};
     wide.pb = wide.pe = {1, 1};
     cs.push_back(wide);
+    DCase wide_groups = wide;  // NCX: windows of several rows, each row's segment a run
+    wide_groups.g = 4;
+    wide_groups.oc = 64;
+    cs.push_back(wide_groups);
     DCase causal = one_d(64, 64, 64, 20001, 4);
     causal.pb = {3};
     causal.pe = {0};
