@@ -1142,23 +1142,33 @@ TEST_CASE("data: depthwise kernels compile the W edges in and read diff_dst in p
     CHECK(seq >= 12);  // the one-at-a-time form ran (rows of one and two pixels, the W stride of 3, ...)
 }
 
-// Depthwise layers whose diff_dst and diff_src together exceed L3 prefetch
-// the row each next diff_src row reads first, block by block, to L2.
+// Depthwise layers whose diff_dst and diff_src together exceed 8 MiB
+// (kDwPrefetchBytes) prefetch the row each next diff_src row reads first,
+// block by block, to L2.
 TEST_CASE("data: large depthwise layers prefetch the next diff_dst row", "[jit][data]") {
     DCase c;
     c.mb = 3;  // 24 MiB each
     c.g = c.ic = c.oc = 32;
     c.in = {256, 256};
     c.pb = c.pe = {1, 1};
-    if (runs("avx512_core")) {
-        const std::string d = c.make("avx512_core").describe();
-        INFO(d);
-        CHECK(d.find("rows read in place, the next one prefetched to L2") != std::string::npos);
+    const std::vector<std::string> isas{"avx2", "avx512_core"};
+    auto prefetches = [&](const DCase& x, const std::string& isa) {
+        const std::string d = x.make(isa).describe();
+        INFO(isa << ": " << d);
+        CHECK(d.find("W edges compiled in, rows read in place") != std::string::npos);
+        return d.find("rows read in place, the next one prefetched to L2") != std::string::npos;
+    };
+    for (const std::string& isa : isas) {
+        if (!runs(isa)) continue;
+        CHECK(prefetches(c, isa));
+        DCase small = c;  // 4 MiB each: 8 MiB together
+        small.mb = 1;
+        small.in = {128, 256};
+        CHECK_FALSE(prefetches(small, isa));
+        small.in = {129, 256};  // just over
+        CHECK(prefetches(small, isa));
     }
-    c.mb = 1;
-    if (runs("avx512_core")) CHECK(c.make("avx512_core").describe().find("prefetched to L2") == std::string::npos);
-    c.mb = 3;
-    check_exact(c, {"avx512_core"});
+    check_exact(c, isas);
 }
 
 TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][dtype]") {

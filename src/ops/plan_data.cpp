@@ -97,6 +97,10 @@ constexpr double kStreamingFlopsPerByte = 256.0;
 // 1.45-2.13x, 112 -> 56 bf16 at mb 8 1.24-1.26x, ShuffleNet s2
 // 1.03-1.88x; beyond L3 0.72-0.91x; X3D 5x5x5 s2 at 12 MB 0.94x, so
 // not with a D stride; unit strides 0.88-1.06x, so they keep streaming).
+// Depthwise rows read in place prefetch the next row's diff_dst from
+// this many bytes of diff_dst and diff_src together (see
+// make_data_plan, dw_prefetch_rows).
+constexpr double kDwPrefetchBytes = 8 << 20;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 // NCX windows (DataPlan::ncx_windows): row groups of whole images where a
 // channel's diff_src plane is at most kWindowPlaneBytes, else of at least
@@ -940,8 +944,17 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // blocks prefetch the row the next diff_src row reads first (AMD Zen 5,
     // 2 threads, mb 32, min of 5, against no prefetch: MobileNetV2 b0 / b2
     // 1.09-1.82x, b1 1.06-1.20x, b4 1.00-1.09x; within L3 (b7, b11, b14)
-    // 0.93-1.00x, so not there).
-    pl->dw_prefetch_rows = pl->dw_edges && !pl->ncx_windows && !data_in_l3;
+    // 0.93-1.00x). A guest's share of a shared L3 is smaller than the L3:
+    // on the AMD Zen 3 guest (32 MiB L3; two threads read 16 MiB at 20
+    // GB/s, 128 MiB at 14) the f32 layers of 9-29 MB at mb 8, diff_dst and
+    // diff_src together, ran 1.2-7x faster with the prefetch
+    // (tools/sweep_ab.py --rounds=5 --min, 2 threads: MobileNetV2 b0 / b2
+    // 5.5-7.0x, MobileNet v1 conv2_1 / conv3_1 3.8-6.2x, EfficientNet-B0 b1
+    // 5.2x, b3 5x5 1.22-1.47x, MobileNetV2 b4 1.17-1.22x; at mb 32 b7 /
+    // b11 / EfficientNet-B0 b4 3.5-4.9x; strided 0.89-1.55x; bf16 0.88-4.4x),
+    // where MobileNetV2 b6-b14 at mb 8 (3-7 MB) read 0.90-0.97x with it:
+    // so from kDwPrefetchBytes.
+    pl->dw_prefetch_rows = pl->dw_edges && !pl->ncx_windows && double(out_bytes) + dd_bytes > kDwPrefetchBytes;
     return true;
 }
 
