@@ -927,29 +927,24 @@ const float* JitWeightsExecutor::f32_pixels(const uint16_t* tensor, int64_t chan
 
 namespace {
 
-// d[0, len) = s[0, len), len < W: a group's last, partial tile.
-inline void copy_floats(float* d, const float* s, int64_t len) {
-    for (int64_t k = 0; k < len; ++k) d[k] = s[k];
-}
-
-// scatter_tiles for tiles of W floats (W > 0, a fixed-size copy a tile) or
-// of w (W == 0): pixel by pixel, the source row read once, in order.
+// scatter_tiles for tiles of W floats (W > 0: a copy of constant size) or
+// of w (W == 0): pixel by pixel, the source row read once, in order; a
+// group's partial last tile copies its `rest` channels.
 template <int W>
 void scatter_pixels(const float* from, int64_t count, int64_t channels, int64_t groups, int64_t cg,
                     int64_t tiles_per_group, int64_t w, int64_t slice, float* base) {
     if (W > 0) w = W;
+    const size_t bytes = sizeof(float) * static_cast<size_t>(W > 0 ? W : w);
     const int64_t full = std::min(tiles_per_group, cg / w), rest = tiles_per_group > full ? cg - full * w : 0;
     for (int64_t q = 0; q < count; ++q, from += channels, base += w) {
         float* d = base;
         for (int64_t grp = 0; grp < groups; ++grp) {
             const float* s = from + grp * cg;
-            for (int64_t t = 0; t < full; ++t, s += w, d += slice) {
-                if (W > 0)
-                    std::memcpy(d, s, sizeof(float) * W);
-                else
-                    std::memcpy(d, s, sizeof(float) * static_cast<size_t>(w));
+            for (int64_t t = 0; t < full; ++t, s += w, d += slice) std::memcpy(d, s, bytes);
+            if (rest) {
+                std::memcpy(d, s, sizeof(float) * static_cast<size_t>(rest));
+                d += slice;
             }
-            if (rest) copy_floats(d, s, rest), d += slice;
         }
     }
 }
