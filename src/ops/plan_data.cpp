@@ -97,6 +97,16 @@ constexpr double kStreamingFlopsPerByte = 256.0;
 // 1.45-2.13x, 112 -> 56 bf16 at mb 8 1.24-1.26x, ShuffleNet s2
 // 1.03-1.88x; beyond L3 0.72-0.91x; X3D 5x5x5 s2 at 12 MB 0.94x, so
 // not with a D stride; unit strides 0.88-1.06x, so they keep streaming).
+// On AVX2 only within kDwCachedBytesAvx2: on the AMD Zen 3 guest (32 MiB
+// L3 shared with other guests; two threads read 16 MiB at 20 GB/s)
+// streaming won on the strided layers of 16-33 MB that the L3 rule kept
+// cached (tools/sweep_ab.py --rounds=7 --min, f32, mb 8, 2 / 1 threads:
+// EfficientNet-B0 5x5 s2 b3 2.11 / 2.76x, MobileNet v1 conv2_2 2.45 /
+// 2.99x, conv3_2 1.41 / 3.69x, MobileNetV2 b3 1.84 / 2.46x; at mb 16 conv3_2
+// f32 2.92x, bf16 conv2_2 / conv3_2 1.35 / 1.13x, and layers of 10-12 MB
+// 0.93-0.96x). AVX-512 keeps the Zen 5's rule, against which these layers
+// measured the other way.
+constexpr double kDwCachedBytesAvx2 = 8 << 20;
 // Depthwise rows read in place prefetch the next row's diff_dst from
 // this many bytes of diff_dst and diff_src together (see
 // make_data_plan, dw_prefetch_rows).
@@ -927,7 +937,9 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     const bool whole_lines = (pl->geo.stride[2] == 1 || p.ic() * es % kCacheLineBytes == 0) &&
                              (pl->cb.per_group == 1 || pl->cb.block * es >= kCacheLineBytes) && !dw_split;
     const double dd_bytes = double(p.mb * p.out_sp() * p.oc()) * double(es);
-    const bool data_in_l3 = double(out_bytes) + dd_bytes <= kL3Bytes;  // diff_dst and diff_src together
+    // diff_dst and diff_src together within L3, or on AVX2 within kDwCachedBytesAvx2
+    const double data_bytes = double(out_bytes) + dd_bytes;
+    const bool data_in_l3 = data_bytes <= (pl->isa == Isa::avx2 ? kDwCachedBytesAvx2 : kL3Bytes);
     const bool strided_dw_cached = pl->path == DataPath::depthwise && p.stride[0] == 1 &&
                                    (p.stride[1] > 1 || p.stride[2] > 1) && data_in_l3;
     pl->nt_store = big && !strided_dw_cached && one_store && whole_lines && !pl->ncx_windows &&
