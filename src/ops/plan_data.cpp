@@ -937,11 +937,10 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     const bool whole_lines = (pl->geo.stride[2] == 1 || p.ic() * es % kCacheLineBytes == 0) &&
                              (pl->cb.per_group == 1 || pl->cb.block * es >= kCacheLineBytes) && !dw_split;
     const double dd_bytes = double(p.mb * p.out_sp() * p.oc()) * double(es);
-    // diff_dst and diff_src together within L3, or on AVX2 within kDwCachedBytesAvx2
-    const double data_bytes = double(out_bytes) + dd_bytes;
-    const bool data_in_l3 = data_bytes <= (pl->isa == Isa::avx2 ? kDwCachedBytesAvx2 : kL3Bytes);
+    const double data_bytes = double(out_bytes) + dd_bytes;  // diff_dst and diff_src together
+    const bool data_cached = data_bytes <= (pl->isa == Isa::avx2 ? kDwCachedBytesAvx2 : kL3Bytes);
     const bool strided_dw_cached = pl->path == DataPath::depthwise && p.stride[0] == 1 &&
-                                   (p.stride[1] > 1 || p.stride[2] > 1) && data_in_l3;
+                                   (p.stride[1] > 1 || p.stride[2] > 1) && data_cached;
     pl->nt_store = big && !strided_dw_cached && one_store && whole_lines && !pl->ncx_windows &&
                    (pl->path == DataPath::depthwise || p.icg % pl->blk.vlen == 0) && p.ic() % pl->blk.vlen == 0;
     // Where streaming stores cannot serve (channels not whole vectors, or
@@ -966,7 +965,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // b11 / EfficientNet-B0 b4 3.5-4.9x; strided 0.89-1.55x; bf16 0.88-4.4x),
     // where MobileNetV2 b6-b14 at mb 8 (3-7 MB) read 0.90-0.97x with it:
     // so from kDwPrefetchBytes.
-    pl->dw_prefetch_rows = pl->dw_edges && !pl->ncx_windows && double(out_bytes) + dd_bytes > kDwPrefetchBytes;
+    pl->dw_prefetch_rows = pl->dw_edges && !pl->ncx_windows && data_bytes > kDwPrefetchBytes;
     return true;
 }
 
