@@ -928,13 +928,13 @@ const float* JitWeightsExecutor::f32_pixels(const uint16_t* tensor, int64_t chan
 namespace {
 
 // scatter_tiles for tiles of W floats (W > 0: a copy of constant size) or
-// of w (W == 0): pixel by pixel, the source row read once, in order; a
-// group's partial last tile copies its `rest` channels.
+// of `width` (W == 0): pixel by pixel, the source row read once, in order;
+// a group's partial last tile copies its `rest` channels.
 template <int W>
 void scatter_pixels(const float* from, int64_t count, int64_t channels, int64_t groups, int64_t cg,
-                    int64_t tiles_per_group, int64_t w, int64_t slice, float* base) {
-    if (W > 0) w = W;
-    const size_t bytes = sizeof(float) * static_cast<size_t>(W > 0 ? W : w);
+                    int64_t tiles_per_group, int64_t width, int64_t slice, float* base) {
+    const int64_t w = W > 0 ? W : width;
+    const size_t bytes = sizeof(float) * static_cast<size_t>(w);
     const int64_t full = std::min(tiles_per_group, cg / w), rest = tiles_per_group > full ? cg - full * w : 0;
     for (int64_t q = 0; q < count; ++q, from += channels, base += w) {
         float* d = base;

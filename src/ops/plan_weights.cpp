@@ -711,9 +711,10 @@ void choose_blocking(WeightsPlan& plan, bool rows_only = false) {
 bool choose_row_block(WeightsPlan& plan) {
     WeightsBlocking& b = plan.blk;
     const WeightsGeometry& g = plan.geo;
-    const bool shared_sets = pixels_share_l1_sets(dw_tap_disp(plan));
+    const int64_t pitch = dw_tap_disp(plan);
+    const bool shared_sets = pixels_share_l1_sets(pitch);
     const bool avx2_sets = plan.isa == Isa::avx2 && plan.elem_bytes() == 4 && !shared_sets &&
-                           dw_tap_disp(plan) % Cost::dw_block_avx2_pitch == 0;
+                           pitch % Cost::dw_block_avx2_pitch == 0;
     const int64_t max_h_stride = avx2_sets ? Cost::dw_block_max_h_stride_avx2 : Cost::dw_block_max_h_stride;
     if (!whole_row_geometry_ok(plan) || g.dil[1] != 1 || g.stride[1] > max_h_stride || g.k[1] > 32 || g.k[2] > 32 ||
         (plan.elem_bytes() == 4 && !shared_sets && !avx2_sets))
