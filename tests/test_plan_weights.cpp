@@ -237,9 +237,13 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             if (dw) CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).m == b.m * b.lane_group);  // rows (tap, ic)
             // Prefetch distance: staged gemm one line a pixel, depthwise 2-16
             // (its calls read a few lines of each pixel; streamed passes
-            // none, they prefetch their own rows ahead), gemm on the user's
-            // tensors 1-16 (likewise), carried by every kernel.
+            // none, they prefetch their own rows ahead; none either on data
+            // that stays cached), gemm on the user's tensors 1-16 (likewise),
+            // carried by every kernel.
+            const double data_bytes = double(p.activation_elems() * int64_t(convgrad::detail::dtype_size(p.dt)));
+            const bool cached = data_bytes <= convgrad::detail::WeightsCostModel::dw_prefetch_min_bytes;
             if (base.dw_stream) CHECK(base.pf_lines == 0);
+            else if (dw && cached) CHECK(base.pf_lines == 0);
             else if (dw) CHECK((base.pf_lines >= 2 && base.pf_lines <= 16));
             else if (base.staged) CHECK(base.pf_lines == 1);
             else CHECK((base.pf_lines >= 1 && base.pf_lines <= 16));
