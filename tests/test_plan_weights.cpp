@@ -241,7 +241,7 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             // that stays cached), gemm on the user's tensors 1-16 (likewise),
             // carried by every kernel.
             const double data_bytes = double(p.activation_elems() * int64_t(convgrad::detail::dtype_size(p.dt)));
-            const bool cached = data_bytes <= convgrad::detail::WeightsCostModel::dw_prefetch_min_bytes;
+            const bool cached = data_bytes <= convgrad::detail::kDwPrefetchBytes;
             if (base.dw_stream) CHECK(base.pf_lines == 0);
             else if (dw && cached) CHECK(base.pf_lines == 0);
             else if (dw) CHECK((base.pf_lines >= 2 && base.pf_lines <= 16));

@@ -107,10 +107,6 @@ constexpr double kStreamingFlopsPerByte = 256.0;
 // 0.93-0.96x). AVX-512 keeps the Zen 5's rule, against which these layers
 // measured the other way.
 constexpr double kDwCachedBytesAvx2 = 8 << 20;
-// Depthwise rows read in place prefetch the next row's diff_dst from
-// this many bytes of diff_dst and diff_src together (see
-// make_data_plan, dw_prefetch_rows).
-constexpr double kDwPrefetchBytes = 8 << 20;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 // NCX windows (DataPlan::ncx_windows): row groups of whole images where a
 // channel's diff_src plane is at most kWindowPlaneBytes, else of at least

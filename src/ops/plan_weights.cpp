@@ -1046,7 +1046,7 @@ bool dw_stream_ok(const WeightsPlan& plan) {
 // lines a pixel, per image) over the calls before it, `lines` lines of a
 // pixel per step: the fewest that fit in all but one of a thread's calls.
 // Depthwise layers whose src and diff_dst stay cached between calls (at
-// most dw_prefetch_min_bytes together) take no walk: its prefetches share
+// most kDwPrefetchBytes together) take no walk: its prefetches share
 // the load ports with the kernels' own loads of lines already in L2 or L3.
 // Without it (AMD Zen 5, 2 threads, tools/sweep_ab.py --rounds=5 --min, the
 // MobileNet v1 / v2 and EfficientNet-B0 depthwise layers at mb 1 and 8, f32
@@ -1063,7 +1063,7 @@ int plan_prefetch_lines(const WeightsPlan& plan, const Problem& p) {
         return Cost::max_prefetch_lines;
     }
     if (!dw && plan.staged) return 1;
-    if (dw && dw_data_bytes(plan) <= Cost::dw_prefetch_min_bytes) return 0;
+    if (dw && dw_data_bytes(plan) <= kDwPrefetchBytes) return 0;
     const WeightsGeometry& g = plan.geo;
     const double es = plan.elem_bytes(), pixels = double(plan.red.chunk_rows * g.segment);
     double src_rows = double(plan.red.chunk_rows);

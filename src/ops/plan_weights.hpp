@@ -384,9 +384,6 @@ struct WeightsCostModel {
     // same 2 a cycle (AMD Zen 5), so fewer chains wait on it.
     static constexpr int64_t zero_ext_min_accumulators = 12;
     static constexpr double prefetch_ahead = 1.25;  // next chunk prefetched within 1/1.25 of this one
-    // Depthwise calls prefetch the next chunk only where src and diff_dst
-    // together exceed this (see plan_prefetch_lines).
-    static constexpr double dw_prefetch_min_bytes = 8 << 20;
     static constexpr int max_prefetch_lines = 16;
 };
 

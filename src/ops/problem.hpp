@@ -140,6 +140,12 @@ constexpr int64_t kCacheLineBytes = 64;
 // The L3 of the project's hosts (AMD Zen 4 and Zen 5 guests), for the
 // planners' rules on data that stays cached between passes.
 constexpr double kL3Bytes = 32.0 * 1024 * 1024;
+// Depthwise kernels prefetch ahead only where their two activation tensors
+// together exceed this many bytes (a guest's share of a shared L3 is
+// smaller than the L3): the data gradient's rows read in place the next
+// row's diff_dst (make_data_plan, dw_prefetch_rows), the weight gradient's
+// calls the next chunk (plan_prefetch_lines).
+constexpr double kDwPrefetchBytes = 8 << 20;
 constexpr int64_t kL1SetSpan = 4096;
 constexpr int kL1LinesPerSet = 8;
 // The most distinct lines that m rows `stride` bytes apart, read at one
