@@ -255,6 +255,11 @@ TEST_CASE("cli perf: the peak table", "[cli][perf]") {
     const peak_table t = peak_table::parse(R"({"f32": {"1": 100, "8": 700}, "bf16": {"1": 200}})", "p");
     CHECK(t.gflops(data_type::f32, 8) == 700);
     CHECK(t.gflops(data_type::bf16, 3) == 600);
+    // A CPU whose vdpbf16ps is slower than its FMA: bf16 widens, so its peak
+    // is the f32 one.
+    const peak_table slow = peak_table::parse(R"({"f32": {"1": 150, "2": 280}, "bf16": {"1": 80, "2": 150}})", "p");
+    CHECK(slow.gflops(data_type::bf16, 2) == 280);
+    CHECK(slow.gflops(data_type::bf16, 4) == 600);
     // The AVX2 kernels: their own row (every dtype is an f32 ymm FMA there),
     // or the f32 row when a file has none.
     CHECK(defaults.gflops(data_type::f32, 2, true) == 231.0);

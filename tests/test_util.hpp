@@ -19,27 +19,47 @@ namespace testutil {
 using convgrad::data_type;
 using convgrad::dims;
 
-// Sets CONVGRAD_MAX_ISA for the lifetime of the object, then restores it.
-class IsaCap {
+// Sets an environment variable (or, with nullptr, unsets it) for the
+// lifetime of the object, then restores it.
+class ScopedEnv {
 public:
-    explicit IsaCap(const std::string& isa) {
-        const char* old = std::getenv("CONVGRAD_MAX_ISA");
+    ScopedEnv(const char* name, const char* value) : name_(name) {
+        const char* old = std::getenv(name);
         had_ = old != nullptr;
         if (had_) old_ = old;
-        setenv("CONVGRAD_MAX_ISA", isa.c_str(), 1);
-    }
-    ~IsaCap() {
-        if (had_)
-            setenv("CONVGRAD_MAX_ISA", old_.c_str(), 1);
+        if (value)
+            setenv(name, value, 1);
         else
-            unsetenv("CONVGRAD_MAX_ISA");
+            unsetenv(name);
     }
-    IsaCap(const IsaCap&) = delete;
-    IsaCap& operator=(const IsaCap&) = delete;
+    ~ScopedEnv() {
+        if (had_)
+            setenv(name_.c_str(), old_.c_str(), 1);
+        else
+            unsetenv(name_.c_str());
+    }
+    ScopedEnv(const ScopedEnv&) = delete;
+    ScopedEnv& operator=(const ScopedEnv&) = delete;
 
 private:
+    std::string name_;
     bool had_ = false;
     std::string old_;
+};
+
+// Sets CONVGRAD_MAX_ISA for the lifetime of the object, then restores it.
+// Capped at avx512_core_bf16, bf16 ops run the vdpbf16ps kernels
+// (CONVGRAD_BF16_DOT=on) even where the CPU's probe would widen bf16 to f32,
+// so every machine with AVX512_BF16 tests them; below it the setting is left
+// alone.
+class IsaCap {
+public:
+    explicit IsaCap(const std::string& isa)
+        : isa_("CONVGRAD_MAX_ISA", isa.c_str()),
+          dot_("CONVGRAD_BF16_DOT", isa == "avx512_core_bf16" ? "on" : std::getenv("CONVGRAD_BF16_DOT")) {}
+
+private:
+    ScopedEnv isa_, dot_;
 };
 
 // A raw buffer of n elements of type dt.

@@ -28,7 +28,8 @@ public:
     // Throws std::invalid_argument naming the file and the problem.
     static peak_table load(const std::string& path);
     static peak_table parse(const std::string& json_text, const std::string& source);
-    // f16 has no native FMA without avx512_fp16: its peak is the f32 one.
+    // f16 has no native FMA without avx512_fp16: its peak is the f32 one;
+    // bf16 the faster of "bf16" (vdpbf16ps) and "f32" (bf16 widened).
     // avx2_path: the implementation ran on the AVX2 kernels (every dtype is
     // an f32 ymm FMA there). Thread counts not measured scale the 1-thread figure.
     double gflops(data_type dt, int threads, bool avx2_path = false) const;

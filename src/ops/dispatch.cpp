@@ -12,8 +12,10 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
+#include "jit/dot_probe.hpp"
 #include "jit/isa.hpp"
 #include "ops/executor.hpp"
+#include "ops/plan_data.hpp"
 #include "ops/scratch.hpp"
 #include "ops/transpose.hpp"
 #include "ref/reference.hpp"
@@ -184,8 +186,26 @@ bool runs_serial(const Problem& p) {
 
 int op_threads(const Problem& p) { return runs_serial(p) ? 1 : tbb::this_task_arena::max_concurrency(); }
 
-std::unique_ptr<Executor> make_executor(const Problem& p) {
+// bf16 runs the vdpbf16ps kernels where that instruction pays, else the
+// avx512_core kernels, which widen bf16 to f32 (jit/dot_probe.hpp). Measured
+// where it does not pay (an Intel Xeon guest, vdpbf16ps at 0.55x the FMA's
+// FLOP rate, 2 threads, widened / vdpbf16ps): ResNet-50 1.48x over 40 cells,
+// weight gradients of depthwise and grouped layers 1.16-2.0x. Data gradients
+// on the depthwise path keep vdpbf16ps where widening lost: lane groups
+// (RegNet, ResNeXt-50 groups of 2-16: 0.49-1.02x, the widened kernel permutes
+// diff_dst for each FMA) and strided depthwise (0.88-0.95x); unit-stride
+// depthwise gained 1.06-1.37x.
+Isa op_isa(const Problem& p) {
     const Isa isa = effective_isa();
+    const Bf16Dot setting = bf16_dot_setting();  // checked for every op
+    if (p.dt != data_type::bf16 || isa < Isa::avx512_core_bf16) return isa;
+    const bool strided = std::any_of(p.stride.begin(), p.stride.end(), [](int64_t s) { return s > 1; });
+    if (p.alg == Alg::data && data_depthwise_path(p, isa) && (p.icg > 1 || strided)) return isa;
+    return bf16_dot_products(setting) ? isa : Isa::avx512_core;
+}
+
+std::unique_ptr<Executor> make_executor(const Problem& p) {
+    const Isa isa = op_isa(p);
     if (isa >= Isa::avx2) {
         std::string why;
         FullKernelFold fold;

@@ -59,8 +59,13 @@ int op_threads(const Problem& p);
 // of dispatch, the plan and kernel caches; tests switch it at run time).
 bool verbose_log();
 
+// The ISA the problem's kernels may use: the effective ISA
+// (CONVGRAD_MAX_ISA), below avx512_core_bf16 for bf16 where vdpbf16ps does
+// not pay on this CPU (jit/dot_probe.hpp, CONVGRAD_BF16_DOT).
+Isa op_isa(const Problem& p);
+
 // The dispatch list: the first implementation that accepts the Problem at
-// the effective ISA (CONVGRAD_MAX_ISA) wins; the reference accepts all.
+// op_isa wins; the reference accepts all.
 std::unique_ptr<Executor> make_executor(const Problem& p);
 
 // JIT implementations. Each returns nullptr and sets *why (a short reason,

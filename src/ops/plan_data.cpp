@@ -769,19 +769,23 @@ int64_t DataChannelBlocks::padded() const {
     return per_group == 0 ? 0 : (per_group - 1) * block + int64_t(tail_n) * vlen;
 }
 
+// Lane groups (G > 1 only for grouped layers): one vector holds 16 / G
+// groups (AVX2: 8 / G). A group of 16 on AVX-512 only with a W stride:
+// with unit strides the direct path ran 3-8 % faster (ResNeXt-50 512 ch,
+// 32 groups, 14x14; bf16 oc pairs 7 %), with stride 2 about half as fast
+// (28x28 -> 14x14, 2 threads: f32 121 (its column path) vs 240 GFLOP/s,
+// f16 90 vs 125, bf16 oc pairs 250 vs 365).
+bool data_depthwise_path(const Problem& p, Isa isa) {
+    const bool pow2 = (p.icg & (p.icg - 1)) == 0;
+    const bool g16 = isa >= Isa::avx512_core && p.icg == 16 && p.stride.back() > 1;
+    return p.icg == p.ocg && pow2 && (p.icg == 1 || (p.g > 1 && (p.icg <= 8 || g16)));
+}
+
 bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::string* why) {
     *pl = DataPlan();
     pl->geo = make_geometry(p);
     bool ok = false;
-    // Lane groups (G > 1 only for grouped layers): one vector holds 16 / G
-    // groups (AVX2: 8 / G). A group of 16 on AVX-512 only with a W stride:
-    // with unit strides the direct path ran 3-8 % faster (ResNeXt-50 512 ch,
-    // 32 groups, 14x14; bf16 oc pairs 7 %), with stride 2 about half as fast
-    // (28x28 -> 14x14, 2 threads: f32 121 (its column path) vs 240 GFLOP/s,
-    // f16 90 vs 125, bf16 oc pairs 250 vs 365).
-    const bool pow2 = (p.icg & (p.icg - 1)) == 0;
-    const bool g16 = isa >= Isa::avx512_core && p.icg == 16 && p.stride.back() > 1;
-    if (p.icg == p.ocg && pow2 && (p.icg == 1 || (p.g > 1 && (p.icg <= 8 || g16)))) {
+    if (data_depthwise_path(p, isa)) {
         pl->path = DataPath::depthwise;
         pl->lane_group = static_cast<int>(p.icg);
         choose_types(p, isa, pl);

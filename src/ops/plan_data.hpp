@@ -265,6 +265,10 @@ std::pair<int64_t, int64_t> seg_window_inside(const DataPlan& pl, int64_t s);
 // for row-taps plans entries of `row_taps` taps (a phase's count).
 DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps);
 
+// Whether make_data_plan takes the depthwise path (one channel a group, or
+// lane groups: several small groups in a vector).
+bool data_depthwise_path(const Problem& p, Isa isa);
+
 // Returns false (with *why) when no JIT plan exists for the problem.
 bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* plan, std::string* why);
 
