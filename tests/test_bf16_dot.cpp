@@ -8,6 +8,8 @@
 #include "dot_test_util.hpp"
 #include "jit/dot_probe.hpp"
 #include "jit/isa.hpp"
+#include "ops/executor.hpp"
+#include "ops/problem.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
 
@@ -17,6 +19,16 @@ using convgrad::data_type;
 using convgrad::detail::Bf16Dot;
 using convgrad::detail::DotProbe;
 using convgrad::detail::Isa;
+
+// The Problem of a bf16 (or dt) case: its weight or its data gradient.
+convgrad::detail::Problem problem_of(const wtest::Case& c, bool data, data_type dt) {
+    if (!data) return convgrad::detail::make_problem(c.kind(), dt, c.attrs(), c.input0(), c.input1(), nullptr);
+    convgrad::attributes a = c.attrs();
+    a.weights_shape.clear();
+    a.dst_shape = c.data(c.ic, true);
+    return convgrad::detail::make_problem(convgrad::op_kind::conv_bwd_data, dt, a, c.data(c.oc, false), c.weights(),
+                                          nullptr);
+}
 
 bool has_bf16() { return convgrad::detail::cpu_isa() >= Isa::avx512_core_bf16; }
 
@@ -63,6 +75,43 @@ TEST_CASE("bf16 dot probe: both rates measured; vdpbf16ps pays from 0.8 of the F
     CHECK(p.dot_gflops > 1);
 }
 
+TEST_CASE("bf16 dot rule: where the probe says widen, which ops keep vdpbf16ps", "[jit][bf16_dot]") {
+    using convgrad::detail::op_isa;
+    const Isa bf16 = Isa::avx512_core_bf16, core = Isa::avx512_core;
+    wtest::Case dense = wtest::conv2d(24, 40, {9, 9}, {3, 3});
+    wtest::Case dw = wtest::conv2d(32, 32, {10, 10}, {3, 3});
+    dw.g = 32;
+    wtest::Case dw_s2 = dw;
+    dw_s2.s = {2, 2};
+    wtest::Case lanes = wtest::conv2d(32, 32, {10, 10}, {3, 3});  // 4 channels a group
+    lanes.g = 8;
+    for (wtest::Case* c : {&dense, &dw, &dw_s2, &lanes}) c->pb = c->pe = {1, 1};
+    auto isa_of = [&](const wtest::Case& c, bool data, Bf16Dot setting, bool pays, data_type dt = data_type::bf16,
+                      Isa effective = Isa::avx512_core_bf16) {
+        return op_isa(problem_of(c, data, dt), effective, setting, pays);
+    };
+    // The probe's verdict: widen, except the data gradients of lane groups
+    // and strided depthwise layers.
+    CHECK(isa_of(dense, false, Bf16Dot::automatic, false) == core);
+    CHECK(isa_of(dense, true, Bf16Dot::automatic, false) == core);
+    CHECK(isa_of(dw, false, Bf16Dot::automatic, false) == core);
+    CHECK(isa_of(dw, true, Bf16Dot::automatic, false) == core);
+    CHECK(isa_of(dw_s2, false, Bf16Dot::automatic, false) == core);
+    CHECK(isa_of(dw_s2, true, Bf16Dot::automatic, false) == bf16);
+    CHECK(isa_of(lanes, false, Bf16Dot::automatic, false) == core);
+    CHECK(isa_of(lanes, true, Bf16Dot::automatic, false) == bf16);
+    for (const wtest::Case* c : {&dense, &dw, &dw_s2, &lanes})
+        for (const bool data : {false, true}) {
+            CHECK(isa_of(*c, data, Bf16Dot::automatic, true) == bf16);  // it pays: everything keeps it
+            CHECK(isa_of(*c, data, Bf16Dot::on, false) == bf16);
+            CHECK(isa_of(*c, data, Bf16Dot::off, true) == core);  // off: never
+            CHECK(isa_of(*c, data, Bf16Dot::off, false, data_type::f32) == bf16);  // other types untouched
+            CHECK(isa_of(*c, data, Bf16Dot::off, false, data_type::f16) == bf16);
+            CHECK(isa_of(*c, data, Bf16Dot::automatic, false, data_type::bf16, core) == core);  // a cap below
+            CHECK(isa_of(*c, data, Bf16Dot::on, false, data_type::bf16, Isa::avx2) == Isa::avx2);
+        }
+}
+
 TEST_CASE("CONVGRAD_BF16_DOT: auto, on and off pick the bf16 kernels; unknown values are rejected",
           "[jit][bf16_dot][validation]") {
     {
@@ -85,30 +134,18 @@ TEST_CASE("CONVGRAD_BF16_DOT: auto, on and off pick the bf16 kernels; unknown va
     }
     const bool pays = convgrad::detail::bf16_dot_products(Bf16Dot::automatic);
     const std::string dot = "jit:avx512_core_bf16", widen = "jit:avx512_core";
-    // A dense 3x3 layer, both gradients: the setting decides; unset is auto.
+    // Ops created with no ISA cap, both gradients, equal to the reference:
+    // the setting decides (unset is auto).
     wtest::Case dense = wtest::conv2d(24, 40, {9, 9}, {3, 3});
-    dense.pb = dense.pe = {1, 1};
+    wtest::Case lanes = wtest::conv2d(32, 32, {10, 10}, {3, 3});
+    lanes.g = 8;
+    for (wtest::Case* c : {&dense, &lanes}) c->pb = c->pe = {1, 1};
     for (const bool data : {false, true}) {
         CHECK(run_checked(dense, data, "on") == dot);
         CHECK(run_checked(dense, data, "off") == widen);
         CHECK(run_checked(dense, data, "auto") == (pays ? dot : widen));
         CHECK(run_checked(dense, data, nullptr) == (pays ? dot : widen));
+        CHECK(run_checked(lanes, data, "off") == widen);
+        CHECK(run_checked(lanes, data, "auto") == (pays || data ? dot : widen));
     }
-    // Depthwise: the weight gradient and the unit-stride data gradient widen
-    // under off; the strided data gradient keeps vdpbf16ps.
-    wtest::Case dw = wtest::conv2d(32, 32, {10, 10}, {3, 3});
-    dw.g = 32;
-    dw.pb = dw.pe = {1, 1};
-    CHECK(run_checked(dw, false, "off") == widen);
-    CHECK(run_checked(dw, true, "off") == widen);
-    dw.s = {2, 2};
-    CHECK(run_checked(dw, true, "off") == dot);
-    CHECK(run_checked(dw, false, "off") == widen);
-    // Lane groups (4 channels a group): the data gradient keeps vdpbf16ps,
-    // with or without a stride; the weight gradient widens.
-    wtest::Case lanes = wtest::conv2d(32, 32, {10, 10}, {3, 3});
-    lanes.g = 8;
-    lanes.pb = lanes.pe = {1, 1};
-    CHECK(run_checked(lanes, true, "off") == dot);
-    CHECK(run_checked(lanes, false, "off") == widen);
 }

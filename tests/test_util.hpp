@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -54,12 +55,13 @@ private:
 // alone.
 class IsaCap {
 public:
-    explicit IsaCap(const std::string& isa)
-        : isa_("CONVGRAD_MAX_ISA", isa.c_str()),
-          dot_("CONVGRAD_BF16_DOT", isa == "avx512_core_bf16" ? "on" : std::getenv("CONVGRAD_BF16_DOT")) {}
+    explicit IsaCap(const std::string& isa) : isa_("CONVGRAD_MAX_ISA", isa.c_str()) {
+        if (isa == "avx512_core_bf16") dot_ = std::make_unique<ScopedEnv>("CONVGRAD_BF16_DOT", "on");
+    }
 
 private:
-    ScopedEnv isa_, dot_;
+    ScopedEnv isa_;
+    std::unique_ptr<ScopedEnv> dot_;
 };
 
 // A raw buffer of n elements of type dt.

@@ -12,7 +12,6 @@
 #include <tbb/parallel_for.h>
 #include <tbb/task_arena.h>
 
-#include "jit/dot_probe.hpp"
 #include "jit/isa.hpp"
 #include "ops/executor.hpp"
 #include "ops/plan_data.hpp"
@@ -186,22 +185,27 @@ bool runs_serial(const Problem& p) {
 
 int op_threads(const Problem& p) { return runs_serial(p) ? 1 : tbb::this_task_arena::max_concurrency(); }
 
-// bf16 runs the vdpbf16ps kernels where that instruction pays, else the
-// avx512_core kernels, which widen bf16 to f32 (jit/dot_probe.hpp). Measured
-// where it does not pay (an Intel Xeon guest, vdpbf16ps at 0.55x the FMA's
-// FLOP rate, 2 threads, widened / vdpbf16ps): ResNet-50 1.48x over 40 cells,
-// weight gradients of depthwise and grouped layers 1.16-2.0x. Data gradients
-// on the depthwise path keep vdpbf16ps where widening lost: lane groups
-// (RegNet, ResNeXt-50 groups of 2-16: 0.49-1.02x, the widened kernel permutes
-// diff_dst for each FMA) and strided depthwise (0.88-0.95x); unit-stride
-// depthwise gained 1.06-1.37x.
+// Measured where vdpbf16ps does not pay (an Intel Xeon guest, vdpbf16ps at
+// 0.55x the FMA's FLOP rate, 2 threads, widened / vdpbf16ps): ResNet-50
+// 1.48x over 40 cells, weight gradients of depthwise and grouped layers
+// 1.16-2.0x. Data gradients on the depthwise path keep vdpbf16ps where
+// widening lost: lane groups (RegNet, ResNeXt-50 groups of 2-16: 0.49-1.02x,
+// the widened kernel permutes diff_dst for each FMA) and strided depthwise
+// (0.88-0.95x); unit-stride depthwise gained 1.06-1.37x.
+Isa op_isa(const Problem& p, Isa isa, Bf16Dot setting, bool dot_pays) {
+    if (p.dt != data_type::bf16 || isa < Isa::avx512_core_bf16 || setting == Bf16Dot::on) return isa;
+    if (setting == Bf16Dot::off) return Isa::avx512_core;
+    const bool strided = std::any_of(p.stride.begin(), p.stride.end(), [](int64_t s) { return s > 1; });
+    const bool keeps_dot = p.alg == Alg::data && data_depthwise_path(p, isa) && (p.icg > 1 || strided);
+    return dot_pays || keeps_dot ? isa : Isa::avx512_core;
+}
+
 Isa op_isa(const Problem& p) {
     const Isa isa = effective_isa();
     const Bf16Dot setting = bf16_dot_setting();  // checked for every op
-    if (p.dt != data_type::bf16 || isa < Isa::avx512_core_bf16) return isa;
-    const bool strided = std::any_of(p.stride.begin(), p.stride.end(), [](int64_t s) { return s > 1; });
-    if (p.alg == Alg::data && data_depthwise_path(p, isa) && (p.icg > 1 || strided)) return isa;
-    return bf16_dot_products(setting) ? isa : Isa::avx512_core;
+    // The probe runs only for a bf16 op that could use vdpbf16ps.
+    const bool probe = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && setting == Bf16Dot::automatic;
+    return op_isa(p, isa, setting, probe && bf16_dot_products(setting));
 }
 
 std::unique_ptr<Executor> make_executor(const Problem& p) {

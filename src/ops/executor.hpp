@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "jit/dot_probe.hpp"
 #include "jit/isa.hpp"
 #include "ops/problem.hpp"
 
@@ -63,6 +64,12 @@ bool verbose_log();
 // (CONVGRAD_MAX_ISA), below avx512_core_bf16 for bf16 where vdpbf16ps does
 // not pay on this CPU (jit/dot_probe.hpp, CONVGRAD_BF16_DOT).
 Isa op_isa(const Problem& p);
+// The rule itself, for effective ISA `isa`: bf16 at avx512_core_bf16 stays
+// there under `on`, drops to avx512_core (bf16 widened to f32) under `off`,
+// and under `automatic` stays where dot_pays (the probe's verdict) or where
+// the widened kernels lost: data gradients on the depthwise path with lane
+// groups or a stride.
+Isa op_isa(const Problem& p, Isa isa, Bf16Dot setting, bool dot_pays);
 
 // The dispatch list: the first implementation that accepts the Problem at
 // op_isa wins; the reference accepts all.
