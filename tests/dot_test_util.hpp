@@ -38,12 +38,18 @@ inline wtest::Case one_by_one(int64_t mb, int64_t ic, int64_t oc, const convgrad
     return c;
 }
 
-// ConvolutionBackwardData of a convolution-view case.
-inline convgrad::op data_op(const wtest::Case& c, const std::string& isa) {
+// The attributes of a convolution-view case's ConvolutionBackwardData.
+inline convgrad::attributes data_attrs(const wtest::Case& c) {
     convgrad::attributes a = c.attrs();
     a.weights_shape.clear();
     a.dst_shape = c.data(c.ic, true);
-    return testutil::make_op(isa, convgrad::op_kind::conv_bwd_data, c.dt, a, c.data(c.oc, false), c.weights());
+    return a;
+}
+
+// ConvolutionBackwardData of a convolution-view case.
+inline convgrad::op data_op(const wtest::Case& c, const std::string& isa) {
+    return testutil::make_op(isa, convgrad::op_kind::conv_bwd_data, c.dt, data_attrs(c), c.data(c.oc, false),
+                             c.weights());
 }
 
 // Small integers of each type in `dts` on every ISA cap this machine runs:

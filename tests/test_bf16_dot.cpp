@@ -23,11 +23,8 @@ using convgrad::detail::Isa;
 // The Problem of a bf16 (or dt) case: its weight or its data gradient.
 convgrad::detail::Problem problem_of(const wtest::Case& c, bool data, data_type dt) {
     if (!data) return convgrad::detail::make_problem(c.kind(), dt, c.attrs(), c.input0(), c.input1(), nullptr);
-    convgrad::attributes a = c.attrs();
-    a.weights_shape.clear();
-    a.dst_shape = c.data(c.ic, true);
-    return convgrad::detail::make_problem(convgrad::op_kind::conv_bwd_data, dt, a, c.data(c.oc, false), c.weights(),
-                                          nullptr);
+    return convgrad::detail::make_problem(convgrad::op_kind::conv_bwd_data, dt, dottest::data_attrs(c),
+                                          c.data(c.oc, false), c.weights(), nullptr);
 }
 
 bool has_bf16() { return convgrad::detail::cpu_isa() >= Isa::avx512_core_bf16; }
@@ -132,7 +129,7 @@ TEST_CASE("CONVGRAD_BF16_DOT: auto, on and off pick the bf16 kernels; unknown va
         WARN("no AVX512_BF16: every bf16 op widens");
         return;
     }
-    const bool pays = convgrad::detail::bf16_dot_products(Bf16Dot::automatic);
+    const bool pays = convgrad::detail::bf16_dot_pays();
     const std::string dot = "jit:avx512_core_bf16", widen = "jit:avx512_core";
     // Ops created with no ISA cap, both gradients, equal to the reference:
     // the setting decides (unset is auto).

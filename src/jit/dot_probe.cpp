@@ -2,10 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 
 #include "convgrad/convgrad.hpp"
@@ -55,11 +53,6 @@ double seconds_of(const RateLoop& loop, uint64_t iterations) {
     return std::chrono::duration<double>(clock::now() - t0).count();
 }
 
-bool verbose() {
-    const char* v = std::getenv("CONVGRAD_VERBOSE");
-    return v && *v && *v != '0';
-}
-
 }  // namespace
 
 DotProbe measure_dot_probe() {
@@ -90,20 +83,6 @@ Bf16Dot bf16_dot_setting() {
     if (v == "on") return Bf16Dot::on;
     if (v == "off") return Bf16Dot::off;
     throw error("CONVGRAD_BF16_DOT: expected auto, on or off, given \"" + v + "\"");
-}
-
-bool bf16_dot_products(Bf16Dot setting) {
-    if (setting != Bf16Dot::automatic) return setting == Bf16Dot::on;
-    static std::once_flag once;
-    static bool pays = true;
-    std::call_once(once, [] {
-        const DotProbe p = measure_dot_probe();
-        pays = p.dot_pays();
-        if (verbose())
-            std::fprintf(stderr, "convgrad,bf16_dot,vdpbf16ps %.1f GFLOP/s vs vfmadd231ps %.1f GFLOP/s: %s\n",
-                         p.dot_gflops, p.fma_gflops, pays ? "vdpbf16ps" : "bf16 widened to f32");
-    });
-    return pays;
 }
 
 }  // namespace convgrad::detail

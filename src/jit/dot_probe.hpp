@@ -28,6 +28,7 @@ struct DotProbe {
 };
 
 // Measures the two rates now, on the calling thread. Needs AVX512_BF16.
+// (ops/dispatch.cpp keeps the first measurement: bf16_dot_pays.)
 DotProbe measure_dot_probe();
 
 // CONVGRAD_BF16_DOT (read on every call, as CONVGRAD_MAX_ISA): `auto` or
@@ -35,10 +36,5 @@ DotProbe measure_dot_probe();
 // convgrad::error naming the variable for another value.
 enum class Bf16Dot { automatic, on, off };
 Bf16Dot bf16_dot_setting();
-
-// Whether bf16 ops on avx512_core_bf16 run the vdpbf16ps kernels under the
-// setting: for `automatic`, measure_dot_probe().dot_pays(), measured on the
-// first such call and then kept. Needs AVX512_BF16 for `automatic`.
-bool bf16_dot_products(Bf16Dot setting);
 
 }  // namespace convgrad::detail

@@ -200,12 +200,23 @@ Isa op_isa(const Problem& p, Isa isa, Bf16Dot setting, bool dot_pays) {
     return dot_pays || keeps_dot ? isa : Isa::avx512_core;
 }
 
+bool bf16_dot_pays() {
+    static const bool pays = [] {
+        const DotProbe p = measure_dot_probe();
+        if (verbose_log())
+            std::fprintf(stderr, "convgrad,bf16_dot,vdpbf16ps %.1f GFLOP/s vs vfmadd231ps %.1f GFLOP/s: %s\n",
+                         p.dot_gflops, p.fma_gflops, p.dot_pays() ? "vdpbf16ps" : "bf16 widened to f32");
+        return p.dot_pays();
+    }();
+    return pays;
+}
+
 Isa op_isa(const Problem& p) {
     const Isa isa = effective_isa();
     const Bf16Dot setting = bf16_dot_setting();  // checked for every op
     // The probe runs only for a bf16 op that could use vdpbf16ps.
     const bool probe = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && setting == Bf16Dot::automatic;
-    return op_isa(p, isa, setting, probe && bf16_dot_products(setting));
+    return op_isa(p, isa, setting, probe && bf16_dot_pays());
 }
 
 std::unique_ptr<Executor> make_executor(const Problem& p) {

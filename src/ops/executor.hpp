@@ -70,6 +70,9 @@ Isa op_isa(const Problem& p);
 // the widened kernels lost: data gradients on the depthwise path with lane
 // groups or a stride.
 Isa op_isa(const Problem& p, Isa isa, Bf16Dot setting, bool dot_pays);
+// The probe's verdict (DotProbe::dot_pays), measured at the first call and
+// then kept; logged under CONVGRAD_VERBOSE. Needs AVX512_BF16.
+bool bf16_dot_pays();
 
 // The dispatch list: the first implementation that accepts the Problem at
 // op_isa wins; the reference accepts all.
