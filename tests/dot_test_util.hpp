@@ -114,6 +114,35 @@ inline testutil::Buffer run_guarded(const convgrad::op& o, const Guarded& a, con
     return got;
 }
 
+// o's outputs on a and b in arenas of 1, 2 and 3 threads, each run checked
+// to use that many.
+inline std::vector<testutil::Buffer> outputs_1_2_3(const convgrad::op& o, const testutil::Buffer& a,
+                                                   const testutil::Buffer& b) {
+    std::vector<testutil::Buffer> outs;
+    for (int t : {1, 2, 3}) {
+        tbb::task_arena arena(t);
+        arena.execute([&] {
+            outs.push_back(testutil::run(o, a, b));
+            CHECK(testutil::threads_used(o) == t);
+        });
+    }
+    return outs;
+}
+
+// Elements of got farther from expect than the error of sums of `terms`
+// products of magnitude <= 1 in f32 (any order: terms · 2^-24 relative to
+// the terms, doubled) plus one rounding to `precision` bits.
+inline int64_t outside_bound(const testutil::Buffer& got, const testutil::Buffer& expect, double terms,
+                             int precision) {
+    int64_t bad = 0;
+    for (int64_t i = 0; i < got.size(); ++i) {
+        const double r = expect.get(i);
+        const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30)) - (precision - 1));
+        bad += std::fabs(got.get(i) - r) > terms * std::ldexp(1.0, -23) + ulp;
+    }
+    return bad;
+}
+
 // Random reals of every type on every ISA cap this machine runs, through
 // the path (describe() holds `note`): make(dt, isa) on 1, 2 and 3 threads
 // (each using that many) bitwise equal, and every element within the
@@ -133,23 +162,10 @@ void check_reals(Make make, const char* note, double terms, uint32_t seed) {
             const convgrad::op o = make(dt, isa);
             INFO(isa << " " << convgrad::dtype_name(dt) << ": " << o.describe());
             REQUIRE(o.describe().find(note) != std::string::npos);
-            std::vector<testutil::Buffer> outs;
-            for (int t : {1, 2, 3}) {
-                tbb::task_arena arena(t);
-                arena.execute([&] {
-                    outs.push_back(testutil::run(o, a, b));
-                    CHECK(testutil::threads_used(o) == t);
-                });
-            }
+            const std::vector<testutil::Buffer> outs = outputs_1_2_3(o, a, b);
             CHECK(testutil::bitwise_equal(outs[0], outs[1]));
             CHECK(testutil::bitwise_equal(outs[0], outs[2]));
-            int64_t bad = 0;
-            for (int64_t i = 0; i < outs[0].size(); ++i) {
-                const double r = expect.get(i);
-                const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(r), 1e-30)) - (precision - 1));
-                bad += std::fabs(outs[0].get(i) - r) > terms * std::ldexp(1.0, -23) + ulp;
-            }
-            CHECK(bad == 0);
+            CHECK(outside_bound(outs[0], expect, terms, precision) == 0);
         }
     }
 }

@@ -87,7 +87,7 @@ void check_exact(const DCase& c, const std::vector<std::string>& isas = {"avx512
 // `expect` bit for bit. Returns whether the plan streams.
 bool check_streaming(const DCase& c, const testutil::Buffer& dd, const testutil::Buffer& w,
                      const testutil::Buffer& expect) {
-    const auto jit = c.make(convgrad::max_isa());
+    const auto jit = c.make(testutil::vector_isa());
     INFO(jit.describe());
     const bool streams = jit.describe().find("streaming stores") != std::string::npos;
     if (runs("avx512_core")) CHECK(streams);
@@ -248,7 +248,7 @@ TEST_CASE("data: long depthwise kernels run an entry per tap", "[jit][data]") {
                 c.pe.back() = k - 1 - k / 2;
                 INFO(convgrad::dtype_name(dt) << " kw " << k << " rank " << in.size());
                 check_exact(c, kAllIsas);
-                const std::string d = c.make(convgrad::max_isa()).describe();
+                const std::string d = c.make(testutil::vector_isa()).describe();
                 INFO(d);
                 CHECK(d.find("depthwise") != std::string::npos);
                 if (runs("avx512_core")) CHECK((d.find("per kh: ") != std::string::npos) == (k <= 21));
@@ -366,7 +366,7 @@ TEST_CASE("data: lane groups of 2, 4 and 8 channels", "[jit][data]") {
     mixed.g = 4;
     mixed.ic = 16;
     mixed.oc = 32;
-    CHECK(mixed.make(convgrad::max_isa()).describe().find("lane groups") == std::string::npos);
+    CHECK(mixed.make(testutil::vector_isa()).describe().find("lane groups") == std::string::npos);
     check_exact(mixed);
 }
 
@@ -390,7 +390,7 @@ TEST_CASE("data: narrow groups take the direct path with one vector", "[jit][dat
         c.k = sh.k;
         c.pb = c.pe = dims(sh.in.size(), 1);
         INFO("g " << sh.g << " icg " << sh.icg << " ocg " << sh.ocg << " rank " << sh.in.size());
-        const std::string d = c.make(convgrad::max_isa()).describe();
+        const std::string d = c.make(testutil::vector_isa()).describe();
         INFO(d);
         CHECK(d.find(" direct ") != std::string::npos);
         if (sh.icg <= 16 && runs("avx512_core")) CHECK(d.find("n1x16") != std::string::npos);
@@ -961,7 +961,7 @@ TEST_CASE("data bf16/f16: bitwise identical for 1, 2 and 3 threads", "[jit][data
             c.dt = dt;
             // The smallest minibatch above kSerialMaxFlopsData, so the op runs on t threads.
             for (c.mb = 1; c.make("ref").flops() <= convgrad::detail::kSerialMaxFlopsData;) c.mb *= 2;
-            const auto o = c.make(convgrad::max_isa());
+            const auto o = c.make(testutil::vector_isa());
             // (large enough to split: op_threads)
             const std::vector<testutil::Buffer> outs = outputs_at_1_2_3_threads(o, dt, true);
             INFO(o.describe());
@@ -989,7 +989,7 @@ TEST_CASE("data: strided row taps", "[jit][data][dtype]") {
             c.k = {3, sh.k};
             c.s = {1, sh.s};
             c.pb = c.pe = {1, sh.pad};
-            const auto jit = c.make(convgrad::max_isa());
+            const auto jit = c.make(testutil::vector_isa());
             INFO(jit.describe());
             if (runs("avx512_core")) CHECK(jit.describe().find("taps of the phase") != std::string::npos);
             check_exact(c, kAllIsas);
@@ -1034,7 +1034,7 @@ TEST_CASE("data: lane groups with a partial vector prefetch diff_src for writing
             c.in = {56, 56};
             c.s = {stride, stride};
             c.pb = c.pe = {1, 1};
-            const auto jit = c.make(convgrad::max_isa());
+            const auto jit = c.make(testutil::vector_isa());
             INFO(jit.describe());
             CHECK(jit.describe().find("lane groups of 8") != std::string::npos);
             CHECK(jit.describe().find("diff_src lines prefetched for writing") != std::string::npos);
@@ -1262,7 +1262,7 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
                 tbb::task_arena arena(threads);
                 arena.execute([&] { check_exact(t, kAllIsas); });
             }
-            const std::vector<testutil::Buffer> outs = outputs_at_1_2_3_threads(t.make(convgrad::max_isa()), dt, false);
+            const std::vector<testutil::Buffer> outs = outputs_at_1_2_3_threads(t.make(testutil::vector_isa()), dt, false);
             CHECK(testutil::bitwise_equal(outs[0], outs[1]));
             CHECK(testutil::bitwise_equal(outs[0], outs[2]));
         }
@@ -1272,7 +1272,7 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
         big.dt = dt;
         big.mb = dt == data_type::f32 ? 8 : 16;
         big.pb = big.pe = {1, 1};
-        const auto jit = big.make(convgrad::max_isa());
+        const auto jit = big.make(testutil::vector_isa());
         INFO(jit.describe());
         if (runs("avx512_core"))
             CHECK(jit.describe().find("NCX rows through NXC windows (streamed back)") != std::string::npos);
@@ -1425,7 +1425,7 @@ TEST_CASE("data: a row's channel blocks run in one call", "[jit][data][dtype]") 
             const auto dd = testutil::small_ints(dt, ref.input0_elems(), 41);
             const auto w = testutil::small_ints(dt, ref.input1_elems(), 42);
             const auto expect = testutil::run(ref, dd, w);
-            const auto jit = v.make(convgrad::max_isa());
+            const auto jit = v.make(testutil::vector_isa());
             INFO(jit.describe());
             together += jit.describe().find(" a call") != std::string::npos;
             if (v.oc == chunks.oc && dt == data_type::f16 && runs("avx512_core"))  // f32 partial sums between chunks
@@ -1464,7 +1464,7 @@ TEST_CASE("data: row blocks of several rows", "[jit][data][dtype]") {
             c.pb = c.pe = {sh.dh, 1};
             c.dt = dt;
             INFO(wtest::label(c, "") << " " << convgrad::dtype_name(dt));
-            const std::string d = c.make(convgrad::max_isa()).describe();
+            const std::string d = c.make(testutil::vector_isa()).describe();
             INFO(d);
             blocks += d.find(" rows, rows of a plane") != std::string::npos;
             check_exact(c, kAllIsas);
@@ -1562,7 +1562,7 @@ TEST_CASE("data: long rows are cut into segments", "[jit][data][dtype]") {
             check_exact(c, kAllIsas);
         }
     DCase whole = one_d(8, 128, 128, 1500, 3);
-    CHECK(whole.make(convgrad::max_isa()).describe().find("segment") == std::string::npos);
+    CHECK(whole.make(testutil::vector_isa()).describe().find("segment") == std::string::npos);
     check_exact(whole, kAllIsas);
     // Streaming stores into segments' pixels, aligned and not.
     const DCase& big = cs.front();

@@ -96,7 +96,7 @@ TEST_CASE("data dot: weights formats, layouts and the problems it leaves", "[jit
     full.k = {3, 3};
     for (const auto& d : {data_type::f32, data_type::bf16}) {
         full.dt = d;
-        const auto o = data_op(full, convgrad::max_isa());
+        const auto o = data_op(full, testutil::vector_isa());
         INFO(o.describe());
         CHECK(o.describe().find("kernel covers the input") != std::string::npos);
     }

@@ -154,7 +154,7 @@ bool draw(Rng& r, RandomOp& op) {
 }
 
 bool allowed(const std::string& isa) {
-    const std::vector<std::string> order{"avx2", "avx512_core", "avx512_core_bf16"};
+    const std::vector<std::string> order{"avx2", "avx512_core", "avx512_core_bf16", "amx"};
     const auto level = [&](const std::string& s) { return std::find(order.begin(), order.end(), s) - order.begin(); };
     return level(isa) <= level(convgrad::max_isa());
 }
@@ -177,8 +177,9 @@ TEST_CASE("random valid ops: JIT equals the reference on every ISA", "[jit][rand
         const auto in0 = testutil::small_ints(op.dt, ref.input0_elems(), static_cast<uint32_t>(checked));
         const auto in1 = testutil::small_ints(op.dt, ref.input1_elems(), static_cast<uint32_t>(checked) + 7);
         const auto expect = testutil::run(ref, in0, in1);
-        for (const std::string isa : {"avx512_core_bf16", "avx512_core", "avx2"}) {
-            if (!allowed(isa)) continue;
+        for (const std::string isa : {"amx", "avx512_core_bf16", "avx512_core", "avx2"}) {
+            // (AMX tiles serve only bf16; other types run as capped below it.)
+            if (!allowed(isa) || (isa == "amx" && op.dt != convgrad::data_type::bf16)) continue;
             const auto jit = testutil::make_op(isa, op.kind, op.dt, op.a, op.d0, op.d1);
             INFO(isa << ": " << jit.describe());
             REQUIRE(jit.describe().rfind("jit:", 0) == 0);

@@ -105,7 +105,7 @@ TEST_CASE("unstrided: weight gradients of 512+ output pixels subsample src tile 
     // Fewer input than output channels, or output channels whose chunks
     // would be short: the subsampling pass.
     for (const wtest::Case& c : {strided(24, 40, {50, 46}, {2, 2}), strided(8, 600, {50, 46}, {2, 2})}) {
-        const convgrad::op o = c.make(convgrad::max_isa());
+        const convgrad::op o = c.make(testutil::vector_isa());
         INFO(o.describe());
         CHECK(o.describe().find(kNote) != std::string::npos);
         CHECK(o.describe().find(kTiles) == std::string::npos);
@@ -147,8 +147,8 @@ TEST_CASE("unstrided: the NCX paths under concurrent execute from 8 threads", "[
     wtest::Case w = strided(24, 40, {50, 46}, {2, 2});
     wtest::Case unit = dottest::one_by_one(2, 24, 40, {25, 23}, false);
     for (const wtest::Case& c : {w, unit}) {
-        ops.push_back(c.make(convgrad::max_isa()));
-        ops.push_back(data_op(c, convgrad::max_isa()));
+        ops.push_back(c.make(testutil::vector_isa()));
+        ops.push_back(data_op(c, testutil::vector_isa()));
     }
     for (size_t i = 0; i < ops.size(); ++i) {
         INFO(ops[i].describe());

@@ -64,6 +64,13 @@ private:
     std::unique_ptr<ScopedEnv> dot_;
 };
 
+// The best ISA of this machine's vector kernels: max_isa() below amx (whose
+// tile kernels serve only some problems), for tests of those kernels' plans.
+inline std::string vector_isa() {
+    const std::string m = convgrad::max_isa();
+    return m == "amx" ? "avx512_core_bf16" : m;
+}
+
 // A raw buffer of n elements of type dt.
 struct Buffer {
     data_type dt = data_type::f32;

@@ -1,7 +1,10 @@
 #include "jit/isa.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <sys/syscall.h>
+#include <unistd.h>
 #include <xbyak/xbyak_util.h>
 
 #include "convgrad/convgrad.hpp"
@@ -19,6 +22,29 @@ const char* isa_name(Isa isa) {
     return "?";
 }
 
+namespace {
+
+// AMX-TILE and AMX-BF16 in CPUID (all Xbyak checks), the OS saving the tile
+// state (XCR0 bits 17 and 18), a palette of at least 1 (CPUID leaf 0x1D:
+// some hypervisors advertise AMX with none), and this process's permission
+// to use the tile data (Linux 5.16+: arch_prctl ARCH_REQ_XCOMP_PERM, once
+// a process, before any thread's first tile instruction).
+bool amx_usable(const Xbyak::util::Cpu& cpu) {
+    using Cpu = Xbyak::util::Cpu;
+    if (!cpu.has(Cpu::tAMX_TILE | Cpu::tAMX_BF16)) return false;
+    uint32_t lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    const uint64_t xcr0 = (uint64_t(hi) << 32) | lo;
+    if ((xcr0 & (uint64_t(3) << 17)) != (uint64_t(3) << 17)) return false;
+    uint32_t leaf[4] = {};
+    Cpu::getCpuidEx(0x1d, 0, leaf);
+    if (leaf[0] < 1) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXfeatureTileData = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
+}
+
+}  // namespace
+
 Isa cpu_isa() {
     static const Isa detected = [] {
         using Cpu = Xbyak::util::Cpu;
@@ -27,8 +53,7 @@ Isa cpu_isa() {
         if (!cpu.has(Cpu::tAVX512F | Cpu::tAVX512BW | Cpu::tAVX512DQ | Cpu::tAVX512VL))
             return Isa::avx2;
         if (!cpu.has(Cpu::tAVX512_BF16)) return Isa::avx512_core;
-        // AMX kernels are not part of this build; report the level below.
-        return Isa::avx512_core_bf16;
+        return amx_usable(cpu) ? Isa::amx : Isa::avx512_core_bf16;
     }();
     return detected;
 }

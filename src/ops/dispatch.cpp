@@ -212,7 +212,7 @@ bool bf16_dot_pays() {
 }
 
 Isa op_isa(const Problem& p) {
-    const Isa isa = effective_isa();
+    const Isa isa = std::min(effective_isa(), Isa::avx512_core_bf16);
     const Bf16Dot setting = bf16_dot_setting();  // checked for every op
     // The probe runs only for a bf16 op that could use vdpbf16ps.
     const bool probe = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && setting == Bf16Dot::automatic;
@@ -221,6 +221,8 @@ Isa op_isa(const Problem& p) {
 
 std::unique_ptr<Executor> make_executor(const Problem& p) {
     const Isa isa = op_isa(p);
+    if (effective_isa() == Isa::amx)
+        if (auto amx = make_jit_data_amx_executor(p)) return amx;
     if (isa >= Isa::avx2) {
         std::string why;
         FullKernelFold fold;

@@ -60,8 +60,9 @@ int op_threads(const Problem& p);
 // of dispatch, the plan and kernel caches; tests switch it at run time).
 bool verbose_log();
 
-// The ISA the problem's kernels may use: the effective ISA
-// (CONVGRAD_MAX_ISA), below avx512_core_bf16 for bf16 where vdpbf16ps does
+// The ISA the problem's vector kernels may use: the effective ISA
+// (CONVGRAD_MAX_ISA) up to avx512_core_bf16 (amx has its own path, tried
+// first by make_executor), below avx512_core_bf16 for bf16 where vdpbf16ps does
 // not pay on this CPU (jit/dot_probe.hpp, CONVGRAD_BF16_DOT).
 Isa op_isa(const Problem& p);
 // The rule itself, for effective ISA `isa`: bf16 at avx512_core_bf16 stays
@@ -93,6 +94,9 @@ std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa is
 // The data gradient of 1x1 layers in NCX in place (exec_data_ncx.cpp),
 // tried by make_jit_data_executor after the inner-product path.
 std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);
+// bf16 data gradients of dense layers in NXC on AMX tiles
+// (exec_data_amx.cpp), tried first where the effective ISA is amx.
+std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p);
 // Depthwise layers in NCX with unit stride along W, vectorised along the
 // rows (exec_dw_rows.cpp), both gradients: tried after the paths above.
 std::unique_ptr<Executor> make_jit_dw_rows_executor(const Problem& p, Isa isa);

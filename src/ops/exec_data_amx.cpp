@@ -1,0 +1,335 @@
+// The data gradient (ConvolutionBackwardData) of bf16 on AMX tiles
+// (jit/bwd_data_amx_kernel.hpp): dense layers (one group) in NXC, any
+// kernel, stride, dilation and padding, 1D to 3D, any weights layout.
+//
+// Each stride phase (the diff_src positions i ≡ r mod s along every axis)
+// is a unit-stride problem: its taps are those with (r + pad - k·dil)
+// divisible by s, and position j of the phase reads diff_dst position
+// j + e, e = (r + pad - k·dil) / s. diff_dst is staged per image with a
+// zero border wide enough for every phase's taps ("lead" positions before
+// position 0 along each axis), in blocks of 32 channels (zeros past OC),
+// so that along a phase's rows, flattened with the staged row pitch, every
+// tap is one constant offset: a block of 32 consecutive flat positions is
+// one A tile pair per tap and oc step (the positions past a row's end are
+// computed and not stored). The weights are staged once an execute in oc
+// pairs, [channel block][tap][OCp / 2][32][2].
+//
+// Both stagings keep each tile load in one piece of 1 or 2 KiB. With
+// whole pixels (OCp channels) and W pair rows (ICp channels) between a
+// tile's rows, OC = IC = 512 put the 16 rows 1 and 2 KiB apart, in 4 and 2
+// of L1's 64 sets and across pages: 210-285 GFLOP/s on ResNet-50's
+// res5a_branch2b at mb 32 (Intel Xeon guest, 2 threads).
+//
+// Work: chunks of images whose staged diff_dst fits kChunkBytes; within
+// a chunk, items of (phase, channel block, image, plane, run of position
+// blocks), split statically over the threads. Every diff_src element is
+// written by exactly one kernel call (positions of a phase without taps:
+// zeros), so the result does not depend on the thread count.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "jit/bwd_data_amx_kernel.hpp"
+#include "ops/executor.hpp"
+#include "ops/parallel.hpp"
+#include "ops/problem.hpp"
+#include "ops/scratch.hpp"
+#include "ops/transpose.hpp"
+
+namespace convgrad::detail {
+namespace {
+
+// Staged diff_dst a chunk of images may take (it is read once for each
+// channel block).
+constexpr int64_t kChunkBytes = 1 << 20;
+// Items a thread gets at least where the position blocks allow, and the
+// blocks an item takes at most.
+constexpr int64_t kItemsPerThread = 8;
+constexpr int64_t kMaxRun = 64;
+
+struct Phase {
+    std::array<int64_t, 3> r{};   // first diff_src position along each axis
+    std::array<int64_t, 3> j{};   // positions along each axis
+    std::vector<int64_t> taps;    // pairs (A byte offset, W byte offset)
+    int64_t flat = 0;             // flat positions of a plane: (j[1] - 1) · pitch + j[2]
+    int64_t blocks = 0;           // position blocks of a plane
+    int64_t run = 1;              // position blocks an item
+};
+
+class AmxDataExecutor final : public Executor {
+public:
+    AmxDataExecutor(const Problem& p, int threads);
+    void run(const void* in0, const void* in1, void* out) const override;
+    std::string describe() const override;
+    int threads() const override { return op_threads(p_); }
+
+private:
+    void stage_weights(const uint16_t* w, uint32_t* wv) const;
+    void stage_chunk(const char* dd, int64_t n0, int64_t nc, char* out) const;
+    void zero_untapped(char* out) const;
+
+    Problem p_;
+    int threads_ = 1;  // the arena's at creation: sizes the runs (the results do not depend on it)
+    int64_t ocp_ = 0, icp_ = 0, cblocks_ = 0;
+    int64_t a_step_ = 0;  // bytes between the staged oc blocks
+    std::array<int64_t, 3> lead_{}, ext_{};  // staged border and extent along each axis
+    int64_t image_px_ = 0, slack_px_ = 0, chunk_ = 1;
+    std::vector<Phase> phases_;      // with taps
+    std::vector<Phase> untapped_;    // without: zeros
+    std::shared_ptr<const DataAmxKernel> full_, tail_;
+};
+
+AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads) : p_(p), threads_(threads) {
+    ocp_ = div_up(p.oc(), kAmxStepOc) * kAmxStepOc;
+    icp_ = div_up(p.ic(), kAmxBlockC) * kAmxBlockC;
+    cblocks_ = icp_ / kAmxBlockC;
+    // Per axis: the phases (r, J) and their taps (k, e), taps that read no
+    // diff_dst position for any j dropped.
+    struct AxisTap {
+        int64_t k, e;
+    };
+    struct AxisPhase {
+        int64_t r, j;
+        std::vector<AxisTap> taps;
+    };
+    std::array<std::vector<AxisPhase>, 3> axes;
+    for (int a = 0; a < 3; ++a) {
+        const int64_t in = p.in[a], out = p.out[a], s = p.stride[a];
+        int64_t lead = 0, end = out;
+        for (int64_t r = 0; r < std::min(s, in); ++r) {
+            AxisPhase ph{r, (in - r + s - 1) / s, {}};
+            for (int64_t k = 0; k < p.k[a]; ++k) {
+                const int64_t v = r + p.pad_begin[a] - k * p.dil[a];
+                if (v % s != 0) continue;
+                const int64_t e = v / s;
+                if (e > out - 1 || ph.j - 1 + e < 0) continue;
+                ph.taps.push_back({k, e});
+                lead = std::max(lead, -e);
+                end = std::max(end, ph.j + e);
+            }
+            end = std::max(end, ph.j);
+            axes[a].push_back(std::move(ph));
+        }
+        lead_[a] = lead;
+        ext_[a] = lead + end;
+    }
+    image_px_ = ext_[0] * ext_[1] * ext_[2];
+    // A block's last tile reads up to 31 positions past the last valid
+    // one, and a row's garbage positions up to a row further.
+    slack_px_ = ext_[2] + 2 * kAmxBlockM;
+    const int64_t image_bytes = image_px_ * ocp_ * 2;
+    chunk_ = std::clamp<int64_t>(kChunkBytes / std::max<int64_t>(image_bytes, 1), 1, p.mb);
+    a_step_ = (chunk_ * image_px_ + slack_px_) * kAmxStepOc * 2;
+
+    const int64_t pitch = ext_[2], plane = ext_[1] * ext_[2];
+    const int64_t w_tap_bytes = ocp_ / 2 * kAmxBlockC * 4;
+    int64_t blocks_total = 0;
+    for (const AxisPhase& pd : axes[0])
+        for (const AxisPhase& ph : axes[1])
+            for (const AxisPhase& pw : axes[2]) {
+                Phase f;
+                f.r = {pd.r, ph.r, pw.r};
+                f.j = {pd.j, ph.j, pw.j};
+                for (const AxisTap& td : pd.taps)
+                    for (const AxisTap& th : ph.taps)
+                        for (const AxisTap& tw : pw.taps) {
+                            const int64_t px =
+                                    (td.e + lead_[0]) * plane + (th.e + lead_[1]) * pitch + tw.e + lead_[2];
+                            const int64_t tap = (td.k * p.k[1] + th.k) * p.k[2] + tw.k;
+                            f.taps.push_back(px * kAmxStepOc * 2);
+                            f.taps.push_back(tap * w_tap_bytes);
+                        }
+                f.flat = (f.j[1] - 1) * pitch + f.j[2];
+                f.blocks = div_up(f.flat, kAmxBlockM);
+                if (f.taps.empty()) {
+                    untapped_.push_back(std::move(f));
+                    continue;
+                }
+                blocks_total += f.blocks * f.j[0];
+                phases_.push_back(std::move(f));
+            }
+    // Runs of position blocks: as long as the items still number
+    // kItemsPerThread a thread (a kernel call then loads its tile
+    // configuration once for many blocks).
+    const int64_t per_chunk = blocks_total * chunk_ * cblocks_;
+    const int64_t run = std::clamp<int64_t>(per_chunk / (int64_t(threads_) * kItemsPerThread), 1, kMaxRun);
+    for (Phase& f : phases_) f.run = std::min(f.blocks, run);
+
+    DataAmxDesc d;
+    full_ = get_data_amx_kernel(d);
+    if (p.ic() % kAmxBlockC) {
+        d.channels = static_cast<int32_t>(p.ic() % kAmxBlockC);
+        tail_ = get_data_amx_kernel(d);
+    }
+}
+
+// wv[block][tap][pair][c] = (W(2·pair, i), W(2·pair + 1, i)) as one
+// dword, i = 32·block + c, zeros past OC and IC. Weights with oc innermost
+// and an even OC (XIO) are dword matrices [IC][OC / 2] a tap, transposed by
+// 16 x 16 tiles.
+void AmxDataExecutor::stage_weights(const uint16_t* w, uint32_t* wv) const {
+    const WeightStrides& s = p_.wei_str;
+    const int64_t oc = p_.oc(), ic = p_.ic(), pairs = ocp_ / 2, taps = p_.k_sp();
+    const bool dwords = s.o == 1 && oc % 2 == 0 && s.i % 2 == 0;
+    parallel_static(threads(), cblocks_ * taps, [&](int64_t x) {
+        const int64_t cb = x / taps, t = x % taps;
+        const int64_t kd = t / (p_.k[1] * p_.k[2]), kh = t / p_.k[2] % p_.k[1], kw = t % p_.k[2];
+        const int64_t i0 = cb * kAmxBlockC, ni = std::min<int64_t>(kAmxBlockC, ic - i0);
+        const uint16_t* wt = w + kd * s.k[0] + kh * s.k[1] + kw * s.k[2] + i0 * s.i;
+        uint32_t* out = wv + x * pairs * kAmxBlockC;
+        if (ocp_ != oc || ni < kAmxBlockC) std::memset(out, 0, static_cast<size_t>(pairs * kAmxBlockC * 4));
+        if (dwords) {
+            transpose_block(wt, s.i / 2, out, kAmxBlockC, 4, ni, oc / 2, Isa::avx512_core);
+            return;
+        }
+        for (int64_t q = 0; q < div_up(oc, 2); ++q)
+            for (int64_t i = 0; i < ni; ++i) {
+                const uint32_t lo = wt[2 * q * s.o + i * s.i];
+                const uint32_t hi = 2 * q + 1 < oc ? wt[(2 * q + 1) * s.o + i * s.i] : 0;
+                out[q * kAmxBlockC + i] = lo | hi << 16;
+            }
+    });
+}
+
+// Images [n0, n0 + nc) of diff_dst into staged rows of ext_[2] pixels,
+// each oc block's rows a_step_ bytes after the previous block's, the
+// border and the channels past OC zero.
+void AmxDataExecutor::stage_chunk(const char* dd, int64_t n0, int64_t nc, char* out) const {
+    const DataStrides& s = p_.dst_str;
+    const int64_t oc = p_.oc(), pitch = ext_[2], rows = nc * ext_[0] * ext_[1], oblocks = ocp_ / kAmxStepOc;
+    constexpr int64_t px_bytes = kAmxStepOc * 2;
+    parallel_static(threads(), rows, [&](int64_t row) {
+        const int64_t n = n0 + row / (ext_[0] * ext_[1]);
+        const int64_t od = row / ext_[1] % ext_[0] - lead_[0], oh = row % ext_[1] - lead_[1];
+        char* line = out + row * pitch * px_bytes;
+        const bool border = od < 0 || od >= p_.out[0] || oh < 0 || oh >= p_.out[1];
+        const int64_t ow = border ? 0 : p_.out[2], lead = border ? pitch : lead_[2];
+        const char* src = dd + (n * s.n + od * s.sp[0] + oh * s.sp[1]) * 2;
+        for (int64_t ob = 0; ob < oblocks; ++ob) {
+            char* dst = line + ob * a_step_;
+            const int64_t c0 = ob * kAmxStepOc, nch = std::min<int64_t>(kAmxStepOc, oc - c0);
+            std::memset(dst, 0, static_cast<size_t>(lead * px_bytes));
+            dst += lead * px_bytes;
+            for (int64_t x = 0; x < ow; ++x, dst += px_bytes) {
+                const char* px = src + (x * s.sp[2] + c0) * 2;
+                if (nch == kAmxStepOc) {
+                    std::memcpy(dst, px, px_bytes);
+                } else {
+                    std::memcpy(dst, px, static_cast<size_t>(nch * 2));
+                    std::memset(dst + nch * 2, 0, static_cast<size_t>(px_bytes - nch * 2));
+                }
+            }
+            if (!border) std::memset(dst, 0, static_cast<size_t>((pitch - lead - ow) * px_bytes));
+        }
+    });
+}
+
+void AmxDataExecutor::zero_untapped(char* out) const {
+    const DataStrides& s = p_.src_str;
+    for (const Phase& f : untapped_)
+        parallel_static(threads(), p_.mb * f.j[0] * f.j[1], [&](int64_t row) {
+            const int64_t n = row / (f.j[0] * f.j[1]), jd = row / f.j[1] % f.j[0], jh = row % f.j[1];
+            const int64_t id = f.r[0] + jd * p_.stride[0], ih = f.r[1] + jh * p_.stride[1];
+            for (int64_t jw = 0; jw < f.j[2]; ++jw) {
+                const int64_t iw = f.r[2] + jw * p_.stride[2];
+                std::memset(out + (n * s.n + id * s.sp[0] + ih * s.sp[1] + iw * s.sp[2]) * 2, 0,
+                            static_cast<size_t>(p_.ic() * 2));
+            }
+        });
+}
+
+void AmxDataExecutor::run(const void* in0, const void* in1, void* out) const {
+    const char* dd = static_cast<const char*>(in0);
+    char* dsrc = static_cast<char*>(out);
+    const ScratchLease wv(Scratch::amx_weights, cblocks_ * p_.k_sp() * ocp_ / 2 * kAmxBlockC * 4);
+    stage_weights(static_cast<const uint16_t*>(in1), wv.as<uint32_t>());
+    zero_untapped(dsrc);
+    const ScratchLease staged(Scratch::amx_diff_dst, ocp_ / kAmxStepOc * a_step_);
+    for (int64_t ob = 0; ob < ocp_ / kAmxStepOc; ++ob)  // the slack after each block
+        std::memset(staged.get() + (ob + 1) * a_step_ - slack_px_ * kAmxStepOc * 2, 0,
+                    static_cast<size_t>(slack_px_ * kAmxStepOc * 2));
+    const DataStrides& s = p_.src_str;
+    const int64_t pitch = ext_[2], plane = ext_[1] * ext_[2];
+    for (int64_t n0 = 0; n0 < p_.mb; n0 += chunk_) {
+        const int64_t nc = std::min(chunk_, p_.mb - n0);
+        stage_chunk(dd, n0, nc, staged.get());
+        // Items: phase, channel block, image, plane, run (the phase's
+        // items contiguous, in that order).
+        std::vector<int64_t> first(phases_.size() + 1, 0);
+        for (size_t i = 0; i < phases_.size(); ++i) {
+            const Phase& f = phases_[i];
+            first[i + 1] = first[i] + cblocks_ * nc * f.j[0] * div_up(f.blocks, f.run);
+        }
+        parallel_static(threads(), first.back(), [&](int64_t item) {
+            const size_t ph = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
+            const Phase& f = phases_[ph];
+            const int64_t runs = div_up(f.blocks, f.run);
+            int64_t x = item - first[ph];
+            const int64_t run = x % runs;
+            x /= runs;
+            const int64_t jd = x % f.j[0];
+            x /= f.j[0];
+            const int64_t n = x % nc, cb = x / nc;
+            const int64_t b0 = run * f.run, nb = std::min(f.run, f.blocks - b0);
+            alignas(64) float acc[kAmxBlockM * kAmxBlockC];
+            void* rows[kAmxBlockM * kMaxRun];
+            const int64_t id = f.r[0] + jd * p_.stride[0];
+            char* base = dsrc + ((n0 + n) * s.n + id * s.sp[0] + cb * kAmxBlockC) * 2;
+            for (int64_t m = 0; m < nb * kAmxBlockM; ++m) {
+                const int64_t q = b0 * kAmxBlockM + m, jh = q / pitch, jw = q % pitch;
+                rows[m] = q < f.flat && jw < f.j[2]
+                                  ? base + ((f.r[1] + jh * p_.stride[1]) * s.sp[1] +
+                                            (f.r[2] + jw * p_.stride[2]) * s.sp[2]) * 2
+                                  : nullptr;
+            }
+            DataAmxArgs args;
+            args.a = staged.get() + ((n * ext_[0] + jd) * plane + b0 * kAmxBlockM) * kAmxStepOc * 2;
+            args.b = wv.get() + cb * p_.k_sp() * ocp_ / 2 * kAmxBlockC * 4;
+            args.taps = f.taps.data();
+            args.ntaps = static_cast<int64_t>(f.taps.size() / 2);
+            args.steps = ocp_ / kAmxStepOc;
+            args.a_step = a_step_;
+            args.acc = acc;
+            args.rows = rows;
+            args.blocks = nb;
+            args.config = amx_tile_config();
+            const bool last = tail_ && cb == cblocks_ - 1;
+            (last ? *tail_ : *full_)(args);
+        });
+    }
+}
+
+std::string AmxDataExecutor::describe() const {
+    std::ostringstream os;
+    int64_t taps = 0;
+    for (const Phase& f : phases_) taps += static_cast<int64_t>(f.taps.size() / 2);
+    os << "jit:amx data bf16 tdpbf16ps (diff_dst staged " << ext_[0] << "x" << ext_[1]
+       << "x" << ext_[2] << " an image in blocks of 32 of " << ocp_ << " channels; weights in oc pairs, blocks of 32 of "
+       << icp_ << " channels)\n"
+       << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage diff_dst\n"
+       << "    for phase in " << phases_.size() << " (" << taps << " taps in all";
+    if (!untapped_.empty()) os << "; " << untapped_.size() << " without taps written as zeros";
+    os << "), channel block of 32 in " << p_.ic() << ", image, plane  [split over threads]\n"
+       << "      for block of 32 positions (runs of up to " << (phases_.empty() ? 0 : phases_[0].run) << ")\n"
+       << "        for tap, oc step of 32 in " << ocp_ << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
+       << "        rounded to bf16 into diff_src";
+    return os.str();
+}
+
+}  // namespace
+
+// Dense bf16 layers in NXC with at least a tile of channels both ways
+// (fewer leave most of each tile's rows or columns empty).
+std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p) {
+    if (p.alg != Alg::data || p.dt != data_type::bf16 || p.g != 1 || !p.nxc) return nullptr;
+    if (p.src_str.c != 1 || p.dst_str.c != 1) return nullptr;
+    if (p.oc() < kAmxStepOc || p.ic() < 16) return nullptr;
+    return std::make_unique<AmxDataExecutor>(p, op_threads(p));
+}
+
+}  // namespace convgrad::detail
