@@ -31,6 +31,18 @@ const void* amx_tile_config() {
     return config.bytes;
 }
 
+void amx_step_2x2(Xbyak::CodeGenerator& g, const Xbyak::Address& a0, const Xbyak::Address& a1,
+                  const Xbyak::Reg64& b, const Xbyak::Reg64& b_pitch) {
+    g.tileloadd(Tmm(4), a0);
+    g.tileloadd(Tmm(6), g.ptr[b + b_pitch]);
+    g.tileloadd(Tmm(7), g.ptr[b + b_pitch + 64]);
+    g.tdpbf16ps(Tmm(0), Tmm(4), Tmm(6));
+    g.tileloadd(Tmm(5), a1);
+    g.tdpbf16ps(Tmm(1), Tmm(4), Tmm(7));
+    g.tdpbf16ps(Tmm(2), Tmm(5), Tmm(6));
+    g.tdpbf16ps(Tmm(3), Tmm(5), Tmm(7));
+}
+
 DataAmxKernel::DataAmxKernel(const DataAmxDesc& d)
     : JitKernel("data_amx_c" + std::to_string(d.channels)),
       d_(d) {}
@@ -71,14 +83,7 @@ void DataAmxKernel::generate() {
     add(b, ptr[args + offsetof(DataAmxArgs, b)]);
     mov(steps, ptr[args + offsetof(DataAmxArgs, steps)]);
     L(l_step);
-    tileloadd(Tmm(4), ptr[a0 + a_row]);
-    tileloadd(Tmm(6), ptr[b + b_row]);
-    tileloadd(Tmm(7), ptr[b + b_row + 64]);
-    tdpbf16ps(Tmm(0), Tmm(4), Tmm(6));
-    tileloadd(Tmm(5), ptr[a0 + a_row + 16 * kAmxStepOc * 2]);  // 16 positions on
-    tdpbf16ps(Tmm(1), Tmm(4), Tmm(7));
-    tdpbf16ps(Tmm(2), Tmm(5), Tmm(6));
-    tdpbf16ps(Tmm(3), Tmm(5), Tmm(7));
+    amx_step_2x2(*this, ptr[a0 + a_row], ptr[a0 + a_row + 16 * kAmxStepOc * 2], b, b_row);  // A1: 16 positions on
     add(a0, a_step);
     add(b, kAmxStepOc / 2 * kAmxBlockC * 4);
     dec(steps);

@@ -58,9 +58,16 @@ struct DataAmxArgs {
     const void* config = nullptr;    // the 64-byte tile configuration (amx_tile_config)
 };
 
-// The palette-1 configuration the kernel loads: eight tiles of 16 rows of
-// 64 bytes, 64-byte aligned.
+// The palette-1 configuration the AMX kernels load: eight tiles of 16 rows
+// of 64 bytes, 64-byte aligned.
 const void* amx_tile_config();
+
+// One step of both AMX kernels (tiles 0-3 the accumulators, 2i + j for A
+// tile i and B tile j): A tiles 4 and 5 from a0 and a1 (addresses with
+// the row stride as index), B tiles 6 and 7 from b and b + 64 (b_pitch
+// bytes between rows), four tdpbf16ps.
+void amx_step_2x2(Xbyak::CodeGenerator& g, const Xbyak::Address& a0, const Xbyak::Address& a1,
+                  const Xbyak::Reg64& b, const Xbyak::Reg64& b_pitch);
 
 class DataAmxKernel final : public JitKernel {
 public:

@@ -220,9 +220,14 @@ Isa op_isa(const Problem& p) {
 }
 
 std::unique_ptr<Executor> make_executor(const Problem& p) {
+    const bool amx = effective_isa() == Isa::amx;
+    auto make_amx = [&](const Problem& x) {
+        return amx ? x.alg == Alg::weights ? make_jit_weights_amx_executor(x) : make_jit_data_amx_executor(x)
+                   : nullptr;
+    };
+    bf16_dot_setting();  // checked for every op
+    if (auto tiles = make_amx(p)) return tiles;  // (before op_isa: no probe for them)
     const Isa isa = op_isa(p);
-    if (effective_isa() == Isa::amx)
-        if (auto amx = make_jit_data_amx_executor(p)) return amx;
     if (isa >= Isa::avx2) {
         std::string why;
         FullKernelFold fold;
@@ -232,7 +237,8 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
         // subsample src as they go; the others run q between two passes.
         if (unstrided && p.alg == Alg::weights)
             if (auto dot = make_jit_weights_dot_executor(q, isa, &p)) return dot;
-        auto make_jit = [&](const Problem& x) {
+        auto make_jit = [&](const Problem& x) -> std::unique_ptr<Executor> {
+            if (auto tiles = make_amx(x)) return tiles;
             return x.alg == Alg::weights ? make_jit_weights_executor(x, isa, &why)
                                          : make_jit_data_executor(x, isa, &why);
         };

@@ -246,10 +246,10 @@ void AmxDataExecutor::zero_untapped(char* out) const {
 void AmxDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const char* dd = static_cast<const char*>(in0);
     char* dsrc = static_cast<char*>(out);
-    const ScratchLease wv(Scratch::amx_weights, cblocks_ * p_.k_sp() * ocp_ / 2 * kAmxBlockC * 4);
+    const ScratchLease wv(Scratch::amx_data_weights, cblocks_ * p_.k_sp() * ocp_ / 2 * kAmxBlockC * 4);
     stage_weights(static_cast<const uint16_t*>(in1), wv.as<uint32_t>());
     zero_untapped(dsrc);
-    const ScratchLease staged(Scratch::amx_diff_dst, ocp_ / kAmxStepOc * a_step_);
+    const ScratchLease staged(Scratch::amx_data_diff_dst, ocp_ / kAmxStepOc * a_step_);
     for (int64_t ob = 0; ob < ocp_ / kAmxStepOc; ++ob)  // the slack after each block
         std::memset(staged.get() + (ob + 1) * a_step_ - slack_px_ * kAmxStepOc * 2, 0,
                     static_cast<size_t>(slack_px_ * kAmxStepOc * 2));

@@ -94,9 +94,12 @@ std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa is
 // The data gradient of 1x1 layers in NCX in place (exec_data_ncx.cpp),
 // tried by make_jit_data_executor after the inner-product path.
 std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);
-// bf16 data gradients of dense layers in NXC on AMX tiles
-// (exec_data_amx.cpp), tried first where the effective ISA is amx.
+// bf16 gradients of dense layers in NXC on AMX tiles (exec_data_amx.cpp,
+// exec_weights_amx.cpp), tried first where the effective ISA is amx; the
+// weight gradient declines strided 1x1 layers, whose unit-stride form
+// (unstride_1x1) it then serves.
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p);
+std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p);
 // Depthwise layers in NCX with unit stride along W, vectorised along the
 // rows (exec_dw_rows.cpp), both gradients: tried after the paths above.
 std::unique_ptr<Executor> make_jit_dw_rows_executor(const Problem& p, Isa isa);

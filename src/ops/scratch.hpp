@@ -44,8 +44,11 @@ enum class Scratch {
     dw_rows_w,       // exec_dw_rows.cpp: W widened to f32
     dw_rows_lines,   // exec_dw_rows.cpp: a thread's padded line copies
     dw_rows_acc,     // exec_dw_rows.cpp: a channel's tap vectors
-    amx_weights,     // exec_data_amx.cpp: W in oc pairs
-    amx_diff_dst,    // exec_data_amx.cpp: a chunk's staged diff_dst
+    amx_data_weights,    // exec_data_amx.cpp: W in oc pairs
+    amx_data_diff_dst,   // exec_data_amx.cpp: a chunk's staged diff_dst
+    amx_weights_acc,     // exec_weights_amx.cpp: the f32 sums
+    amx_weights_src,     // exec_weights_amx.cpp: a chunk's staged src
+    amx_weights_dst,     // exec_weights_amx.cpp: a chunk's staged diff_dst pairs
     count
 };
 

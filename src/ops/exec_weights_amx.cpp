@@ -1,0 +1,319 @@
+// The weight gradient (ConvolutionBackwardWeights, ConvTransposeBackwardWeights)
+// of bf16 on AMX tiles (jit/bwd_weights_amx_kernel.hpp): dense layers (one
+// group) in NXC, any kernel, stride, dilation and padding, 1D to 3D, any
+// weights layout.
+//
+// Per tap, diff_weights[tap] is a product of src (channel-major: input
+// channels × positions) with diff_dst (positions × output channels) over
+// the output positions. src is staged channel-major in blocks of 32
+// channels, each channel's positions in one run, and diff_dst in pairs of
+// adjacent positions in blocks of 32 oc, so that a tap is a constant
+// shift along src's runs:
+//  - unit strides along H and W ("planes"): a run is a whole plane padded
+//    with zeros (rows of the padded width, the pads written out), the
+//    output positions flattened with the same row pitch (the positions
+//    past a row's end have diff_dst 0), and a tap (kh, kw) the shift
+//    kh·dil·pitch + kw·dil;
+//  - otherwise ("rows"): a run is one input row, split into its W stride
+//    phases, an output row's positions (rounded up to 32, diff_dst 0 past
+//    the end) and a tap kw the phase and shift of kw·dil; a tap kh reads
+//    the input row oh·s - pad + kh·dil, and rows outside src are skipped.
+// Along D (and along H for rows), input rows outside src are skipped, not
+// multiplied.
+//
+// Work: chunks of images whose staged src and diff_dst fit kChunkBytes;
+// each chunk's items (input-channel block, oc block, tap) split statically
+// over the threads, each a kernel call over the chunk's runs that adds to
+// its f32 block of the accumulator. Every accumulator element is summed
+// by one item a chunk, chunks in order, so the result does not depend on
+// the thread count. Finally the accumulator is rounded to bf16 into the
+// user's weights.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "jit/bwd_data_amx_kernel.hpp"
+#include "jit/bwd_data_cvt.hpp"
+#include "jit/bwd_weights_amx_kernel.hpp"
+#include "ops/executor.hpp"
+#include "ops/parallel.hpp"
+#include "ops/problem.hpp"
+#include "ops/scratch.hpp"
+#include "ops/transpose.hpp"
+
+namespace convgrad::detail {
+namespace {
+
+// Staged src and diff_dst a chunk of images may take (both are read once
+// for each item), unless its images hold fewer than kMinSteps steps of
+// 32 positions a run: a call loads and stores its accumulators once, and
+// small planes (ResNet-50's 7x7: 2 steps a plane) would make that most of
+// its work.
+constexpr int64_t kChunkBytes = 1 << 20;
+constexpr int64_t kMinSteps = 128;
+constexpr int64_t kBlock = 32;  // channels a block, positions a step
+
+// out[2c + h] = (h ? p1 : p0)[c] for c < 32: two positions' channels in
+// pairs. The first n (<= 32) channels are read, the others are 0; a null
+// position reads as zeros.
+__attribute__((target("avx512f,avx512bw"))) void pair_positions(const uint16_t* p0, const uint16_t* p1, int64_t n,
+                                                                 uint16_t* out) {
+    struct Index {
+        alignas(64) uint16_t lo[32], hi[32];
+    };
+    static const Index index = [] {
+        Index x{};
+        for (int i = 0; i < 32; ++i) {
+            x.lo[i] = static_cast<uint16_t>((i % 2 ? 32 : 0) + i / 2);
+            x.hi[i] = static_cast<uint16_t>((i % 2 ? 32 : 0) + 16 + i / 2);
+        }
+        return x;
+    }();
+    const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+    const __m512i a = p0 ? _mm512_maskz_loadu_epi16(m, p0) : _mm512_setzero_si512();
+    const __m512i b = p1 ? _mm512_maskz_loadu_epi16(m, p1) : _mm512_setzero_si512();
+    _mm512_storeu_si512(out, _mm512_permutex2var_epi16(a, _mm512_load_si512(index.lo), b));
+    _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi16(a, _mm512_load_si512(index.hi), b));
+}
+
+// Run x of a staging pass over channel blocks of `runs` runs each: nc
+// images (from n0) of `planes` D planes of `per` runs a plane.
+struct StagedRun {
+    int64_t cb, r, c0, nch, n, d;
+    StagedRun(int64_t x, int64_t runs, int64_t planes, int64_t per, int64_t n0, int64_t channels)
+        : cb(x / runs), r(x % runs), c0(cb * kBlock), nch(std::min(kBlock, channels - c0)),
+          n(n0 + r / (planes * per)), d(r / per % planes) {}
+};
+
+class AmxWeightsExecutor final : public Executor {
+public:
+    explicit AmxWeightsExecutor(const Problem& p);
+    void run(const void* in0, const void* in1, void* out) const override;
+    std::string describe() const override;
+    int threads() const override { return op_threads(p_); }
+
+private:
+    void stage_src(const char* src, int64_t n0, int64_t nc, char* out) const;
+    void stage_dd(const char* dd, int64_t n0, int64_t nc, char* out) const;
+    // The runs of row key `key` (kd, or kd·KH + kh for rows) in a chunk
+    // of nc images: pairs (A byte offset, B byte offset).
+    std::vector<int64_t> runs(int64_t key, int64_t nc) const;
+    void round_out(const float* acc, char* out) const;
+
+    Problem p_;
+    bool planes_ = false;
+    int64_t icp_ = 0, ocp_ = 0, icb_ = 0, ocb_ = 0;
+    int64_t pitch_ = 0;      // planes: padded row width
+    int64_t colsp_ = 0;      // rows: columns a W phase
+    int64_t a_len_ = 0;      // positions of a staged src run
+    int64_t a_runs_ = 0;     // src runs an input plane: 1 (planes) or IH
+    int64_t b_runs_ = 0;     // diff_dst runs an output plane: 1 (planes) or OH
+    int64_t steps_ = 0;      // steps of 32 positions a run
+    int64_t chunk_ = 1;
+    std::vector<int64_t> tap_shift_;  // A byte offset of each tap
+    ArrayConverter round_;
+    std::shared_ptr<const WeightsAmxKernel> kernel_;
+
+    int64_t a_run_bytes() const { return kBlock * a_len_ * 2; }
+    int64_t b_run_bytes() const { return steps_ * kBlock * kBlock * 2; }
+    int64_t a_block_bytes(int64_t nc) const { return nc * p_.in[0] * a_runs_ * a_run_bytes(); }
+    int64_t b_block_bytes(int64_t nc) const { return nc * p_.out[0] * b_runs_ * b_run_bytes(); }
+};
+
+AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
+    : p_(p), round_(Isa::avx512_core_bf16, data_type::f32, data_type::bf16), kernel_(get_weights_amx_kernel()) {
+    icp_ = div_up(p.ic(), kBlock) * kBlock;
+    ocp_ = div_up(p.oc(), kBlock) * kBlock;
+    icb_ = icp_ / kBlock;
+    ocb_ = ocp_ / kBlock;
+    planes_ = p.stride[1] == 1 && p.stride[2] == 1;
+    const int64_t ow = p.out[2], kh = p.k[1], kw = p.k[2];
+    if (planes_) {
+        pitch_ = p.in[2] + p.pad_begin[2] + p.pad_end[2];
+        const int64_t rows = p.in[1] + p.pad_begin[1] + p.pad_end[1];
+        steps_ = div_up((p.out[1] - 1) * pitch_ + ow, kBlock);
+        // The last step's positions past the plane read up to 31 more.
+        a_len_ = rows * pitch_ + kBlock;
+        a_runs_ = b_runs_ = 1;
+    } else {
+        steps_ = div_up(ow, kBlock);
+        const int64_t sw = p.stride[2];
+        colsp_ = std::max((kw - 1) * p.dil[2] / sw + steps_ * kBlock, div_up(p.in[2] + p.pad_begin[2], sw));
+        a_len_ = sw * colsp_;
+        a_runs_ = p.in[1];
+        b_runs_ = p.out[1];
+    }
+    for (int64_t t = 0; t < p.k_sp(); ++t) {
+        const int64_t h = t / kw % kh, w = t % kw;
+        const int64_t u = w * p.dil[2];
+        tap_shift_.push_back(2 * (planes_ ? h * p.dil[1] * pitch_ + u : u % p.stride[2] * colsp_ + u / p.stride[2]));
+    }
+    const int64_t image = p.in[0] * a_runs_ * a_run_bytes() / kBlock * icp_ + p.out[0] * b_runs_ * b_run_bytes() / kBlock * ocp_;
+    const int64_t image_steps = p.out[0] * b_runs_ * steps_;  // (a bound: runs reading outside src are skipped)
+    chunk_ = std::clamp<int64_t>(std::max(kChunkBytes / std::max<int64_t>(image, 1), div_up(kMinSteps, image_steps)), 1,
+                                 p.mb);
+}
+
+void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char* out) const {
+    const DataStrides& s = p_.src_str;
+    const int64_t id_n = p_.in[0], runs = nc * id_n * a_runs_;
+    parallel_static(threads(), icb_ * runs, [&](int64_t x) {
+        const StagedRun sr(x, runs, id_n, a_runs_, n0, p_.ic());
+        const int64_t cb = sr.cb, r = sr.r, c0 = sr.c0, nch = sr.nch, n = sr.n, id = sr.d;
+        char* run = out + cb * a_block_bytes(nc) + r * a_run_bytes();
+        std::memset(run, 0, static_cast<size_t>(a_run_bytes()));
+        uint16_t* dst = reinterpret_cast<uint16_t*>(run);
+        const char* plane = src + (n * s.n + id * s.sp[0] + c0) * 2;
+        if (planes_) {
+            for (int64_t ih = 0; ih < p_.in[1]; ++ih)
+                transpose_block(plane + ih * s.sp[1] * 2, s.sp[2], dst + (ih + p_.pad_begin[1]) * pitch_ + p_.pad_begin[2],
+                                a_len_, 2, p_.in[2], nch, Isa::avx512_core);
+            return;
+        }
+        const char* row = plane + r % a_runs_ * s.sp[1] * 2;
+        const int64_t sw = p_.stride[2], pad = p_.pad_begin[2];
+        for (int64_t ph = 0; ph < sw; ++ph) {
+            // Columns c of phase ph hold iw = c·sw + ph - pad.
+            const int64_t lo = std::max<int64_t>(0, div_up(pad - ph, sw));
+            const int64_t hi = std::min(colsp_ - 1, (p_.in[2] - 1 + pad - ph) / sw);
+            if (hi < lo || p_.in[2] - 1 + pad - ph < 0) continue;
+            transpose_block(row + (lo * sw + ph - pad) * s.sp[2] * 2, sw * s.sp[2], dst + ph * colsp_ + lo, a_len_, 2,
+                            hi - lo + 1, nch, Isa::avx512_core);
+        }
+    });
+}
+
+void AmxWeightsExecutor::stage_dd(const char* dd, int64_t n0, int64_t nc, char* out) const {
+    const DataStrides& s = p_.dst_str;
+    const int64_t od_n = p_.out[0], runs = nc * od_n * b_runs_;
+    parallel_static(threads(), ocb_ * runs, [&](int64_t x) {
+        const StagedRun sr(x, runs, od_n, b_runs_, n0, p_.oc());
+        const int64_t cb = sr.cb, r = sr.r, c0 = sr.c0, nch = sr.nch, n = sr.n, od = sr.d;
+        uint16_t* dst = reinterpret_cast<uint16_t*>(out + cb * b_block_bytes(nc) + r * b_run_bytes());
+        const char* plane = dd + (n * s.n + od * s.sp[0] + c0) * 2;
+        // Positions q = oh·width + ow (a plane's rows `width` apart, or one
+        // row), walked in order; past OW in a row or past OH, zeros.
+        const int64_t width = planes_ ? pitch_ : kBlock * steps_;
+        int64_t oh = planes_ ? 0 : r % b_runs_, ow = 0;
+        auto next = [&]() -> const uint16_t* {
+            const uint16_t* px = ow < p_.out[2] && oh < p_.out[1]
+                                         ? reinterpret_cast<const uint16_t*>(plane + (oh * s.sp[1] + ow * s.sp[2]) * 2)
+                                         : nullptr;
+            if (++ow == width) ow = 0, ++oh;
+            return px;
+        };
+        for (int64_t q = 0; q < steps_ * kBlock; q += 2) {
+            const uint16_t* p0 = next();
+            pair_positions(p0, next(), nch, dst + q * kBlock);
+        }
+    });
+}
+
+std::vector<int64_t> AmxWeightsExecutor::runs(int64_t key, int64_t nc) const {
+    const int64_t kd = planes_ ? key : key / p_.k[1], kh = planes_ ? 0 : key % p_.k[1];
+    std::vector<int64_t> v;
+    for (int64_t n = 0; n < nc; ++n)
+        for (int64_t od = 0; od < p_.out[0]; ++od) {
+            const int64_t id = od * p_.stride[0] - p_.pad_begin[0] + kd * p_.dil[0];
+            if (id < 0 || id >= p_.in[0]) continue;
+            for (int64_t oh = 0; oh < b_runs_; ++oh) {
+                const int64_t ih = planes_ ? 0 : oh * p_.stride[1] - p_.pad_begin[1] + kh * p_.dil[1];
+                if (ih < 0 || ih >= a_runs_) continue;
+                v.push_back(((n * p_.in[0] + id) * a_runs_ + ih) * a_run_bytes());
+                v.push_back(((n * p_.out[0] + od) * b_runs_ + oh) * b_run_bytes());
+            }
+        }
+    return v;
+}
+
+// acc [tap][ICp][OCp] rounded into the user's weights.
+void AmxWeightsExecutor::round_out(const float* acc, char* out) const {
+    const WeightStrides& w = p_.wei_str;
+    const int64_t ic = p_.ic(), oc = p_.oc(), taps = p_.k_sp();
+    parallel_static(threads(), taps, [&](int64_t t) {
+        const int64_t kd = t / (p_.k[1] * p_.k[2]), kh = t / p_.k[2] % p_.k[1], kw = t % p_.k[2];
+        uint16_t* wt = reinterpret_cast<uint16_t*>(out) + kd * w.k[0] + kh * w.k[1] + kw * w.k[2];
+        std::vector<uint16_t> row(w.o == 1 ? 0 : static_cast<size_t>(oc));
+        for (int64_t i = 0; i < ic; ++i) {
+            const float* a = acc + (t * icp_ + i) * ocp_;
+            if (w.o == 1) {
+                round_(a, wt + i * w.i, oc);
+                continue;
+            }
+            round_(a, row.data(), oc);
+            for (int64_t o = 0; o < oc; ++o) wt[o * w.o + i * w.i] = row[static_cast<size_t>(o)];
+        }
+    });
+}
+
+void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const {
+    const char* src = static_cast<const char*>(p_.swap_inputs ? in1 : in0);
+    const char* dd = static_cast<const char*>(p_.swap_inputs ? in0 : in1);
+    const ScratchLease acc(Scratch::amx_weights_acc, p_.k_sp() * icp_ * ocp_ * 4);
+    const ScratchLease a(Scratch::amx_weights_src, icb_ * a_block_bytes(chunk_));
+    const ScratchLease b(Scratch::amx_weights_dst, ocb_ * b_block_bytes(chunk_));
+    const int64_t keys = planes_ ? p_.k[0] : p_.k[0] * p_.k[1], taps = p_.k_sp();
+    std::vector<std::vector<int64_t>> lists(static_cast<size_t>(keys));
+    for (int64_t n0 = 0; n0 < p_.mb; n0 += chunk_) {
+        const int64_t nc = std::min(chunk_, p_.mb - n0);
+        stage_src(src, n0, nc, a.get());
+        stage_dd(dd, n0, nc, b.get());
+        for (int64_t k = 0; k < keys; ++k) lists[static_cast<size_t>(k)] = runs(k, nc);
+        parallel_static(threads(), icb_ * ocb_ * taps, [&](int64_t x) {
+            const int64_t t = x % taps, ob = x / taps % ocb_, ib = x / taps / ocb_;
+            const int64_t key = planes_ ? t / (p_.k[1] * p_.k[2]) : t / p_.k[2];
+            const std::vector<int64_t>& list = lists[static_cast<size_t>(key)];
+            WeightsAmxArgs args;
+            args.a = a.get() + ib * a_block_bytes(nc) + tap_shift_[static_cast<size_t>(t)];
+            args.b = b.get() + ob * b_block_bytes(nc);
+            args.rows = list.data();
+            args.nrows = static_cast<int64_t>(list.size() / 2);
+            args.steps = steps_;
+            args.a_pitch = a_len_ * 2;
+            args.acc = acc.floats() + (t * icp_ + ib * kBlock) * ocp_ + ob * kBlock;
+            args.acc_row = ocp_ * 4;
+            args.load = n0 > 0;
+            args.config = amx_tile_config();
+            (*kernel_)(args);
+        });
+    }
+    round_out(acc.floats(), static_cast<char*>(out));
+}
+
+std::string AmxWeightsExecutor::describe() const {
+    std::ostringstream os;
+    os << "jit:amx weights bf16 tdpbf16ps (src staged channel-major in blocks of 32 of " << icp_ << " channels, "
+       << (planes_ ? "runs of whole padded planes " + std::to_string(pitch_) + " wide"
+                   : "runs of input rows in " + std::to_string(p_.stride[2]) + " W phases of " +
+                             std::to_string(colsp_))
+       << "; diff_dst in position pairs, blocks of 32 of " << ocp_ << " channels)\n"
+       << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage src and diff_dst\n"
+       << "    for input block, output block, tap in " << icb_ << " x " << ocb_ << " x " << p_.k_sp()
+       << "  [split over threads]\n"
+       << "      for run (" << (planes_ ? "a plane" : "an output row") << "), step of 32 positions in "
+       << steps_ * kBlock << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
+       << "  f32 sums rounded to bf16 into diff_weights";
+    return os.str();
+}
+
+}  // namespace
+
+// Dense bf16 layers in NXC with at least half a tile of channels both ways.
+// A strided 1x1 layer is left to dispatch, which runs its unit-stride form
+// (unstride_1x1) here.
+std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p) {
+    if (p.alg != Alg::weights || p.dt != data_type::bf16 || p.g != 1 || !p.nxc) return nullptr;
+    if (p.src_str.c != 1 || p.dst_str.c != 1 || p.ic() < 16 || p.oc() < 16) return nullptr;
+    Problem q;
+    if (unstride_1x1(p, &q)) return nullptr;
+    return std::make_unique<AmxWeightsExecutor>(p);
+}
+
+}  // namespace convgrad::detail

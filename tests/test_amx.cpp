@@ -1,0 +1,202 @@
+// bf16 on AMX tiles: the data gradient (ops/exec_data_amx.cpp) and the
+// weight gradient (ops/exec_weights_amx.cpp). Which problems take them,
+// equality with the reference over strides (the data gradient's phases
+// with and without taps), dilation, padding wider than the kernel, 1D to
+// 3D, channel tails both ways and every weights format, no read or write
+// past the user's buffers, and results independent of the thread count
+// and of concurrent executes. Runs only where the CPU has AMX and the OS
+// grants it (elsewhere each case says so and passes).
+#include <catch2/catch.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dot_test_util.hpp"
+#include "jit/isa.hpp"
+#include "test_util.hpp"
+#include "weights_case.hpp"
+
+namespace {
+
+using convgrad::data_type;
+using convgrad::dims;
+
+constexpr const char* kAmxData = "jit:amx data";
+constexpr const char* kAmxWeights = "jit:amx weights";
+
+bool has_amx() {
+    if (convgrad::detail::cpu_isa() == convgrad::detail::Isa::amx) return true;
+    WARN("no AMX on this CPU (or no OS permission): the AMX tests are skipped");
+    return false;
+}
+
+wtest::Case conv(int64_t mb, int64_t ic, int64_t oc, dims in, dims k, dims s = {}, dims d = {}, dims pb = {},
+                 dims pe = {}) {
+    wtest::Case c;
+    c.mb = mb;
+    c.ic = ic;
+    c.oc = oc;
+    c.in = std::move(in);
+    c.k = std::move(k);
+    c.s = std::move(s);
+    c.d = std::move(d);
+    c.pb = std::move(pb);
+    c.pe = std::move(pe);
+    c.dt = data_type::bf16;
+    return c;
+}
+
+// Small integers (exact sums, one rounding): make(isa) with no ISA cap
+// (make("amx")) takes the AMX path (its describe() starts with `note`)
+// exactly when `amx`, and its output equals the reference's (make("ref"))
+// bit for bit, the inputs and the output each ending (and, in a second
+// run, starting) at an inaccessible page.
+template <typename Make>
+void check_exact(Make make, const char* note, bool amx, uint32_t seed) {
+    const convgrad::op ref = make("ref");
+    const testutil::Buffer a = testutil::small_ints(ref.dtype(), ref.input0_elems(), seed);
+    const testutil::Buffer b = testutil::small_ints(ref.dtype(), ref.input1_elems(), seed + 1);
+    const testutil::Buffer expect = testutil::run(ref, a, b);
+    const convgrad::op o = make("amx");
+    INFO(o.describe());
+    CHECK((o.describe().rfind(note, 0) == 0) == amx);
+    CHECK(testutil::bitwise_equal(testutil::run(o, a, b), expect));
+    for (bool front : {false, true}) {
+        const dottest::Guarded ga(a, front), gb(b, front);
+        CHECK(testutil::bitwise_equal(dottest::run_guarded(o, ga, gb), expect));
+    }
+}
+
+void check_data(const wtest::Case& c, bool amx, uint32_t seed) {
+    check_exact([&](const std::string& isa) { return dottest::data_op(c, isa); }, kAmxData, amx, seed);
+}
+
+// The weight gradient of c, and (transpose) the ConvTranspose's.
+void check_weights(wtest::Case c, bool amx, uint32_t seed) {
+    for (bool transpose : {false, true}) {
+        c.transpose = transpose;
+        if (transpose && (c.wfmt == "XIO" || c.wfmt == "OIX")) c.wfmt = c.wfmt == "XIO" ? "XOI" : "IOX";
+        INFO((transpose ? "ConvTranspose " : "Convolution ") << c.wfmt);
+        check_exact([&](const std::string& isa) { return c.make(isa); }, kAmxWeights, amx, seed);
+    }
+}
+
+// Random reals through make("amx") (describe() starting with `note`) on
+// 1, 2 and 3 threads and from 8 threads at once: all bitwise equal, and
+// within the error of f32 sums of `terms` products (tdpbf16ps's own
+// order) plus bf16's rounding of the reference.
+template <typename Make>
+void check_reals(Make make, const char* note, double terms) {
+    const convgrad::op ref = make("ref");
+    const testutil::Buffer a = testutil::random_reals(ref.dtype(), ref.input0_elems(), 61);
+    const testutil::Buffer b = testutil::random_reals(ref.dtype(), ref.input1_elems(), 62);
+    const testutil::Buffer expect = testutil::run(ref, a, b);
+    const convgrad::op o = make("amx");
+    INFO(o.describe());
+    REQUIRE(o.describe().rfind(note, 0) == 0);
+    const std::vector<testutil::Buffer> outs = dottest::outputs_1_2_3(o, a, b);
+    CHECK(testutil::bitwise_equal(outs[0], outs[1]));
+    CHECK(testutil::bitwise_equal(outs[0], outs[2]));
+    CHECK(dottest::outside_bound(outs[0], expect, terms, 8) == 0);
+    std::vector<testutil::Buffer> concurrent(8);
+    std::vector<std::thread> pool;
+    for (auto& out : concurrent) pool.emplace_back([&] { out = testutil::run(o, a, b); });
+    for (auto& t : pool) t.join();
+    for (const auto& out : concurrent) CHECK(testutil::bitwise_equal(out, outs[0]));
+}
+
+// Shapes both gradients take: channel tails, strides, dilation, pads
+// (wider than the kernel, one-sided), 1D to 3D.
+std::vector<wtest::Case> shared_cases() {
+    return {
+            conv(2, 33, 47, {7, 9}, {3, 3}, {}, {}, {1, 1}, {1, 1}),  // tails of both channel blocks
+            conv(2, 32, 64, {9, 8}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}),  // ResNet-50 v1.5's strided 3x3
+            conv(1, 48, 96, {11, 10}, {2, 2}, {3, 3}, {2, 2}, {2, 0}, {0, 3}),  // kernel below the stride
+            conv(2, 16, 33, {5, 6}, {3, 3}, {}, {}, {4, 4}, {4, 4}),  // pads wider than the kernel
+            conv(3, 16, 33, {29}, {5}, {2}, {3}, {4}, {1}),  // 1D
+            conv(2, 17, 32, {4, 5, 6}, {3, 3, 3}, {}, {}, {1, 1, 1}, {1, 1, 1}),  // 3D
+            conv(1, 64, 64, {5, 6, 7}, {3, 1, 3}, {2, 1, 2}, {1, 1, 2}, {1, 0, 2}, {0, 0, 1}),
+            conv(2, 20, 40, {4, 4}, {4, 4}),  // a kernel covering the input
+            conv(1, 130, 70, {3, 3}, {3, 3}, {}, {}, {1, 1}, {1, 1}),  // five channel blocks, three oc blocks
+            conv(2, 40, 48, {9, 7}, {3, 3}, {1, 2}, {}, {1, 1}, {1, 1}),  // strided along W only
+            conv(2, 40, 48, {9, 7}, {3, 3}, {2, 1}, {2, 1}, {2, 1}, {1, 1}),  // strided along H only
+    };
+}
+
+}  // namespace
+
+TEST_CASE("amx: data gradient over stride phases, dilation, padding, 1D to 3D, channel tails", "[jit][data][amx]") {
+    if (!has_amx()) return;
+    uint32_t seed = 300;
+    for (const wtest::Case& c : shared_cases()) {
+        INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size());
+        check_data(c, true, seed += 2);
+    }
+    check_data(conv(2, 40, 32, {6, 7}, {1, 1}, {2, 2}), true, 41);  // phases without taps: zeros
+}
+
+TEST_CASE("amx: weight gradient over strides, dilation, padding, 1D to 3D, channel tails", "[jit][weights][amx]") {
+    if (!has_amx()) return;
+    uint32_t seed = 400;
+    for (const wtest::Case& c : shared_cases()) {
+        INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size());
+        check_weights(c, true, seed += 2);
+    }
+    // A strided 1x1 layer in NXC (W runs of phase 0 only), and planes of
+    // more than one chunk (1 MiB: one image a chunk, the sums carried
+    // across chunks).
+    check_weights(conv(3, 24, 40, {9, 11}, {1, 1}, {2, 3}), true, 421);
+    check_weights(conv(3, 32, 48, {40, 60}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 423);
+}
+
+TEST_CASE("amx: weights formats, large images and the problems left to the vector kernels", "[jit][amx]") {
+    if (!has_amx()) return;
+    for (const char* wfmt : {"XIO", "OIX"}) {
+        for (int64_t oc : {64, 65}) {  // an odd OC: the data gradient's pairs of one channel
+            wtest::Case c = conv(2, 24, oc, {6, 5}, {3, 2}, {1, 2}, {}, {1, 0}, {1, 1});
+            c.wfmt = wfmt;
+            INFO(wfmt << " oc " << oc);
+            check_data(c, true, 41);
+            check_weights(c, true, 43);
+        }
+    }
+    // Images of more than the 1 MiB chunk (one image a chunk) and planes of
+    // more position blocks than a run.
+    check_data(conv(3, 32, 128, {40, 70}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 45);
+    // Declined: groups, NCX, too few channels, other types.
+    wtest::Case grouped = conv(2, 64, 64, {5, 5}, {3, 3});
+    grouped.g = 2;
+    wtest::Case ncx = conv(2, 32, 32, {5, 5}, {3, 3});
+    ncx.nxc = false;
+    std::vector<wtest::Case> declined{grouped, ncx};
+    for (data_type dt : {data_type::f32, data_type::f16}) {
+        wtest::Case c = conv(2, 32, 32, {5, 5}, {3, 3});
+        c.dt = dt;
+        declined.push_back(c);
+    }
+    uint32_t seed = 500;
+    for (const wtest::Case& c : declined) {
+        check_data(c, false, seed += 2);
+        check_weights(c, false, seed += 2);
+    }
+    check_data(conv(2, 15, 64, {5, 5}, {3, 3}), false, 51);
+    check_data(conv(2, 64, 31, {5, 5}, {3, 3}), false, 53);
+    check_weights(conv(2, 15, 64, {5, 5}, {3, 3}), false, 55);
+    check_weights(conv(2, 64, 15, {5, 5}, {3, 3}), false, 57);
+    // Capped below amx, bf16 takes the vector kernels.
+    const wtest::Case c = conv(2, 32, 32, {5, 5}, {3, 3});
+    CHECK(dottest::data_op(c, "avx512_core_bf16").describe().rfind(kAmxData, 0) != 0);
+    CHECK(c.make("avx512_core_bf16").describe().rfind(kAmxWeights, 0) != 0);
+}
+
+TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[jit][amx]") {
+    if (!has_amx()) return;
+    // 3x3 over 96 oc: 864 terms a diff_src sum.
+    const wtest::Case d = conv(4, 48, 96, {13, 11}, {3, 3}, {2, 1}, {}, {1, 1}, {1, 1});
+    check_reals([&](const std::string& isa) { return dottest::data_op(d, isa); }, kAmxData, 864);
+    // 5 images of 12x14 positions: 840 terms a diff_weights sum.
+    wtest::Case w = conv(5, 40, 72, {12, 14}, {3, 3}, {}, {}, {1, 1}, {1, 1});
+    check_reals([&](const std::string& isa) { return w.make(isa); }, kAmxWeights, 840);
+    w.s = {2, 2};  // rows
+    check_reals([&](const std::string& isa) { return w.make(isa); }, kAmxWeights, 210);
+}
