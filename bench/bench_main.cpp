@@ -104,13 +104,13 @@ struct context {
 // Times `body` (one execution) in the benchmark loop; records the rate.
 template <class Body>
 void timed_loop(benchmark::State& state, const op_case& c, double flops, const std::string& impl,
-                const context& ctx, bool avx2_path, Body body) {
+                const context& ctx, const std::string& label, Body body) {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();
     for (auto _ : state) body();
     const double seconds = std::chrono::duration<double>(clock::now() - t0).count() /
                            static_cast<double>(std::max<int64_t>(state.iterations(), 1));
-    const double gflops = flops / seconds / 1e9, peak = ctx.peaks->gflops(c.dt, ctx.threads, avx2_path);
+    const double gflops = flops / seconds / 1e9, peak = ctx.peaks->gflops(c.dt, ctx.threads, label);
     state.counters["GFLOPS"] = gflops;
     state.counters["peak_pct"] = 100.0 * gflops / peak;
     state.counters["peak"] = peak;
@@ -131,7 +131,7 @@ void bench_convgrad(benchmark::State& state, const op_case& c, const std::string
         fill_reals(in1, 2);
         const std::string label = impl_label(o);
         state.SetLabel(label);
-        timed_loop(state, c, o.flops(), impl, ctx, peak_table::is_avx2_impl(label),
+        timed_loop(state, c, o.flops(), impl, ctx, label,
                    [&] { o.execute(in0.data(), in1.data(), out.data()); });
     });
 }
@@ -173,7 +173,7 @@ void bench_onednn(benchmark::State& state, const op_case& c, const conv_desc& d,
         fill_reals(in1, 2);
         o.bind(in0.data(), in1.data(), out.data());
         state.SetLabel(o.impl());
-        timed_loop(state, c, ours.flops(), impl, ctx, peak_table::is_avx2_impl(o.impl()), [&] { o.execute(); });
+        timed_loop(state, c, ours.flops(), impl, ctx, o.impl(), [&] { o.execute(); });
         o.finish();
     } catch (const std::exception& e) {
         state.SkipWithError(e.what());

@@ -10,7 +10,13 @@
 // accumulator count wins. Without AVX-512 the f32 loop uses ymm FMA; without
 // AVX512_BF16 the bf16 entry repeats the f32 one (bf16 is then converted).
 // "avx2" is the ymm FMA loop: the peak of convgrad's AVX2 kernels.
+// "amx_bf16" (where convgrad runs AMX tiles: max_isa() "amx", which also
+// asks the OS for the tile state) is a loop of tdpbf16ps on four
+// accumulator tiles, 16 × 16 × 32 products each, no loads: the peak of
+// convgrad's (and oneDNN's) AMX kernels.
 #include "perf.hpp"
+
+#include <convgrad/convgrad.hpp>
 
 #include <xbyak/xbyak.h>
 #include <xbyak/xbyak_util.h>
@@ -26,7 +32,7 @@
 namespace convgrad::cli {
 namespace {
 
-enum class loop_kind { fma_zmm, fma_ymm, dpbf16_zmm };
+enum class loop_kind { fma_zmm, fma_ymm, dpbf16_zmm, tdpbf16 };
 
 // rdi = iteration count. Each iteration issues `unroll` rounds of one
 // instruction per accumulator; the two sources stay in the top registers.
@@ -39,7 +45,10 @@ public:
         setProtectModeRE();
     }
     double flops_per_iteration() const {
-        const int per_instr = kind_ == loop_kind::fma_ymm ? 16 : kind_ == loop_kind::fma_zmm ? 32 : 64;
+        const int per_instr = kind_ == loop_kind::tdpbf16  ? 16 * 16 * 32 * 2
+                              : kind_ == loop_kind::fma_ymm ? 16
+                              : kind_ == loop_kind::fma_zmm ? 32
+                                                            : 64;
         return static_cast<double>(per_instr) * acc_ * unroll_;
     }
     void run(uint64_t iterations) const { getCode<void (*)(uint64_t)>()(iterations); }
@@ -47,6 +56,7 @@ public:
 private:
     void generate() {
         using namespace Xbyak;
+        if (kind_ == loop_kind::tdpbf16) return generate_tiles();
         const bool ymm = kind_ == loop_kind::fma_ymm;
         for (int i = 0; i < acc_; ++i) {
             if (ymm) vxorps(Ymm(i), Ymm(i), Ymm(i));
@@ -67,6 +77,26 @@ private:
         L(done);
         vzeroupper();
         ret();
+    }
+    // Tiles 0-3 accumulate (acc_ = 4), 4-7 are the sources (zeros).
+    void generate_tiles() {
+        using namespace Xbyak;
+        Label loop, done, config;
+        ldtilecfg(ptr[rip + config]);
+        for (int t = 0; t < 8; ++t) tilezero(Tmm(t));
+        test(rdi, rdi);
+        jz(done, T_NEAR);
+        L(loop);
+        for (int u = 0; u < unroll_; ++u)
+            for (int i = 0; i < 4; ++i) tdpbf16ps(Tmm(i), Tmm(4 + i / 2), Tmm(6 + i % 2));
+        dec(rdi);
+        jnz(loop, T_NEAR);
+        L(done);
+        tilerelease();
+        ret();
+        align(64);
+        L(config);  // palette 1, eight tiles of 16 rows of 64 bytes
+        for (int b = 0; b < 64; ++b) db(b == 0 ? 1 : (b >= 16 && b < 32 && b % 2 == 0) ? 64 : (b >= 48 && b < 56) ? 16 : 0);
     }
     loop_kind kind_;
     int acc_, unroll_ = 1;
@@ -109,8 +139,8 @@ double figure(const peak_loop& loop, int threads, uint64_t iterations, const pea
 double peak(loop_kind kind, int threads, const peak_method& m) {
     const int max_acc = kind == loop_kind::fma_ymm ? 14 : 24;
     double best = 0;
-    for (int acc : {8, 12, 16, 24}) {
-        if (acc > max_acc) continue;
+    for (int acc : {4, 8, 12, 16, 24}) {
+        if (acc > max_acc || (kind == loop_kind::tdpbf16) != (acc == 4)) continue;
         const peak_loop loop(kind, acc);
         // Calibrate to about m.seconds_per_run a run.
         const auto t0 = std::chrono::steady_clock::now();
@@ -139,7 +169,8 @@ std::string measure_peaks_json(const peak_method& m, std::string* log) {
     const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     std::vector<int> counts{1};
     if (all > 1) counts.push_back(all);
-    std::string f32_json, bf16_json, avx2_json;
+    const bool amx = convgrad::max_isa() == std::string("amx");
+    std::string f32_json, bf16_json, avx2_json, amx_json;
     auto append = [](std::string& row, int t, double v) {
         char buf[96];
         std::snprintf(buf, sizeof buf, "%s\"%d\": %.1f", row.empty() ? "" : ", ", t, v);
@@ -159,10 +190,20 @@ std::string measure_peaks_json(const peak_method& m, std::string* log) {
         append(f32_json, t, f32);
         append(bf16_json, t, b16);
         append(avx2_json, t, ymm);
+        if (amx) {
+            const double tiles = peak(loop_kind::tdpbf16, t, m);
+            if (log) {
+                char line[96];
+                std::snprintf(line, sizeof line, "%d thread(s): AMX bf16 %.1f GFLOP/s\n", t, tiles);
+                *log += line;
+            }
+            append(amx_json, t, tiles);
+        }
     }
     return std::string("{\"f32\": {") + f32_json + "}, \"bf16\": {" + bf16_json + "}, \"avx2\": {" + avx2_json +
+           (amx ? "}, \"amx_bf16\": {" + amx_json : std::string()) +
            "}, \"method\": \"convgrad-peak: " + (avx512 ? "vfmadd231ps zmm" : "vfmadd231ps ymm") +
-           (bf16 ? ", vdpbf16ps zmm" : "") + (avx512 ? ", vfmadd231ps ymm" : "") +
+           (bf16 ? ", vdpbf16ps zmm" : "") + (avx512 ? ", vfmadd231ps ymm" : "") + (amx ? ", tdpbf16ps" : "") +
            (m.best ? ", best of " : ", median of ") + std::to_string(m.runs) + "\"}\n";
 }
 

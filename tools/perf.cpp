@@ -52,8 +52,8 @@ peak_table peak_table::parse(const std::string& json_text, const std::string& so
     peak_table t;
     t.source_ = source;
     t.table_.erase("avx2");  // optional: falls back to "f32"
-    for (const char* dt : {"f32", "bf16", "avx2"}) {
-        const bool optional = std::string(dt) == "avx2";
+    for (const char* dt : {"f32", "bf16", "avx2", "amx_bf16"}) {
+        const bool optional = std::string(dt) == "avx2" || std::string(dt) == "amx_bf16";
         if (optional && j.is_object() && !j.contains(dt)) continue;
         if (!j.is_object() || !j.contains(dt) || !j.at(dt).is_object())
             throw std::invalid_argument(source + ": expected an object \"" + std::string(dt) +
@@ -76,13 +76,14 @@ peak_table peak_table::parse(const std::string& json_text, const std::string& so
     return t;
 }
 
-double peak_table::gflops(data_type dt, int threads, bool avx2_path) const {
+double peak_table::gflops(data_type dt, int threads, const std::string& impl) const {
     auto at = [&](const char* key) {
         const std::map<int, double>& row = table_.at(key);
         const auto it = row.find(threads);
         return it != row.end() ? it->second : row.at(1) * threads;
     };
-    if (avx2_path) return at(table_.count("avx2") ? "avx2" : "f32");  // every dtype is an f32 ymm FMA there
+    if (is_avx2_impl(impl)) return at(table_.count("avx2") ? "avx2" : "f32");  // every dtype is an f32 ymm FMA there
+    if (dt == data_type::bf16 && is_amx_impl(impl) && table_.count("amx_bf16")) return at("amx_bf16");
     // bf16 runs on vdpbf16ps or, where that is slower, widened to f32 for
     // the FMA (convgrad's bf16 dot probe): its peak is the faster of the two.
     return dt == data_type::bf16 ? std::max(at("bf16"), at("f32")) : at("f32");

@@ -25,17 +25,22 @@ public:
     //   {"f32": {"1": 238.6, "2": 469.4}, "bf16": {"1": 471.0, "2": 948.2},
     //    "avx2": {"1": 117.2, "2": 231.0}}
     // "avx2" (ymm FMA) is optional; without it the AVX2 path uses "f32".
+    // "amx_bf16" (tdpbf16ps) is optional: the peak of bf16 on AMX tiles.
     // Throws std::invalid_argument naming the file and the problem.
     static peak_table load(const std::string& path);
     static peak_table parse(const std::string& json_text, const std::string& source);
     // f16 has no native FMA without avx512_fp16: its peak is the f32 one;
     // bf16 the faster of "bf16" (vdpbf16ps) and "f32" (bf16 widened).
-    // avx2_path: the implementation ran on the AVX2 kernels (every dtype is
-    // an f32 ymm FMA there). Thread counts not measured scale the 1-thread figure.
-    double gflops(data_type dt, int threads, bool avx2_path = false) const;
+    // impl: the implementation's label. AVX2 kernels (is_avx2_impl: every
+    // dtype is an f32 ymm FMA there) take "avx2"; bf16 on AMX tiles
+    // (is_amx_impl) takes "amx_bf16" where the table has it. Thread counts
+    // not measured scale the 1-thread figure.
+    double gflops(data_type dt, int threads, const std::string& impl = "") const;
     // An implementation label naming AVX2 kernels: convgrad's "jit:avx2",
     // oneDNN's "jit:avx2" / "jit_1x1:avx2".
     static bool is_avx2_impl(const std::string& impl) { return impl.find(":avx2") != std::string::npos; }
+    // AMX tiles: convgrad's "jit:amx", oneDNN's "jit:avx512_core_amx_bf16".
+    static bool is_amx_impl(const std::string& impl) { return impl.find("amx") != std::string::npos; }
     std::string source() const { return source_; }
 
 private:

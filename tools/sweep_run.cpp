@@ -98,7 +98,7 @@ void run_perf(const op_case& c, const sweep_options& o, const peak_table& peaks,
     r.single_run = t.single_run;
     r.gflops = tested.flops() / (t.median_ms * 1e6);
     const int threads = o.threads ? o.threads : tbb::this_task_arena::max_concurrency();
-    r.peak_gflops = peaks.gflops(c.dt, threads, peak_table::is_avx2_impl(impl_label(tested)));
+    r.peak_gflops = peaks.gflops(c.dt, threads, impl_label(tested));
     r.peak_pct = 100.0 * r.gflops / r.peak_gflops;
 }
 
