@@ -50,11 +50,11 @@ DataAmxKernel::DataAmxKernel(const DataAmxDesc& d)
 // Tiles: 0-3 the accumulators (position tile i, channel tile j in 2i + j),
 // 4-5 the A tiles, 6-7 the W tiles. Registers: rsi args, r13 the block's
 // A, r14 blocks left, r15 the block's rows; in the tap loop r8 the tap
-// pairs, r9 taps left, rcx steps left, rax the A rows, rdx a_step, rbx
-// the W rows, r10 / r11 the A / W row strides; r12 acc, rdi scratch.
+// pairs, r9 taps left, rcx steps left, rax / rdi the two A tiles' rows,
+// rdx a_step, rbx the W rows, r10 / r11 the A / W row strides; r12 acc.
 void DataAmxKernel::generate() {
     const Reg64 args = rsi, a_blk = r13, blocks = r14, rows = r15, taps = r8, taps_left = r9, steps = rcx, a0 = rax,
-                a_step = rdx, b = rbx, a_row = r10, b_row = r11, acc = r12, tmp = rdi;
+                a_step = rdx, b = rbx, a_row = r10, b_row = r11, acc = r12, tmp = rdi, a1 = rdi;
     Xbyak::Label l_block, l_tap, l_step;
     preamble(5);  // rbx, r12-r15
     mov(args, rdi);
@@ -71,7 +71,7 @@ void DataAmxKernel::generate() {
 
     L(l_block);
     for (int t = 0; t < 4; ++t) tilezero(Tmm(t));
-    mov(a_row, kAmxStepOc * 2);
+    mov(a_row, ptr[args + offsetof(DataAmxArgs, a_row)]);
     mov(b_row, kAmxBlockC * 4);
     mov(a_step, ptr[args + offsetof(DataAmxArgs, a_step)]);
     mov(taps, ptr[args + offsetof(DataAmxArgs, taps)]);
@@ -79,12 +79,15 @@ void DataAmxKernel::generate() {
     L(l_tap);
     mov(a0, ptr[taps]);
     add(a0, a_blk);
+    mov(a1, a0);
+    add(a1, ptr[args + offsetof(DataAmxArgs, a_half)]);  // 16 positions on
     mov(b, ptr[taps + 8]);
     add(b, ptr[args + offsetof(DataAmxArgs, b)]);
     mov(steps, ptr[args + offsetof(DataAmxArgs, steps)]);
     L(l_step);
-    amx_step_2x2(*this, ptr[a0 + a_row], ptr[a0 + a_row + 16 * kAmxStepOc * 2], b, b_row);  // A1: 16 positions on
+    amx_step_2x2(*this, ptr[a0 + a_row], ptr[a1 + a_row], b, b_row);
     add(a0, a_step);
+    add(a1, a_step);
     add(b, kAmxStepOc / 2 * kAmxBlockC * 4);
     dec(steps);
     jnz(l_step);
@@ -113,7 +116,7 @@ void DataAmxKernel::generate() {
         }
         L(l_skip);
     }
-    add(a_blk, kAmxBlockM * kAmxStepOc * 2);
+    add(a_blk, ptr[args + offsetof(DataAmxArgs, a_block)]);
     add(rows, kAmxBlockM * 8);
     dec(blocks);
     jnz(l_block, T_NEAR);

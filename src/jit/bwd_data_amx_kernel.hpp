@@ -5,10 +5,11 @@
 //   C[m][c] = sum over taps t, oc of A[m + a_t][oc] * W_t[oc][c]
 //
 // with tdpbf16ps on four 16 × 16 f32 accumulator tiles (2 position tiles ×
-// 2 channel tiles). A is diff_dst staged in blocks of 32 channels (zeros
-// past OC), each block its pixels' 64 bytes in a row (a zero border
-// around each image), so the 16 positions of an A tile are 1 KiB in one
-// piece, the next oc step `a_step` bytes on, and a tap is a byte offset.
+// 2 channel tiles). A is diff_dst: positions `a_row` bytes apart, the next
+// oc step `a_step` bytes on, a tap a byte offset. Staged, it is in blocks
+// of 32 channels (zeros past OC), each block its pixels' 64 bytes in a row
+// (a zero border around each image), so the 16 positions of an A tile are
+// 1 KiB in one piece; read in place (1x1 layers), its NXC pixels.
 // W_t is the tap's weights for the block's 32 channels in pairs of
 // adjacent oc ([OCp / 2][32][2], the layout tdpbf16ps takes for its second
 // source): 128 bytes a pair row, an oc step 2 KiB in one piece. Per oc
@@ -20,8 +21,8 @@
 // not stored (positions past the image, or the staging's garbage columns).
 // The last channel block may hold only `channels` (< 32) valid channels.
 //
-// Block i reads A and rows 32·i positions after block 0's. Each call loads
-// its tile configuration and releases the tiles before it
+// Block i reads A a_block bytes and rows 32 entries after block i - 1's.
+// Each call loads its tile configuration and releases the tiles before it
 // returns, so any thread may call it and none keeps AMX state between ops.
 #pragma once
 
@@ -52,6 +53,9 @@ struct DataAmxArgs {
     int64_t ntaps = 0;               // >= 1
     int64_t steps = 0;               // oc steps of kAmxStepOc, >= 1
     int64_t a_step = 0;              // A bytes between oc steps
+    int64_t a_row = 0;               // A bytes between positions
+    int64_t a_half = 0;              // 16 · a_row
+    int64_t a_block = 0;             // A bytes between blocks (32 · a_row)
     float* acc = nullptr;            // 32 × 32 f32, 64-byte aligned
     void* const* rows = nullptr;     // 32 destinations a block (bf16), null to skip
     int64_t blocks = 0;              // >= 1
