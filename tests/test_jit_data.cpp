@@ -1262,7 +1262,8 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
                 tbb::task_arena arena(threads);
                 arena.execute([&] { check_exact(t, kAllIsas); });
             }
-            const std::vector<testutil::Buffer> outs = outputs_at_1_2_3_threads(t.make(testutil::vector_isa()), dt, false);
+            const std::vector<testutil::Buffer> outs =
+                    outputs_at_1_2_3_threads(t.make(testutil::vector_isa()), dt, false);
             CHECK(testutil::bitwise_equal(outs[0], outs[1]));
             CHECK(testutil::bitwise_equal(outs[0], outs[2]));
         }

@@ -96,7 +96,10 @@ private:
         ret();
         align(64);
         L(config);  // palette 1, eight tiles of 16 rows of 64 bytes
-        for (int b = 0; b < 64; ++b) db(b == 0 ? 1 : (b >= 16 && b < 32 && b % 2 == 0) ? 64 : (b >= 48 && b < 56) ? 16 : 0);
+        for (int b = 0; b < 64; ++b) {
+            const bool colsb = b >= 16 && b < 32 && b % 2 == 0, rows = b >= 48 && b < 56;
+            db(b == 0 ? 1 : colsb ? 64 : rows ? 16 : 0);
+        }
     }
     loop_kind kind_;
     int acc_, unroll_ = 1;

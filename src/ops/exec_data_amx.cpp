@@ -286,7 +286,8 @@ void AmxDataExecutor::run_direct(const char* dd, const char* wv, char* out) cons
     parallel_static(threads(), cblocks_ * items, [&](int64_t x) {
         const int64_t cb = x / items, r = x % items;
         const bool last = r == runs;
-        const int64_t q0 = (last ? whole : r * direct_run_) * kAmxBlockM, nb = last ? 1 : std::min(direct_run_, whole - r * direct_run_);
+        const int64_t q0 = (last ? whole : r * direct_run_) * kAmxBlockM;
+        const int64_t nb = last ? 1 : std::min(direct_run_, whole - r * direct_run_);
         const int64_t count = last ? tail : nb * kAmxBlockM;
         alignas(64) float acc[kAmxBlockM * kAmxBlockC];
         void* rows[kAmxBlockM * kMaxRun];
@@ -336,7 +337,8 @@ void AmxDataExecutor::run(const void* in0, const void* in1, void* out) const {
             first[i + 1] = first[i] + cblocks_ * nc * f.j[0] * div_up(f.blocks, f.run);
         }
         parallel_static(threads(), first.back(), [&](int64_t item) {
-            const size_t ph = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), item) - first.begin() - 1);
+            const auto at = std::upper_bound(first.begin(), first.end(), item);
+            const size_t ph = static_cast<size_t>(at - first.begin() - 1);
             const Phase& f = phases_[ph];
             const int64_t runs = div_up(f.blocks, f.run);
             int64_t x = item - first[ph];
@@ -386,8 +388,8 @@ std::string AmxDataExecutor::describe() const {
     int64_t taps = 0;
     for (const Phase& f : phases_) taps += static_cast<int64_t>(f.taps.size() / 2);
     os << "jit:amx data bf16 tdpbf16ps (diff_dst staged " << ext_[0] << "x" << ext_[1]
-       << "x" << ext_[2] << " an image in blocks of 32 of " << ocp_ << " channels; weights in oc pairs, blocks of 32 of "
-       << icp_ << " channels)\n"
+       << "x" << ext_[2] << " an image in blocks of 32 of " << ocp_
+       << " channels; weights in oc pairs, blocks of 32 of " << icp_ << " channels)\n"
        << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage diff_dst\n"
        << "    for phase in " << phases_.size() << " (" << taps << " taps in all";
     if (!untapped_.empty()) os << "; " << untapped_.size() << " without taps written as zeros";

@@ -155,7 +155,8 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
         const int64_t u = w * p.dil[2];
         tap_shift_.push_back(2 * (planes_ ? h * p.dil[1] * pitch_ + u : u % p.stride[2] * colsp_ + u / p.stride[2]));
     }
-    const int64_t image = p.in[0] * a_runs_ * a_run_bytes() / kBlock * icp_ + p.out[0] * b_runs_ * b_run_bytes() / kBlock * ocp_;
+    const int64_t image = p.in[0] * a_runs_ * a_run_bytes() / kBlock * icp_ +
+                          p.out[0] * b_runs_ * b_run_bytes() / kBlock * ocp_;
     const int64_t image_steps = p.out[0] * b_runs_ * steps_;  // (a bound: runs reading outside src are skipped)
     chunk_ = std::clamp<int64_t>(std::max(kChunkBytes / std::max<int64_t>(image, 1), div_up(kMinSteps, image_steps)), 1,
                                  p.mb);
@@ -173,8 +174,9 @@ void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char
         const char* plane = src + (n * s.n + id * s.sp[0] + c0) * 2;
         if (planes_) {
             for (int64_t ih = 0; ih < p_.in[1]; ++ih)
-                transpose_block(plane + ih * s.sp[1] * 2, s.sp[2], dst + (ih + p_.pad_begin[1]) * pitch_ + p_.pad_begin[2],
-                                a_len_, 2, p_.in[2], nch, Isa::avx512_core);
+                transpose_block(plane + ih * s.sp[1] * 2, s.sp[2],
+                                dst + (ih + p_.pad_begin[1]) * pitch_ + p_.pad_begin[2], a_len_, 2, p_.in[2], nch,
+                                Isa::avx512_core);
             return;
         }
         const char* row = plane + r % a_runs_ * s.sp[1] * 2;
