@@ -153,11 +153,23 @@ TEST_CASE("amx: weight gradient over strides, dilation, padding, 1D to 3D, chann
         INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size());
         check_weights(c, true, seed += 2);
     }
-    // A strided 1x1 layer in NXC (W runs of phase 0 only), and planes of
-    // more than one chunk (1 MiB: one image a chunk, the sums carried
-    // across chunks).
-    check_weights(conv(3, 24, 40, {9, 11}, {1, 1}, {2, 3}), true, 421);
+    // Planes of more than one chunk (1 MiB: one image a chunk, the sums
+    // carried across chunks).
     check_weights(conv(3, 32, 48, {40, 60}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 423);
+    // 1x1 kernels: the chunk's positions in one run, blocks crossing from
+    // image to image (35 and 20 positions an image); strides, padding on
+    // both sides (positions reading it: zeros), 3D, channel tails, and
+    // images of more than one chunk.
+    for (const wtest::Case& c : {conv(3, 24, 40, {9, 11}, {1, 1}, {2, 3}), conv(3, 33, 47, {5, 7}, {1, 1}),
+                                 conv(2, 40, 32, {7, 6}, {1, 1}, {2, 2}, {}, {1, 2}, {2, 1}),
+                                 conv(2, 17, 64, {4, 5, 6}, {1, 1, 1}, {2, 1, 2}, {}, {1, 0, 0}, {0, 1, 1}),
+                                 conv(2, 64, 96, {70, 80}, {1, 1})}) {
+        INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size());
+        check_weights(c, true, seed += 2);
+        const std::string d = c.make("amx").describe();
+        INFO(d);
+        CHECK(d.find("1x1: src staged in blocks") != std::string::npos);
+    }
 }
 
 TEST_CASE("amx: weights formats, large images and the problems left to the vector kernels", "[jit][amx]") {
@@ -210,4 +222,7 @@ TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[j
     check_reals([&](const std::string& isa) { return w.make(isa); }, kAmxWeights, 840);
     w.s = {2, 2};  // rows
     check_reals([&](const std::string& isa) { return w.make(isa); }, kAmxWeights, 210);
+    w.k = {1, 1};  // 1x1: the five images' positions in one run
+    w.s = w.pb = w.pe = {};
+    check_reals([&](const std::string& isa) { return w.make(isa); }, kAmxWeights, 840);
 }

@@ -16,13 +16,13 @@ WeightsAmxKernel::WeightsAmxKernel(const WeightsAmxDesc&) : JitKernel("weights_a
 // Tiles: 0-3 the accumulators (input-channel tile i, oc tile j in
 // 2i + j), 4-5 the A tiles, 6-7 the B tiles. Registers: rsi args, r8 the
 // row pairs, r9 rows left, rcx steps left, rax / rdx the two A tiles'
-// rows, rbx the B rows, r10 the A pitch, r11 the B pitch (128), r12 16 A
-// pitches, r13 acc.
+// rows, rbx the B rows, r10 the A pitch, r11 the B pitch (128), r12 the
+// A half, r13 acc, r14 the A step.
 void WeightsAmxKernel::generate() {
     const Reg64 args = rsi, rows = r8, rows_left = r9, steps = rcx, a0 = rax, a1 = rdx, b = rbx, a_pitch = r10,
-                b_pitch = r11, a_half = r12, acc = r13;
+                b_pitch = r11, a_half = r12, acc = r13, a_step = r14;
     Xbyak::Label l_zero, l_rows, l_row, l_step, l_done;
-    preamble(3);  // rbx, r12, r13
+    preamble(4);  // rbx, r12, r13, r14
     mov(args, rdi);
     mov(a0, ptr[args + offsetof(WeightsAmxArgs, config)]);
     ldtilecfg(ptr[a0]);
@@ -42,8 +42,8 @@ void WeightsAmxKernel::generate() {
     L(l_rows);
     mov(a_pitch, ptr[args + offsetof(WeightsAmxArgs, a_pitch)]);
     mov(b_pitch, 128);
-    mov(a_half, a_pitch);
-    shl(a_half, 4);
+    mov(a_half, ptr[args + offsetof(WeightsAmxArgs, a_half)]);
+    mov(a_step, ptr[args + offsetof(WeightsAmxArgs, a_step)]);
     mov(rows, ptr[args + offsetof(WeightsAmxArgs, rows)]);
     mov(rows_left, ptr[args + offsetof(WeightsAmxArgs, nrows)]);
     test(rows_left, rows_left);
@@ -57,8 +57,8 @@ void WeightsAmxKernel::generate() {
     mov(steps, ptr[args + offsetof(WeightsAmxArgs, steps)]);
     L(l_step);
     amx_step_2x2(*this, ptr[a0 + a_pitch], ptr[a1 + a_pitch], b, b_pitch);
-    add(a0, 64);
-    add(a1, 64);
+    add(a0, a_step);
+    add(a1, a_step);
     add(b, 16 * 128);
     dec(steps);
     jnz(l_step);

@@ -5,10 +5,13 @@
 //   C[i][o] += sum over rows r, positions x of A[i][a_r + x] * B[b_r + x][o]
 //
 // with tdpbf16ps on four 16 × 16 f32 accumulator tiles (2 input-channel
-// tiles × 2 output-channel tiles). A is src staged channel-major: each
-// input channel's positions in a row `a_pitch` bytes long, the tap's
-// shift already in the A pointer, so a tile is 16 channels × 32
-// consecutive positions. B is diff_dst staged in pairs of adjacent
+// tiles × 2 output-channel tiles). A is src staged channel-major, the
+// tap's shift already in the A pointer: a tile is 16 channels × 32
+// consecutive positions, its rows `a_pitch` bytes apart, the second
+// input-channel tile `a_half` bytes after the first, a step of 32
+// positions `a_step` bytes further (each channel's positions in one long
+// row: a_pitch the row, a_half 16 rows, a_step 64; or blocks of 32
+// channels × 32 positions: 64, 1024 and 2048). B is diff_dst staged in pairs of adjacent
 // positions ([positions / 2][32 oc][2], the layout tdpbf16ps takes for its
 // second source): 128 bytes a pair row, a step of 32 positions 2 KiB in
 // one piece. A row of the list is a run of `steps` steps of 32 positions
@@ -33,6 +36,8 @@ struct WeightsAmxArgs {
     int64_t nrows = 0;
     int64_t steps = 0;              // steps of 32 positions a row, >= 1
     int64_t a_pitch = 0;            // A bytes between input channels
+    int64_t a_half = 0;             // A bytes from channel 0's tile to channel 16's
+    int64_t a_step = 0;             // A bytes from a step of 32 positions to the next
     float* acc = nullptr;           // the 32 × 32 block
     int64_t acc_row = 0;            // acc bytes between input channels
     int64_t load = 0;               // 1: add to acc's values; 0: to zero

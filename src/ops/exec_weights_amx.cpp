@@ -20,6 +20,12 @@
 //    the input row oh·s - pad + kh·dil, and rows outside src are skipped.
 // Along D (and along H for rows), input rows outside src are skipped, not
 // multiplied.
+//  - a 1x1 kernel ("flat", any stride and padding): one run over the
+//    output positions of all the chunk's images, in blocks of 32 channels
+//    × 32 positions (each tile load one piece of 1 KiB, where the long
+//    runs above spread it over 16 rows), src subsampled as it is staged
+//    (positions reading padding: zeros), no position wasted but the last
+//    block's tail.
 //
 // Work: chunks of images whose staged src and diff_dst fit kChunkBytes;
 // each chunk's items (input-channel block, oc block, tap) split statically
@@ -60,11 +66,12 @@ constexpr int64_t kChunkBytes = 1 << 20;
 constexpr int64_t kMinSteps = 128;
 constexpr int64_t kBlock = 32;  // channels a block, positions a step
 
-// out[2c + h] = (h ? p1 : p0)[c] for c < 32: two positions' channels in
-// pairs. The first n (<= 32) channels are read, the others are 0; a null
-// position reads as zeros.
-__attribute__((target("avx512f,avx512bw"))) void pair_positions(const uint16_t* p0, const uint16_t* p1, int64_t n,
-                                                                 uint16_t* out) {
+// One step of staged diff_dst: the 32 positions px (each at its channel
+// 0; null: zeros) in pairs, out[ob·block + 64·k + 2c + h] = px[2k + h][32·ob
+// + c] for each block ob of 32 channels (zeros past `channels`). Pixel by
+// pixel, all blocks at once: diff_dst is read in whole pixels, in order.
+__attribute__((target("avx512f,avx512bw"))) void pair_step(const uint16_t* const* px, int64_t channels,
+                                                            int64_t block, uint16_t* out) {
     struct Index {
         alignas(64) uint16_t lo[32], hi[32];
     };
@@ -76,11 +83,17 @@ __attribute__((target("avx512f,avx512bw"))) void pair_positions(const uint16_t* 
         }
         return x;
     }();
-    const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
-    const __m512i a = p0 ? _mm512_maskz_loadu_epi16(m, p0) : _mm512_setzero_si512();
-    const __m512i b = p1 ? _mm512_maskz_loadu_epi16(m, p1) : _mm512_setzero_si512();
-    _mm512_storeu_si512(out, _mm512_permutex2var_epi16(a, _mm512_load_si512(index.lo), b));
-    _mm512_storeu_si512(out + 32, _mm512_permutex2var_epi16(a, _mm512_load_si512(index.hi), b));
+    const __m512i lo = _mm512_load_si512(index.lo), hi = _mm512_load_si512(index.hi);
+    for (int64_t k = 0; k < kBlock; k += 2)
+        for (int64_t c0 = 0; c0 < channels; c0 += kBlock) {
+            const int64_t n = channels - c0;
+            const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+            const __m512i a = px[k] ? _mm512_maskz_loadu_epi16(m, px[k] + c0) : _mm512_setzero_si512();
+            const __m512i b = px[k + 1] ? _mm512_maskz_loadu_epi16(m, px[k + 1] + c0) : _mm512_setzero_si512();
+            uint16_t* o = out + c0 / kBlock * block + k * kBlock;
+            _mm512_storeu_si512(o, _mm512_permutex2var_epi16(a, lo, b));
+            _mm512_storeu_si512(o + 32, _mm512_permutex2var_epi16(a, hi, b));
+        }
 }
 
 // Run x of a staging pass over channel blocks of `runs` runs each: nc
@@ -109,6 +122,7 @@ private:
 
     Problem p_;
     bool planes_ = false;
+    bool flat_ = false;
     int64_t icp_ = 0, ocp_ = 0, icb_ = 0, ocb_ = 0;
     int64_t pitch_ = 0;      // planes: padded row width
     int64_t colsp_ = 0;      // rows: columns a W phase
@@ -121,10 +135,18 @@ private:
     ArrayConverter round_;
     std::shared_ptr<const WeightsAmxKernel> kernel_;
 
+    void stage_flat_src(const char* src, int64_t n0, int64_t nc, char* out) const;
+    void stage_flat_dd(const char* dd, int64_t n0, int64_t nc, char* out) const;
+    int64_t flat_steps(int64_t nc) const { return div_up(nc * p_.out_sp(), kBlock); }
+
     int64_t a_run_bytes() const { return kBlock * a_len_ * 2; }
     int64_t b_run_bytes() const { return steps_ * kBlock * kBlock * 2; }
-    int64_t a_block_bytes(int64_t nc) const { return nc * p_.in[0] * a_runs_ * a_run_bytes(); }
-    int64_t b_block_bytes(int64_t nc) const { return nc * p_.out[0] * b_runs_ * b_run_bytes(); }
+    int64_t a_block_bytes(int64_t nc) const {
+        return flat_ ? flat_steps(nc) * kBlock * kBlock * 2 : nc * p_.in[0] * a_runs_ * a_run_bytes();
+    }
+    int64_t b_block_bytes(int64_t nc) const {
+        return flat_ ? flat_steps(nc) * kBlock * kBlock * 2 : nc * p_.out[0] * b_runs_ * b_run_bytes();
+    }
 };
 
 AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
@@ -133,8 +155,16 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
     ocp_ = div_up(p.oc(), kBlock) * kBlock;
     icb_ = icp_ / kBlock;
     ocb_ = ocp_ / kBlock;
-    planes_ = p.stride[1] == 1 && p.stride[2] == 1;
+    flat_ = p.k_sp() == 1;
+    planes_ = !flat_ && p.stride[1] == 1 && p.stride[2] == 1;
     const int64_t ow = p.out[2], kh = p.k[1], kw = p.k[2];
+    if (flat_) {
+        tap_shift_.push_back(0);
+        const int64_t image = p.out_sp() * (icp_ + ocp_) * 2;
+        chunk_ = std::clamp<int64_t>(
+                std::max(kChunkBytes / std::max<int64_t>(image, 1), div_up(kMinSteps * kBlock, p.out_sp())), 1, p.mb);
+        return;
+    }
     if (planes_) {
         pitch_ = p.in[2] + p.pad_begin[2] + p.pad_end[2];
         const int64_t rows = p.in[1] + p.pad_begin[1] + p.pad_end[1];
@@ -195,30 +225,76 @@ void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char
 void AmxWeightsExecutor::stage_dd(const char* dd, int64_t n0, int64_t nc, char* out) const {
     const DataStrides& s = p_.dst_str;
     const int64_t od_n = p_.out[0], runs = nc * od_n * b_runs_;
-    parallel_static(threads(), ocb_ * runs, [&](int64_t x) {
-        const StagedRun sr(x, runs, od_n, b_runs_, n0, p_.oc());
-        const int64_t cb = sr.cb, r = sr.r, c0 = sr.c0, nch = sr.nch, n = sr.n, od = sr.d;
-        uint16_t* dst = reinterpret_cast<uint16_t*>(out + cb * b_block_bytes(nc) + r * b_run_bytes());
-        const char* plane = dd + (n * s.n + od * s.sp[0] + c0) * 2;
-        // Positions q = oh·width + ow (a plane's rows `width` apart, or one
-        // row), walked in order; past OW in a row or past OH, zeros.
-        const int64_t width = planes_ ? pitch_ : kBlock * steps_;
-        int64_t oh = planes_ ? 0 : r % b_runs_, ow = 0;
-        auto next = [&]() -> const uint16_t* {
-            const uint16_t* px = ow < p_.out[2] && oh < p_.out[1]
-                                         ? reinterpret_cast<const uint16_t*>(plane + (oh * s.sp[1] + ow * s.sp[2]) * 2)
-                                         : nullptr;
-            if (++ow == width) ow = 0, ++oh;
-            return px;
-        };
-        for (int64_t q = 0; q < steps_ * kBlock; q += 2) {
-            const uint16_t* p0 = next();
-            pair_positions(p0, next(), nch, dst + q * kBlock);
+    // Positions q = oh·width + ow of a run (a plane's rows `width` apart, or
+    // one row); past OW in a row or past OH, zeros.
+    const int64_t width = planes_ ? pitch_ : kBlock * steps_;
+    parallel_static(threads(), runs * steps_, [&](int64_t x) {
+        const int64_t r = x / steps_, st = x % steps_;
+        const int64_t n = n0 + r / (od_n * b_runs_), od = r / b_runs_ % od_n;
+        const char* plane = dd + (n * s.n + od * s.sp[0]) * 2;
+        const uint16_t* px[kBlock];
+        for (int64_t k = 0; k < kBlock; ++k) {
+            const int64_t q = st * kBlock + k, oh = planes_ ? q / width : r % b_runs_, ow = q % width;
+            px[k] = ow < p_.out[2] && oh < p_.out[1]
+                            ? reinterpret_cast<const uint16_t*>(plane + (oh * s.sp[1] + ow * s.sp[2]) * 2)
+                            : nullptr;
+        }
+        pair_step(px, p_.oc(), b_block_bytes(nc) / 2,
+                  reinterpret_cast<uint16_t*>(out + r * b_run_bytes()) + st * kBlock * kBlock);
+    });
+}
+
+// Flat: block (cb, step) of the staged src holds channels [32·cb, +32) of
+// the chunk's output positions [32·step, +32), flattened over its images,
+// each position's input pixel (zeros where it is padding or past the end).
+// A step a call, all its blocks: src is read in whole pixels.
+void AmxWeightsExecutor::stage_flat_src(const char* src, int64_t n0, int64_t nc, char* out) const {
+    const DataStrides& s = p_.src_str;
+    const int64_t steps = flat_steps(nc), total = nc * p_.out_sp(), ow_n = p_.out[2];
+    const int64_t sw = p_.stride[2], pw = p_.pad_begin[2];
+    // ow with iw = ow·sw - pw inside src: [ow_lo, ow_hi)
+    const int64_t ow_lo = pw > 0 ? div_up(pw, sw) : 0, ow_hi = (p_.in[2] - 1 + pw) / sw + 1;
+    parallel_static(threads(), steps, [&](int64_t st) {
+        uint16_t* blk = reinterpret_cast<uint16_t*>(out) + st * kBlock * kBlock;
+        for (int64_t cb = 0; cb < icb_; ++cb) std::memset(blk + cb * a_block_bytes(nc) / 2, 0, kBlock * kBlock * 2);
+        const int64_t end = std::min(total, (st + 1) * kBlock);
+        for (int64_t q = st * kBlock, len = 0; q < end; q += len) {  // a segment of one output row a pass
+            const int64_t row = q / ow_n, ow0 = q % ow_n;
+            len = std::min(end - q, ow_n - ow0);
+            const int64_t n = n0 + row / (p_.out[0] * p_.out[1]), od = row / p_.out[1] % p_.out[0];
+            const int64_t id = od * p_.stride[0] - p_.pad_begin[0];
+            const int64_t ih = row % p_.out[1] * p_.stride[1] - p_.pad_begin[1];
+            const int64_t lo = std::max(ow0, ow_lo), hi = std::min(ow0 + len, ow_hi);
+            if (id < 0 || id >= p_.in[0] || ih < 0 || ih >= p_.in[1] || lo >= hi) continue;
+            const char* first = src + (n * s.n + id * s.sp[0] + ih * s.sp[1] + (lo * sw - pw) * s.sp[2]) * 2;
+            for (int64_t cb = 0; cb < icb_; ++cb)
+                transpose_block(first + cb * kBlock * 2, sw * s.sp[2],
+                                blk + cb * a_block_bytes(nc) / 2 + q - st * kBlock + lo - ow0, kBlock, 2, hi - lo,
+                                std::min(kBlock, p_.ic() - cb * kBlock), Isa::avx512_core);
         }
     });
 }
 
+// Flat: step st of the staged diff_dst holds the chunk's output positions
+// [32·st, +32) in pairs (zeros past the end).
+void AmxWeightsExecutor::stage_flat_dd(const char* dd, int64_t n0, int64_t nc, char* out) const {
+    const DataStrides& s = p_.dst_str;
+    const int64_t steps = flat_steps(nc), total = nc * p_.out_sp(), sp = p_.out_sp();
+    parallel_static(threads(), steps, [&](int64_t st) {
+        const uint16_t* px[kBlock];
+        for (int64_t k = 0; k < kBlock; ++k) {
+            const int64_t q = st * kBlock + k, n = n0 + q / sp, r = q % sp;
+            const int64_t od = r / (p_.out[1] * p_.out[2]), oh = r / p_.out[2] % p_.out[1], ow = r % p_.out[2];
+            px[k] = q < total ? reinterpret_cast<const uint16_t*>(
+                                        dd + (n * s.n + od * s.sp[0] + oh * s.sp[1] + ow * s.sp[2]) * 2)
+                              : nullptr;
+        }
+        pair_step(px, p_.oc(), b_block_bytes(nc) / 2, reinterpret_cast<uint16_t*>(out) + st * kBlock * kBlock);
+    });
+}
+
 std::vector<int64_t> AmxWeightsExecutor::runs(int64_t key, int64_t nc) const {
+    if (flat_) return {0, 0};
     const int64_t kd = planes_ ? key : key / p_.k[1], kh = planes_ ? 0 : key % p_.k[1];
     std::vector<int64_t> v;
     for (int64_t n = 0; n < nc; ++n)
@@ -261,12 +337,17 @@ void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const 
     const ScratchLease acc(Scratch::amx_weights_acc, p_.k_sp() * icp_ * ocp_ * 4);
     const ScratchLease a(Scratch::amx_weights_src, icb_ * a_block_bytes(chunk_));
     const ScratchLease b(Scratch::amx_weights_dst, ocb_ * b_block_bytes(chunk_));
-    const int64_t keys = planes_ ? p_.k[0] : p_.k[0] * p_.k[1], taps = p_.k_sp();
+    const int64_t keys = planes_ || flat_ ? p_.k[0] : p_.k[0] * p_.k[1], taps = p_.k_sp();
     std::vector<std::vector<int64_t>> lists(static_cast<size_t>(keys));
     for (int64_t n0 = 0; n0 < p_.mb; n0 += chunk_) {
         const int64_t nc = std::min(chunk_, p_.mb - n0);
-        stage_src(src, n0, nc, a.get());
-        stage_dd(dd, n0, nc, b.get());
+        if (flat_) {
+            stage_flat_src(src, n0, nc, a.get());
+            stage_flat_dd(dd, n0, nc, b.get());
+        } else {
+            stage_src(src, n0, nc, a.get());
+            stage_dd(dd, n0, nc, b.get());
+        }
         for (int64_t k = 0; k < keys; ++k) lists[static_cast<size_t>(k)] = runs(k, nc);
         parallel_static(threads(), icb_ * ocb_ * taps, [&](int64_t x) {
             const int64_t t = x % taps, ob = x / taps % ocb_, ib = x / taps / ocb_;
@@ -277,8 +358,10 @@ void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const 
             args.b = b.get() + ob * b_block_bytes(nc);
             args.rows = list.data();
             args.nrows = static_cast<int64_t>(list.size() / 2);
-            args.steps = steps_;
-            args.a_pitch = a_len_ * 2;
+            args.steps = flat_ ? flat_steps(nc) : steps_;
+            args.a_pitch = flat_ ? kBlock * 2 : a_len_ * 2;
+            args.a_half = flat_ ? 16 * kBlock * 2 : 16 * args.a_pitch;
+            args.a_step = flat_ ? kBlock * kBlock * 2 : kBlock * 2;
             args.acc = acc.floats() + (t * icp_ + ib * kBlock) * ocp_ + ob * kBlock;
             args.acc_row = ocp_ * 4;
             args.load = n0 > 0;
@@ -291,6 +374,16 @@ void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const 
 
 std::string AmxWeightsExecutor::describe() const {
     std::ostringstream os;
+    if (flat_) {
+        os << "jit:amx weights bf16 tdpbf16ps, 1x1: src staged in blocks of 32 of " << icp_
+           << " channels x 32 positions, diff_dst in position pairs, blocks of 32 of " << ocp_ << " channels\n"
+           << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage src and diff_dst\n"
+           << "    for input block, output block in " << icb_ << " x " << ocb_ << "  [split over threads]\n"
+           << "      for step of 32 in the chunk's " << chunk_ * p_.out_sp()
+           << " positions: 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
+           << "  f32 sums rounded to bf16 into diff_weights";
+        return os.str();
+    }
     os << "jit:amx weights bf16 tdpbf16ps (src staged channel-major in blocks of 32 of " << icp_ << " channels, "
        << (planes_ ? "runs of whole padded planes " + std::to_string(pitch_) + " wide"
                    : "runs of input rows in " + std::to_string(p_.stride[2]) + " W phases of " +
@@ -308,13 +401,9 @@ std::string AmxWeightsExecutor::describe() const {
 }  // namespace
 
 // Dense bf16 layers in NXC with at least half a tile of channels both ways.
-// A strided 1x1 layer is left to dispatch, which runs its unit-stride form
-// (unstride_1x1) here.
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p) {
     if (p.alg != Alg::weights || p.dt != data_type::bf16 || p.g != 1 || !p.nxc) return nullptr;
     if (p.src_str.c != 1 || p.dst_str.c != 1 || p.ic() < 16 || p.oc() < 16) return nullptr;
-    Problem q;
-    if (unstride_1x1(p, &q)) return nullptr;
     return std::make_unique<AmxWeightsExecutor>(p);
 }
 
