@@ -26,6 +26,11 @@
 //    runs above spread it over 16 rows), src subsampled as it is staged
 //    (positions reading padding: zeros), no position wasted but the last
 //    block's tail.
+// Staging takes 32 positions at a time for all channel blocks, so src and
+// diff_dst are read in whole pixels: src by 32 x 32 transposes in
+// registers (writing the zeros of the padding too), diff_dst by pair
+// shuffles. (Per channel block, 64 bytes of each pixel a pass, diff_dst
+// pairing was 19 % of res2a_branch1's profile on the Intel AMX guest.)
 //
 // Work: chunks of images whose staged src and diff_dst fit kChunkBytes;
 // each chunk's items (input-channel block, oc block, tap) split statically
@@ -52,7 +57,6 @@
 #include "ops/parallel.hpp"
 #include "ops/problem.hpp"
 #include "ops/scratch.hpp"
-#include "ops/transpose.hpp"
 
 namespace convgrad::detail {
 namespace {
@@ -96,14 +100,52 @@ __attribute__((target("avx512f,avx512bw"))) void pair_step(const uint16_t* const
         }
 }
 
-// Run x of a staging pass over channel blocks of `runs` runs each: nc
-// images (from n0) of `planes` D planes of `per` runs a plane.
-struct StagedRun {
-    int64_t cb, r, c0, nch, n, d;
-    StagedRun(int64_t x, int64_t runs, int64_t planes, int64_t per, int64_t n0, int64_t channels)
-        : cb(x / runs), r(x % runs), c0(cb * kBlock), nch(std::min(kBlock, channels - c0)),
-          n(n0 + r / (planes * per)), d(r / per % planes) {}
-};
+// 32 positions px (each at its channel 0; null: zeros) of 16-bit elements,
+// transposed: out[ob·block + c·row + k] = px[k][32·ob + c] for k < np, each
+// block ob of 32 channels (channels past `channels`: zeros), 32 rows a
+// block. A 32 x 32 transpose in registers (in-lane 8 x 8 word transposes,
+// then 4 x 4 transposes of 128-bit lanes), src read in whole pixels.
+__attribute__((target("avx512f,avx512bw"))) void transpose_step(const uint16_t* const* px, int64_t np,
+                                                                 int64_t channels, int64_t block, int64_t row,
+                                                                 uint16_t* out) {
+    const __mmask32 store = np >= 32 ? ~__mmask32(0) : (__mmask32(1) << np) - 1;
+    for (int64_t c0 = 0; c0 < channels; c0 += kBlock) {
+        const int64_t n = channels - c0;
+        const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+        __m512i d[4][8];  // group g of 8 positions, column j: lane L holds channel 8L + j
+        for (int g = 0; g < 4; ++g) {
+            __m512i a[8], b[8];
+            for (int i = 0; i < 8; ++i) {
+                const int k = 8 * g + i;
+                a[i] = k < np && px[k] ? _mm512_maskz_loadu_epi16(m, px[k] + c0) : _mm512_setzero_si512();
+            }
+            for (int i = 0; i < 4; ++i) {
+                b[2 * i] = _mm512_unpacklo_epi16(a[2 * i], a[2 * i + 1]);
+                b[2 * i + 1] = _mm512_unpackhi_epi16(a[2 * i], a[2 * i + 1]);
+            }
+            const int pairs[4][2] = {{0, 2}, {1, 3}, {4, 6}, {5, 7}};
+            for (int i = 0; i < 4; ++i) {
+                a[2 * i] = _mm512_maskz_unpacklo_epi32(0xffff, b[pairs[i][0]], b[pairs[i][1]]);
+                a[2 * i + 1] = _mm512_maskz_unpackhi_epi32(0xffff, b[pairs[i][0]], b[pairs[i][1]]);
+            }
+            for (int i = 0; i < 4; ++i) {
+                d[g][2 * i] = _mm512_maskz_unpacklo_epi64(0xff, a[i], a[i + 4]);
+                d[g][2 * i + 1] = _mm512_maskz_unpackhi_epi64(0xff, a[i], a[i + 4]);
+            }
+        }
+        uint16_t* o = out + c0 / kBlock * block;
+        for (int j = 0; j < 8; ++j) {
+            const __m512i t0 = _mm512_maskz_shuffle_i32x4(0xffff, d[0][j], d[1][j], 0x44);
+            const __m512i t1 = _mm512_maskz_shuffle_i32x4(0xffff, d[0][j], d[1][j], 0xee);
+            const __m512i t2 = _mm512_maskz_shuffle_i32x4(0xffff, d[2][j], d[3][j], 0x44);
+            const __m512i t3 = _mm512_maskz_shuffle_i32x4(0xffff, d[2][j], d[3][j], 0xee);
+            _mm512_mask_storeu_epi16(o + j * row, store, _mm512_maskz_shuffle_i32x4(0xffff, t0, t2, 0x88));
+            _mm512_mask_storeu_epi16(o + (8 + j) * row, store, _mm512_maskz_shuffle_i32x4(0xffff, t0, t2, 0xdd));
+            _mm512_mask_storeu_epi16(o + (16 + j) * row, store, _mm512_maskz_shuffle_i32x4(0xffff, t1, t3, 0x88));
+            _mm512_mask_storeu_epi16(o + (24 + j) * row, store, _mm512_maskz_shuffle_i32x4(0xffff, t1, t3, 0xdd));
+        }
+    }
+}
 
 class AmxWeightsExecutor final : public Executor {
 public:
@@ -192,33 +234,47 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
                                  p.mb);
 }
 
+// Every staged position is written by a transpose (zeros where it reads
+// padding) but the pad rows of planes and the slack past them. Planes: an
+// item is an input row of a plane, its padded row for every channel block
+// (the first and last rows zero the pad rows above and below); rows: an
+// item is a run, its W phases.
 void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char* out) const {
     const DataStrides& s = p_.src_str;
-    const int64_t id_n = p_.in[0], runs = nc * id_n * a_runs_;
-    parallel_static(threads(), icb_ * runs, [&](int64_t x) {
-        const StagedRun sr(x, runs, id_n, a_runs_, n0, p_.ic());
-        const int64_t cb = sr.cb, r = sr.r, c0 = sr.c0, nch = sr.nch, n = sr.n, id = sr.d;
-        char* run = out + cb * a_block_bytes(nc) + r * a_run_bytes();
-        std::memset(run, 0, static_cast<size_t>(a_run_bytes()));
-        uint16_t* dst = reinterpret_cast<uint16_t*>(run);
-        const char* plane = src + (n * s.n + id * s.sp[0] + c0) * 2;
-        if (planes_) {
-            for (int64_t ih = 0; ih < p_.in[1]; ++ih)
-                transpose_block(plane + ih * s.sp[1] * 2, s.sp[2],
-                                dst + (ih + p_.pad_begin[1]) * pitch_ + p_.pad_begin[2], a_len_, 2, p_.in[2], nch,
-                                Isa::avx512_core);
+    const int64_t id_n = p_.in[0], runs = nc * id_n * a_runs_, ih_n = p_.in[1], iw_n = p_.in[2];
+    const int64_t block = a_block_bytes(nc) / 2, rows = planes_ ? ih_n : 1;
+    parallel_static(threads(), runs * rows, [&](int64_t x) {
+        const int64_t r = x / rows, n = n0 + r / (id_n * a_runs_), id = r / a_runs_ % id_n;
+        uint16_t* run = reinterpret_cast<uint16_t*>(out) + r * a_run_bytes() / 2;
+        const char* plane = src + (n * s.n + id * s.sp[0]) * 2;
+        // `count` positions of input row ih, columns iw0 + k·step, to dst
+        // and on: 32 a transpose.
+        auto row = [&](int64_t ih, int64_t iw0, int64_t step, int64_t count, uint16_t* dst) {
+            const uint16_t* px[kBlock];
+            for (int64_t k0 = 0; k0 < count; k0 += kBlock) {
+                for (int64_t k = 0; k < kBlock; ++k) {
+                    const int64_t iw = iw0 + (k0 + k) * step;
+                    px[k] = iw >= 0 && iw < iw_n ? reinterpret_cast<const uint16_t*>(
+                                                           plane + (ih * s.sp[1] + iw * s.sp[2]) * 2)
+                                                 : nullptr;
+                }
+                transpose_step(px, std::min(kBlock, count - k0), p_.ic(), block, a_len_, dst + k0);
+            }
+        };
+        if (!planes_) {
+            for (int64_t ph = 0; ph < p_.stride[2]; ++ph)  // column c of phase ph: iw = c·sw + ph - pad
+                row(r % a_runs_, ph - p_.pad_begin[2], p_.stride[2], colsp_, run + ph * colsp_);
             return;
         }
-        const char* row = plane + r % a_runs_ * s.sp[1] * 2;
-        const int64_t sw = p_.stride[2], pad = p_.pad_begin[2];
-        for (int64_t ph = 0; ph < sw; ++ph) {
-            // Columns c of phase ph hold iw = c·sw + ph - pad.
-            const int64_t lo = std::max<int64_t>(0, div_up(pad - ph, sw));
-            const int64_t hi = std::min(colsp_ - 1, (p_.in[2] - 1 + pad - ph) / sw);
-            if (hi < lo || p_.in[2] - 1 + pad - ph < 0) continue;
-            transpose_block(row + (lo * sw + ph - pad) * s.sp[2] * 2, sw * s.sp[2], dst + ph * colsp_ + lo, a_len_, 2,
-                            hi - lo + 1, nch, Isa::avx512_core);
-        }
+        const int64_t ih = x % rows, pt = p_.pad_begin[1];
+        if (ih == 0 || ih == ih_n - 1)
+            for (int64_t c = 0; c < icb_ * kBlock; ++c) {
+                uint16_t* ch = run + c / kBlock * block + c % kBlock * a_len_;
+                if (ih == 0) std::memset(ch, 0, static_cast<size_t>(pt * pitch_ * 2));
+                if (ih == ih_n - 1)
+                    std::memset(ch + (ih_n + pt) * pitch_, 0, static_cast<size_t>((a_len_ - (ih_n + pt) * pitch_) * 2));
+            }
+        row(ih, -p_.pad_begin[2], 1, pitch_, run + (ih + pt) * pitch_);
     });
 }
 
@@ -247,7 +303,6 @@ void AmxWeightsExecutor::stage_dd(const char* dd, int64_t n0, int64_t nc, char* 
 // Flat: block (cb, step) of the staged src holds channels [32·cb, +32) of
 // the chunk's output positions [32·step, +32), flattened over its images,
 // each position's input pixel (zeros where it is padding or past the end).
-// A step a call, all its blocks: src is read in whole pixels.
 void AmxWeightsExecutor::stage_flat_src(const char* src, int64_t n0, int64_t nc, char* out) const {
     const DataStrides& s = p_.src_str;
     const int64_t steps = flat_steps(nc), total = nc * p_.out_sp(), ow_n = p_.out[2];
@@ -255,23 +310,21 @@ void AmxWeightsExecutor::stage_flat_src(const char* src, int64_t n0, int64_t nc,
     // ow with iw = ow·sw - pw inside src: [ow_lo, ow_hi)
     const int64_t ow_lo = pw > 0 ? div_up(pw, sw) : 0, ow_hi = (p_.in[2] - 1 + pw) / sw + 1;
     parallel_static(threads(), steps, [&](int64_t st) {
-        uint16_t* blk = reinterpret_cast<uint16_t*>(out) + st * kBlock * kBlock;
-        for (int64_t cb = 0; cb < icb_; ++cb) std::memset(blk + cb * a_block_bytes(nc) / 2, 0, kBlock * kBlock * 2);
-        const int64_t end = std::min(total, (st + 1) * kBlock);
-        for (int64_t q = st * kBlock, len = 0; q < end; q += len) {  // a segment of one output row a pass
+        const uint16_t* px[kBlock] = {};
+        const int64_t q0 = st * kBlock, end = std::min(total, q0 + kBlock);
+        for (int64_t q = q0, len = 0; q < end; q += len) {  // a segment of one output row a pass
             const int64_t row = q / ow_n, ow0 = q % ow_n;
             len = std::min(end - q, ow_n - ow0);
             const int64_t n = n0 + row / (p_.out[0] * p_.out[1]), od = row / p_.out[1] % p_.out[0];
             const int64_t id = od * p_.stride[0] - p_.pad_begin[0];
             const int64_t ih = row % p_.out[1] * p_.stride[1] - p_.pad_begin[1];
             const int64_t lo = std::max(ow0, ow_lo), hi = std::min(ow0 + len, ow_hi);
-            if (id < 0 || id >= p_.in[0] || ih < 0 || ih >= p_.in[1] || lo >= hi) continue;
-            const char* first = src + (n * s.n + id * s.sp[0] + ih * s.sp[1] + (lo * sw - pw) * s.sp[2]) * 2;
-            for (int64_t cb = 0; cb < icb_; ++cb)
-                transpose_block(first + cb * kBlock * 2, sw * s.sp[2],
-                                blk + cb * a_block_bytes(nc) / 2 + q - st * kBlock + lo - ow0, kBlock, 2, hi - lo,
-                                std::min(kBlock, p_.ic() - cb * kBlock), Isa::avx512_core);
+            if (id < 0 || id >= p_.in[0] || ih < 0 || ih >= p_.in[1]) continue;
+            const uint16_t* first = reinterpret_cast<const uint16_t*>(src) + n * s.n + id * s.sp[0] + ih * s.sp[1];
+            for (int64_t ow = lo; ow < hi; ++ow) px[q - q0 + ow - ow0] = first + (ow * sw - pw) * s.sp[2];
         }
+        transpose_step(px, kBlock, p_.ic(), a_block_bytes(nc) / 2, kBlock,
+                       reinterpret_cast<uint16_t*>(out) + st * kBlock * kBlock);
     });
 }
 
@@ -282,12 +335,19 @@ void AmxWeightsExecutor::stage_flat_dd(const char* dd, int64_t n0, int64_t nc, c
     const int64_t steps = flat_steps(nc), total = nc * p_.out_sp(), sp = p_.out_sp();
     parallel_static(threads(), steps, [&](int64_t st) {
         const uint16_t* px[kBlock];
+        const int64_t q0 = st * kBlock, r = q0 % sp;
+        int64_t n = n0 + q0 / sp, od = r / (p_.out[1] * p_.out[2]), oh = r / p_.out[2] % p_.out[1], ow = r % p_.out[2];
         for (int64_t k = 0; k < kBlock; ++k) {
-            const int64_t q = st * kBlock + k, n = n0 + q / sp, r = q % sp;
-            const int64_t od = r / (p_.out[1] * p_.out[2]), oh = r / p_.out[2] % p_.out[1], ow = r % p_.out[2];
-            px[k] = q < total ? reinterpret_cast<const uint16_t*>(
-                                        dd + (n * s.n + od * s.sp[0] + oh * s.sp[1] + ow * s.sp[2]) * 2)
-                              : nullptr;
+            px[k] = q0 + k < total ? reinterpret_cast<const uint16_t*>(
+                                             dd + (n * s.n + od * s.sp[0] + oh * s.sp[1] + ow * s.sp[2]) * 2)
+                                   : nullptr;
+            if (++ow < p_.out[2]) continue;
+            ow = 0;
+            if (++oh < p_.out[1]) continue;
+            oh = 0;
+            if (++od < p_.out[0]) continue;
+            od = 0;
+            ++n;
         }
         pair_step(px, p_.oc(), b_block_bytes(nc) / 2, reinterpret_cast<uint16_t*>(out) + st * kBlock * kBlock);
     });
