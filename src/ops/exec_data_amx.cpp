@@ -58,6 +58,8 @@ constexpr int64_t kChunkBytes = 1 << 20;
 // blocks an item takes at most.
 constexpr int64_t kItemsPerThread = 8;
 constexpr int64_t kMaxRun = 64;
+// diff_dst bytes of a direct run (in L2 for the channel blocks after the first).
+constexpr int64_t kDirectRunBytes = 256 << 10;
 
 struct Phase {
     std::array<int64_t, 3> r{};   // first diff_src position along each axis
@@ -181,8 +183,10 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads) : p_(p), threads
               lines_per_l1_set(kAmxBlockM, p.oc() * 2) <= kL1LinesPerSet / 2 &&
               std::all_of(p.stride.begin(), p.stride.end(), [](int64_t v) { return v == 1; }) &&
               std::all_of(p.pad_begin.begin(), p.pad_begin.end(), [](int64_t v) { return v == 0; });
+    // Runs whose diff_dst (read by every channel block) fits kDirectRunBytes.
     const int64_t whole = p.mb * p.in_sp() / kAmxBlockM;
-    direct_run_ = std::clamp<int64_t>(whole * cblocks_ / (int64_t(threads_) * kItemsPerThread), 1, kMaxRun);
+    const int64_t fit = std::max<int64_t>(1, kDirectRunBytes / (kAmxBlockM * p.oc() * 2));
+    direct_run_ = std::clamp<int64_t>(whole / (int64_t(threads_) * kItemsPerThread), 1, std::min(kMaxRun, fit));
 
     DataAmxDesc d;
     full_ = get_data_amx_kernel(d);
@@ -278,21 +282,20 @@ DataAmxArgs AmxDataExecutor::base_args(const char* wv, int64_t cb, float* acc, v
 }
 
 // Blocks of 32 positions over all images (diff_src rows IC apart), runs of
-// direct_run_ a call; the last partial block from a copy.
+// direct_run_ an item, a call for each channel block in turn (the run's
+// diff_dst, read from memory by the first, is in cache for the others);
+// the last partial block from a copy.
 void AmxDataExecutor::run_direct(const char* dd, const char* wv, char* out) const {
     static const int64_t tap[2] = {0, 0};
     const int64_t positions = p_.mb * p_.in_sp(), whole = positions / kAmxBlockM, tail = positions % kAmxBlockM;
     const int64_t pitch = p_.oc() * 2, runs = div_up(whole, direct_run_), items = runs + (tail > 0);
-    parallel_static(threads(), cblocks_ * items, [&](int64_t x) {
-        const int64_t cb = x / items, r = x % items;
+    parallel_static(threads(), items, [&](int64_t r) {
         const bool last = r == runs;
         const int64_t q0 = (last ? whole : r * direct_run_) * kAmxBlockM;
         const int64_t nb = last ? 1 : std::min(direct_run_, whole - r * direct_run_);
         const int64_t count = last ? tail : nb * kAmxBlockM;
         alignas(64) float acc[kAmxBlockM * kAmxBlockC];
         void* rows[kAmxBlockM * kMaxRun];
-        for (int64_t m = 0; m < nb * kAmxBlockM; ++m)
-            rows[m] = m < count ? out + ((q0 + m) * p_.ic() + cb * kAmxBlockC) * 2 : nullptr;
         std::vector<char> copy;
         const char* a = dd + q0 * pitch;
         if (last) {
@@ -300,16 +303,20 @@ void AmxDataExecutor::run_direct(const char* dd, const char* wv, char* out) cons
             std::memcpy(copy.data(), a, static_cast<size_t>(tail * pitch));
             a = copy.data();
         }
-        DataAmxArgs args = base_args(wv, cb, acc, rows);
-        args.a = a;
-        args.taps = tap;
-        args.ntaps = 1;
-        args.a_step = kAmxStepOc * 2;
-        args.a_row = pitch;
-        args.a_half = 16 * pitch;
-        args.a_block = kAmxBlockM * pitch;
-        args.blocks = nb;
-        (tail_ && cb == cblocks_ - 1 ? *tail_ : *full_)(args);
+        for (int64_t cb = 0; cb < cblocks_; ++cb) {
+            for (int64_t m = 0; m < nb * kAmxBlockM; ++m)
+                rows[m] = m < count ? out + ((q0 + m) * p_.ic() + cb * kAmxBlockC) * 2 : nullptr;
+            DataAmxArgs args = base_args(wv, cb, acc, rows);
+            args.a = a;
+            args.taps = tap;
+            args.ntaps = 1;
+            args.a_step = kAmxStepOc * 2;
+            args.a_row = pitch;
+            args.a_half = 16 * pitch;
+            args.a_block = kAmxBlockM * pitch;
+            args.blocks = nb;
+            (tail_ && cb == cblocks_ - 1 ? *tail_ : *full_)(args);
+        }
     });
 }
 
@@ -379,10 +386,11 @@ std::string AmxDataExecutor::describe() const {
     if (direct_) {
         os << "jit:amx data bf16 tdpbf16ps, 1x1: diff_dst read in place (weights in oc pairs, blocks of 32 of "
            << icp_ << " channels)\n"
-           << "  for channel block of 32 in " << p_.ic() << ", run of up to " << direct_run_ << " blocks of 32 of "
-           << p_.mb * p_.in_sp() << " positions  [split over threads]\n"
-           << "    for oc step of 32 in " << ocp_ << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
-           << "    rounded to bf16 into diff_src";
+           << "  for run of up to " << direct_run_ << " blocks of 32 of " << p_.mb * p_.in_sp()
+           << " positions  [split over threads]\n"
+           << "    for channel block of 32 in " << p_.ic() << ", block of 32 positions in the run\n"
+           << "      for oc step of 32 in " << ocp_ << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
+           << "      rounded to bf16 into diff_src";
         return os.str();
     }
     int64_t taps = 0;
