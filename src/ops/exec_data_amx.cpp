@@ -32,6 +32,8 @@
 // blocks), split statically over the threads. Every diff_src element is
 // written by exactly one kernel call (positions of a phase without taps:
 // zeros), so the result does not depend on the thread count.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <array>
 #include <cstdint>
@@ -60,6 +62,17 @@ constexpr int64_t kItemsPerThread = 8;
 constexpr int64_t kMaxRun = 64;
 // diff_dst bytes of a direct run (in L2 for the channel blocks after the first).
 constexpr int64_t kDirectRunBytes = 256 << 10;
+
+// A pixel's channels in blocks of 32 (zeros past `channels`), block ob at
+// out + ob·step.
+__attribute__((target("avx512f,avx512bw"))) void split_pixel(const uint16_t* px, int64_t channels, int64_t step,
+                                                              char* out) {
+    for (int64_t c0 = 0; c0 < channels; c0 += kAmxStepOc, out += step) {
+        const int64_t n = channels - c0;
+        const __mmask32 m = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+        _mm512_storeu_si512(out, _mm512_maskz_loadu_epi16(m, px + c0));
+    }
+}
 
 struct Phase {
     std::array<int64_t, 3> r{};   // first diff_src position along each axis
@@ -238,22 +251,17 @@ void AmxDataExecutor::stage_chunk(const char* dd, int64_t n0, int64_t nc, char* 
         const bool border = od < 0 || od >= p_.out[0] || oh < 0 || oh >= p_.out[1];
         const int64_t ow = border ? 0 : p_.out[2], lead = border ? pitch : lead_[2];
         const char* src = dd + (n * s.n + od * s.sp[0] + oh * s.sp[1]) * 2;
+        // Pixel by pixel, all blocks at once: diff_dst is read in whole
+        // pixels, in order.
         for (int64_t ob = 0; ob < oblocks; ++ob) {
             char* dst = line + ob * a_step_;
-            const int64_t c0 = ob * kAmxStepOc, nch = std::min<int64_t>(kAmxStepOc, oc - c0);
             std::memset(dst, 0, static_cast<size_t>(lead * px_bytes));
-            dst += lead * px_bytes;
-            for (int64_t x = 0; x < ow; ++x, dst += px_bytes) {
-                const char* px = src + (x * s.sp[2] + c0) * 2;
-                if (nch == kAmxStepOc) {
-                    std::memcpy(dst, px, px_bytes);
-                } else {
-                    std::memcpy(dst, px, static_cast<size_t>(nch * 2));
-                    std::memset(dst + nch * 2, 0, static_cast<size_t>(px_bytes - nch * 2));
-                }
-            }
-            if (!border) std::memset(dst, 0, static_cast<size_t>((pitch - lead - ow) * px_bytes));
+            if (!border)
+                std::memset(dst + (lead + ow) * px_bytes, 0, static_cast<size_t>((pitch - lead - ow) * px_bytes));
         }
+        for (int64_t x = 0; x < ow; ++x)
+            split_pixel(reinterpret_cast<const uint16_t*>(src + x * s.sp[2] * 2), oc, a_step_,
+                        line + (lead + x) * px_bytes);
     });
 }
 
