@@ -186,12 +186,10 @@ TEST_CASE("amx: weights formats, large images and the problems left to the vecto
     // Images of more than the 1 MiB chunk (one image a chunk) and planes of
     // more position blocks than a run.
     check_data(conv(3, 32, 128, {40, 70}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 45);
-    // Declined: groups, NCX, too few channels, other types.
+    // Declined: groups, too few channels, other types.
     wtest::Case grouped = conv(2, 64, 64, {5, 5}, {3, 3});
     grouped.g = 2;
-    wtest::Case ncx = conv(2, 32, 32, {5, 5}, {3, 3});
-    ncx.nxc = false;
-    std::vector<wtest::Case> declined{grouped, ncx};
+    std::vector<wtest::Case> declined{grouped};
     for (data_type dt : {data_type::f32, data_type::f16}) {
         wtest::Case c = conv(2, 32, 32, {5, 5}, {3, 3});
         c.dt = dt;
@@ -210,6 +208,36 @@ TEST_CASE("amx: weights formats, large images and the problems left to the vecto
     const wtest::Case c = conv(2, 32, 32, {5, 5}, {3, 3});
     CHECK(dottest::data_op(c, "avx512_core_bf16").describe().rfind(kAmxData, 0) != 0);
     CHECK(c.make("avx512_core_bf16").describe().rfind(kAmxWeights, 0) != 0);
+}
+
+// NCX runs on NXC copies: both gradients and ConvTranspose's, every mode
+// of the weight gradient (planes, rows, flat), the data gradient's phases
+// and its in-place 1x1, channel tails, both weights layouts; layers of
+// fewer than 96 flops an element copied are left to the vector kernels.
+TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
+    if (!has_amx()) return;
+    std::vector<wtest::Case> cases{
+            conv(2, 33, 47, {7, 9}, {3, 3}, {}, {}, {1, 1}, {1, 1}),
+            conv(2, 32, 64, {9, 8}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}),
+            conv(2, 17, 32, {4, 5, 6}, {3, 3, 3}, {}, {}, {1, 1, 1}, {1, 1, 1}),
+            conv(3, 128, 96, {5, 7}, {1, 1}),  // in place (data), flat (weights): 110 flops an element
+            conv(2, 160, 192, {7, 6}, {1, 1}, {2, 2}, {}, {1, 2}, {2, 1}),  // 133
+    };
+    cases[1].wfmt = "OIX";
+    uint32_t seed = 700;
+    for (wtest::Case c : cases) {
+        c.nxc = false;
+        INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size() << " " << c.wfmt);
+        check_data(c, true, seed += 2);
+        check_weights(c, true, seed += 2);
+        CHECK(c.make("amx").describe().find("NCX src and diff_dst transposed") != std::string::npos);
+    }
+    wtest::Case few = conv(3, 40, 64, {5, 7}, {1, 1});  // 49 flops an element
+    few.nxc = false;
+    check_data(few, false, 751);
+    check_weights(few, false, 753);
+    few.nxc = true;
+    check_data(few, true, 755);
 }
 
 TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[jit][amx]") {

@@ -1,6 +1,7 @@
 // The data gradient (ConvolutionBackwardData) of bf16 on AMX tiles
-// (jit/bwd_data_amx_kernel.hpp): dense layers (one group) in NXC, any
-// kernel, stride, dilation and padding, 1D to 3D, any weights layout.
+// (jit/bwd_data_amx_kernel.hpp): dense layers (one group), any kernel,
+// stride, dilation and padding, 1D to 3D, any weights layout. NCX layers
+// run on NXC copies in scratch: diff_dst transposed before, diff_src after.
 //
 // Each stride phase (the diff_src positions i ≡ r mod s along every axis)
 // is a unit-stride problem: its taps are those with (r + pad - k·dil)
@@ -91,6 +92,7 @@ public:
     int threads() const override { return op_threads(p_); }
 
 private:
+    void run_nxc(const char* dd, const uint16_t* w, char* dsrc) const;
     void stage_weights(const uint16_t* w, uint32_t* wv) const;
     void stage_chunk(const char* dd, int64_t n0, int64_t nc, char* out) const;
     void zero_untapped(char* out) const;
@@ -98,7 +100,8 @@ private:
     // The kernel arguments every call shares.
     DataAmxArgs base_args(const char* wv, int64_t cb, float* acc, void* const* rows) const;
 
-    Problem p_;
+    Problem p_;         // on NXC activations
+    bool ncx_ = false;  // the user's are NCX: diff_dst and diff_src transposed
     int threads_ = 1;  // the arena's at creation: sizes the runs (the results do not depend on it)
     int64_t ocp_ = 0, icp_ = 0, cblocks_ = 0;
     int64_t a_step_ = 0;  // bytes between the staged oc blocks
@@ -111,7 +114,8 @@ private:
     std::shared_ptr<const DataAmxKernel> full_, tail_;
 };
 
-AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads) : p_(p), threads_(threads) {
+AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
+    : p_(nxc_view(p)), ncx_(!p.nxc), threads_(threads) {
     ocp_ = div_up(p.oc(), kAmxStepOc) * kAmxStepOc;
     icp_ = div_up(p.ic(), kAmxBlockC) * kAmxBlockC;
     cblocks_ = icp_ / kAmxBlockC;
@@ -329,10 +333,18 @@ void AmxDataExecutor::run_direct(const char* dd, const char* wv, char* out) cons
 }
 
 void AmxDataExecutor::run(const void* in0, const void* in1, void* out) const {
-    const char* dd = static_cast<const char*>(in0);
-    char* dsrc = static_cast<char*>(out);
+    const uint16_t* w = static_cast<const uint16_t*>(in1);
+    if (!ncx_) return run_nxc(static_cast<const char*>(in0), w, static_cast<char*>(out));
+    const ScratchLease dd(Scratch::amx_dst_nxc, p_.mb * p_.oc() * p_.out_sp() * 2);
+    const ScratchLease dsrc(Scratch::amx_src_nxc, p_.mb * p_.ic() * p_.in_sp() * 2);
+    transpose_images(in0, dd.get(), 2, p_.mb, p_.oc(), p_.out_sp(), threads(), Isa::avx512_core);
+    run_nxc(dd.get(), w, dsrc.get());
+    transpose_images(dsrc.get(), out, 2, p_.mb, p_.in_sp(), p_.ic(), threads(), Isa::avx512_core);
+}
+
+void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) const {
     const ScratchLease wv(Scratch::amx_data_weights, cblocks_ * p_.k_sp() * ocp_ / 2 * kAmxBlockC * 4);
-    stage_weights(static_cast<const uint16_t*>(in1), wv.as<uint32_t>());
+    stage_weights(w, wv.as<uint32_t>());
     if (direct_) return run_direct(dd, wv.get(), dsrc);
     zero_untapped(dsrc);
     const ScratchLease staged(Scratch::amx_data_diff_dst, ocp_ / kAmxStepOc * a_step_);
@@ -399,6 +411,7 @@ std::string AmxDataExecutor::describe() const {
            << "    for channel block of 32 in " << p_.ic() << ", block of 32 positions in the run\n"
            << "      for oc step of 32 in " << ocp_ << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
            << "      rounded to bf16 into diff_src";
+        if (ncx_) os << "\n  (NCX: diff_dst transposed to NXC before, diff_src after)";
         return os.str();
     }
     int64_t taps = 0;
@@ -413,17 +426,19 @@ std::string AmxDataExecutor::describe() const {
        << "      for block of 32 positions (runs of up to " << (phases_.empty() ? 0 : phases_[0].run) << ")\n"
        << "        for tap, oc step of 32 in " << ocp_ << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
        << "        rounded to bf16 into diff_src";
+    if (ncx_) os << "\n  (NCX: diff_dst transposed to NXC before, diff_src after)";
     return os.str();
 }
 
 }  // namespace
 
-// Dense bf16 layers in NXC with at least a tile of channels both ways
-// (fewer leave most of each tile's rows or columns empty).
+// Dense bf16 layers with at least a tile of channels both ways (fewer
+// leave most of each tile's rows or columns empty); NCX ones with work
+// enough for their copies (amx_takes_ncx).
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p) {
-    if (p.alg != Alg::data || p.dt != data_type::bf16 || p.g != 1 || !p.nxc) return nullptr;
-    if (p.src_str.c != 1 || p.dst_str.c != 1) return nullptr;
+    if (p.alg != Alg::data || p.dt != data_type::bf16 || p.g != 1) return nullptr;
     if (p.oc() < kAmxStepOc || p.ic() < 16) return nullptr;
+    if (!amx_takes_ncx(p)) return nullptr;
     return std::make_unique<AmxDataExecutor>(p, op_threads(p));
 }
 

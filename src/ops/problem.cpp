@@ -461,6 +461,14 @@ bool kernel_axes_one_run(const Problem& p) {
     return w.k[1] == p.k[2] * w.k[2] && w.k[0] == p.k[1] * w.k[1];
 }
 
+Problem nxc_view(const Problem& p) {
+    Problem q = p;
+    q.nxc = true;
+    q.src_str = data_strides({p.mb, p.ic(), p.in}, true);
+    q.dst_str = data_strides({p.mb, p.oc(), p.out}, true);
+    return q;
+}
+
 Problem fold_full_kernel(const Problem& p, FullKernelFold* fold) {
     *fold = FullKernelFold{};
     if (p.g != 1 || p.k_sp() == 1) return p;

@@ -49,6 +49,8 @@ enum class Scratch {
     amx_weights_acc,     // exec_weights_amx.cpp: the f32 sums
     amx_weights_src,     // exec_weights_amx.cpp: a chunk's staged src
     amx_weights_dst,     // exec_weights_amx.cpp: a chunk's staged diff_dst pairs
+    amx_src_nxc,         // exec_*_amx.cpp: NCX src or diff_src in NXC
+    amx_dst_nxc,         // exec_*_amx.cpp: NCX diff_dst in NXC
     count
 };
 
