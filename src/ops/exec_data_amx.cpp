@@ -343,11 +343,14 @@ void AmxDataExecutor::run(const void* in0, const void* in1, void* out) const {
 }
 
 void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) const {
+    // Every buffer before the first write to diff_src (a failed allocation
+    // leaves it untouched).
     const ScratchLease wv(Scratch::amx_data_weights, cblocks_ * p_.k_sp() * ocp_ / 2 * kAmxBlockC * 4);
+    const ScratchLease staged =
+            direct_ ? ScratchLease() : ScratchLease(Scratch::amx_data_diff_dst, ocp_ / kAmxStepOc * a_step_);
     stage_weights(w, wv.as<uint32_t>());
     if (direct_) return run_direct(dd, wv.get(), dsrc);
     zero_untapped(dsrc);
-    const ScratchLease staged(Scratch::amx_data_diff_dst, ocp_ / kAmxStepOc * a_step_);
     for (int64_t ob = 0; ob < ocp_ / kAmxStepOc; ++ob)  // the slack after each block
         std::memset(staged.get() + (ob + 1) * a_step_ - slack_px_ * kAmxStepOc * 2, 0,
                     static_cast<size_t>(slack_px_ * kAmxStepOc * 2));
