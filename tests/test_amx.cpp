@@ -186,10 +186,14 @@ TEST_CASE("amx: weights formats, large images and the problems left to the vecto
     // Images of more than the 1 MiB chunk (one image a chunk) and planes of
     // more position blocks than a run.
     check_data(conv(3, 32, 128, {40, 70}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 45);
-    // Declined: groups, too few channels, other types.
-    wtest::Case grouped = conv(2, 64, 64, {5, 5}, {3, 3});
-    grouped.g = 2;
-    std::vector<wtest::Case> declined{grouped};
+    // Declined: too few channels (a group's too: depthwise), grouped NCX,
+    // other types.
+    wtest::Case dw = conv(2, 64, 64, {5, 5}, {3, 3});
+    dw.g = 64;
+    wtest::Case grouped_ncx = conv(2, 64, 64, {5, 5}, {3, 3});
+    grouped_ncx.g = 2;
+    grouped_ncx.nxc = false;
+    std::vector<wtest::Case> declined{dw, grouped_ncx};
     for (data_type dt : {data_type::f32, data_type::f16}) {
         wtest::Case c = conv(2, 32, 32, {5, 5}, {3, 3});
         c.dt = dt;
@@ -238,6 +242,38 @@ TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
     check_weights(few, false, 753);
     few.nxc = true;
     check_data(few, true, 755);
+}
+
+// Grouped layers in NXC, group by group on the one-group problem (its
+// kernels stepping over the other groups' channels): 3x3 and 1x1 (the
+// data gradient's 1x1 staged, its pixels not dense), strided, tails of a
+// group's channels, both weights layouts, ConvTranspose. Weight gradients
+// take the tiles from 250 Mflop a group (kAmxGroupMinFlops).
+TEST_CASE("amx: grouped layers group by group", "[jit][amx]") {
+    if (!has_amx()) return;
+    std::vector<wtest::Case> cases{
+            conv(2, 64, 64, {5, 5}, {3, 3}, {}, {}, {1, 1}, {1, 1}),
+            conv(2, 128, 128, {7, 6}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}),
+            conv(3, 96, 64, {5, 7}, {1, 1}),
+            conv(2, 66, 80, {6, 5}, {3, 1}, {1, 2}, {}, {1, 0}, {1, 0}),  // 33 and 40 a group
+    };
+    const int64_t groups[] = {2, 4, 2, 2};
+    uint32_t seed = 800;
+    for (size_t i = 0; i < cases.size(); ++i)
+        for (const char* wfmt : {"XIO", "OIX"}) {
+            wtest::Case c = cases[i];
+            c.g = groups[i];
+            c.wfmt = wfmt;
+            INFO("g " << c.g << " ic " << c.ic << " oc " << c.oc << " " << wfmt);
+            check_data(c, true, seed += 2);
+            CHECK(dottest::data_op(c, "amx").describe().find("groups in turn") != std::string::npos);
+            check_weights(c, false, seed += 2);  // below 250 Mflop a group
+        }
+    // 453 Mflop a group, 64 and 96 channels (ConvTranspose's inputs swap).
+    wtest::Case big = conv(4, 128, 192, {32, 32}, {3, 3}, {}, {}, {1, 1}, {1, 1});
+    big.g = 2;
+    check_weights(big, true, 841);
+    CHECK(big.make("amx").describe().find("groups in turn") != std::string::npos);
 }
 
 TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[jit][amx]") {

@@ -196,7 +196,8 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
     // threads, ResNet-50 at mb 32, against oneDNN: 1x1 layers of 512 and
     // 1024 oc 0.47-0.52x in place, 0.80-0.87x staged; 256 oc, 4 rows a
     // set, 0.70x in place, 0.43x staged).
-    direct_ = p.k_sp() == 1 && p.in == p.out && p.oc() % kAmxStepOc == 0 &&
+    direct_ = p.k_sp() == 1 && p.in == p.out && p.oc() % kAmxStepOc == 0 && p_.dst_str.sp[2] == p.oc() &&
+              p_.src_str.sp[2] == p.ic() &&
               lines_per_l1_set(kAmxBlockM, p.oc() * 2) <= kL1LinesPerSet / 2 &&
               std::all_of(p.stride.begin(), p.stride.end(), [](int64_t v) { return v == 1; }) &&
               std::all_of(p.pad_begin.begin(), p.pad_begin.end(), [](int64_t v) { return v == 0; });
@@ -435,11 +436,15 @@ std::string AmxDataExecutor::describe() const {
 
 }  // namespace
 
-// Dense bf16 layers with at least a tile of channels both ways (fewer
-// leave most of each tile's rows or columns empty); NCX ones with work
-// enough for their copies (amx_takes_ncx).
+// bf16 layers with at least a tile of channels both ways (fewer leave most
+// of each tile's rows or columns empty; a group's, in NXC); NCX ones dense
+// and with work enough for their copies (amx_takes_ncx).
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p) {
-    if (p.alg != Alg::data || p.dt != data_type::bf16 || p.g != 1) return nullptr;
+    if (p.alg != Alg::data || p.dt != data_type::bf16) return nullptr;
+    if (p.g > 1) {  // NXC: group by group
+        auto inner = p.nxc ? make_jit_data_amx_executor(one_group(p)) : nullptr;
+        return inner ? make_group_loop_executor(p, std::move(inner)) : nullptr;
+    }
     if (p.oc() < kAmxStepOc || p.ic() < 16) return nullptr;
     if (!amx_takes_ncx(p)) return nullptr;
     return std::make_unique<AmxDataExecutor>(p, op_threads(p));

@@ -72,6 +72,14 @@ namespace {
 constexpr int64_t kChunkBytes = 1 << 20;
 constexpr int64_t kMinSteps = 128;
 constexpr int64_t kBlock = 32;  // channels a block, positions a step
+// A grouped layer's weight gradient runs on the tiles, group after group
+// (four parallel passes each), when a group does this many flops. bf16, 2
+// threads, mb 32, against the vector kernels' grouped path (Intel AMX
+// guest, tools/sweep_ab.py --rounds=3 --min): 3x3 groups of 32 channels at
+// 14x14 (115 Mflop a group) 0.50x, of 16 (29 Mflop) 0.33x; 462 Mflop and
+// more 1.41-3.28x (32 channels at 28x28 and 56x56, 64 at 14x14 and 56x56,
+// 56 at 28x28, 128 in 1x1 at 28x28).
+constexpr double kAmxGroupMinFlops = 250e6;
 
 // One step of staged diff_dst: the 32 positions px (each at its channel
 // 0; null: zeros) in pairs, out[ob·block + 64·k + 2c + h] = px[2k + h][32·ob
@@ -476,10 +484,16 @@ std::string AmxWeightsExecutor::describe() const {
 
 }  // namespace
 
-// Dense bf16 layers with at least half a tile of channels both ways (NCX
-// ones with work enough for their copies: amx_takes_ncx).
+// bf16 layers with at least half a tile of channels both ways (a group's,
+// in NXC; NCX ones dense and with work enough for their copies:
+// amx_takes_ncx).
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p) {
-    if (p.alg != Alg::weights || p.dt != data_type::bf16 || p.g != 1) return nullptr;
+    if (p.alg != Alg::weights || p.dt != data_type::bf16) return nullptr;
+    if (p.g > 1) {  // NXC, groups of kAmxGroupMinFlops or more: group by group
+        const Problem q = one_group(p);
+        auto inner = p.nxc && q.flops() >= kAmxGroupMinFlops ? make_jit_weights_amx_executor(q) : nullptr;
+        return inner ? make_group_loop_executor(p, std::move(inner)) : nullptr;
+    }
     if (p.ic() < 16 || p.oc() < 16) return nullptr;
     if (!amx_takes_ncx(p)) return nullptr;
     return std::make_unique<AmxWeightsExecutor>(p);

@@ -94,12 +94,16 @@ std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa is
 // The data gradient of 1x1 layers in NCX in place (exec_data_ncx.cpp),
 // tried by make_jit_data_executor after the inner-product path.
 std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);
-// bf16 gradients of dense layers in NXC on AMX tiles (exec_data_amx.cpp,
-// exec_weights_amx.cpp), tried first where the effective ISA is amx; the
-// weight gradient declines strided 1x1 layers, whose unit-stride form
-// (unstride_1x1) it then serves.
+// bf16 gradients on AMX tiles (exec_data_amx.cpp, exec_weights_amx.cpp),
+// tried first where the effective ISA is amx: dense layers (NCX through
+// NXC copies), and grouped layers in NXC group by group.
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p);
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p);
+// A grouped NXC layer run as one_group(p) (the same tensors and strides,
+// G = 1: the first group's problem) on each group's channels in turn, by
+// `inner`, made for one_group(p) (exec_groups.cpp).
+Problem one_group(const Problem& p);
+std::unique_ptr<Executor> make_group_loop_executor(const Problem& p, std::unique_ptr<Executor> inner);
 // Depthwise layers in NCX with unit stride along W, vectorised along the
 // rows (exec_dw_rows.cpp), both gradients: tried after the paths above.
 std::unique_ptr<Executor> make_jit_dw_rows_executor(const Problem& p, Isa isa);

@@ -462,6 +462,7 @@ bool kernel_axes_one_run(const Problem& p) {
 }
 
 Problem nxc_view(const Problem& p) {
+    if (p.nxc) return p;
     Problem q = p;
     q.nxc = true;
     q.src_str = data_strides({p.mb, p.ic(), p.in}, true);

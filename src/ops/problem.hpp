@@ -120,8 +120,9 @@ Problem fold_full_kernel(const Problem& p, FullKernelFold* fold);
 // offsets; p the original Problem).
 int64_t user_weights_offset(const Problem& p, int64_t o, int64_t c);
 
-// The same problem on dense NXC activations (for NCX: its tensors
-// transposed, image by image, into scratch), input sizes unchanged.
+// The same problem on NXC activations: p itself, or for NCX the problem
+// on dense NXC copies of its tensors (transposed image by image into
+// scratch).
 Problem nxc_view(const Problem& p);
 // An NCX problem the AMX executors take through NXC copies of both
 // activation tensors: at least this many flops per element copied.
