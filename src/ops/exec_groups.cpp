@@ -24,10 +24,11 @@ public:
         }
     }
     void run(const void* in0, const void* in1, void* out) const override {
-        const int64_t es = 2;  // the AMX executors' bf16
+        const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
         for (int64_t g = 0; g < p_.g; ++g)
             inner_->run(static_cast<const char*>(in0) + g * step_.in0 * es,
-                        static_cast<const char*>(in1) + g * step_.in1 * es, static_cast<char*>(out) + g * step_.out * es);
+                        static_cast<const char*>(in1) + g * step_.in1 * es,
+                        static_cast<char*>(out) + g * step_.out * es);
     }
     std::string describe() const override {
         std::ostringstream os;
