@@ -2,8 +2,8 @@
 // of bf16 on AMX tiles (jit/bwd_weights_amx_kernel.hpp): dense layers (one
 // group), any kernel, stride, dilation and padding, 1D to 3D, any weights
 // layout. NXC activations are staged as they are; NCX ones are first
-// transposed to NXC in scratch, whole (the vector kernels' NCX paths run
-// 3-4x slower on the Intel AMX guest than the tiles do on NXC).
+// transposed to NXC in scratch, whole (amx_takes_ncx: ResNet-50's 3x3
+// layers 1.84-2.68x the vector kernels' NCX paths, docs/PERFORMANCE.md).
 //
 // Per tap, diff_weights[tap] is a product of src (channel-major: input
 // channels × positions) with diff_dst (positions × output channels) over
