@@ -186,14 +186,10 @@ TEST_CASE("amx: weights formats, large images and the problems left to the vecto
     // Images of more than the 1 MiB chunk (one image a chunk) and planes of
     // more position blocks than a run.
     check_data(conv(3, 32, 128, {40, 70}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 45);
-    // Declined: too few channels (a group's too: depthwise), grouped NCX,
-    // other types.
+    // Declined: depthwise (a 32nd of the products useful), other types.
     wtest::Case dw = conv(2, 64, 64, {5, 5}, {3, 3});
     dw.g = 64;
-    wtest::Case grouped_ncx = conv(2, 64, 64, {5, 5}, {3, 3});
-    grouped_ncx.g = 2;
-    grouped_ncx.nxc = false;
-    std::vector<wtest::Case> declined{dw, grouped_ncx};
+    std::vector<wtest::Case> declined{dw};
     for (data_type dt : {data_type::f32, data_type::f16}) {
         wtest::Case c = conv(2, 32, 32, {5, 5}, {3, 3});
         c.dt = dt;
@@ -244,36 +240,51 @@ TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
     check_data(few, true, 755);
 }
 
-// Grouped layers in NXC, group by group on the one-group problem (its
-// kernels stepping over the other groups' channels): 3x3 and 1x1 (the
-// data gradient's 1x1 staged, its pixels not dense), strided, tails of a
-// group's channels, both weights layouts, ConvTranspose. Weight gradients
-// take the tiles from 250 Mflop a group (kAmxGroupMinFlops).
-TEST_CASE("amx: grouped layers group by group", "[jit][amx]") {
+// Grouped layers run whole, as dense layers whose weights are zero across
+// groups, each block of 32 input channels over the blocks of output
+// channels its groups hold: groups of 32 (one block each), 64, 16 (two to
+// a block), 48 (blocks straddling two groups), unequal widths (an OC tail,
+// and ConvTranspose's swapped inputs), 3x3 planes, strided rows and the
+// data gradient's phases, 1x1 (in place and staged), NCX through copies,
+// both weights layouts. Taken where half the tiles' products are useful
+// (data) and, for weights, 0.6 counting the positions stepped over: groups
+// of 8 and depthwise are left to the vector kernels, as are weight
+// gradients of small planes.
+TEST_CASE("amx: grouped layers whole, weights zero across groups", "[jit][amx]") {
     if (!has_amx()) return;
-    std::vector<wtest::Case> cases{
-            conv(2, 64, 64, {5, 5}, {3, 3}, {}, {}, {1, 1}, {1, 1}),
-            conv(2, 128, 128, {7, 6}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}),
-            conv(3, 96, 64, {5, 7}, {1, 1}),
-            conv(2, 66, 80, {6, 5}, {3, 1}, {1, 2}, {}, {1, 0}, {1, 0}),  // 33 and 40 a group
+    struct Grouped {
+        wtest::Case c;
+        int64_t g;
+        bool weights;  // the weight gradient takes the tiles
+        bool ncx = true;  // in NCX too (1x1 layers: too few flops an element copied)
     };
-    const int64_t groups[] = {2, 4, 2, 2};
+    const std::vector<Grouped> cases{
+            {conv(2, 64, 64, {16, 16}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, true},     // 32 a group
+            {conv(2, 128, 128, {14, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, true},  // 64
+            {conv(2, 64, 64, {12, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 4, false},   // 16: half the products
+            {conv(2, 96, 96, {12, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, false},   // 48: blocks of two groups
+            {conv(2, 64, 80, {16, 16}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, false},   // 32 and 40: an OC tail
+            {conv(2, 128, 128, {21, 56}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), 4, true},  // rows; phases
+            {conv(3, 128, 96, {9, 11}, {1, 1}), 2, true, false},  // in place (data), flat (weights)
+            {conv(2, 64, 128, {9, 7}, {1, 1}, {2, 2}, {}, {1, 0}, {0, 1}), 2, true, false},  // strided 1x1: staged
+    };
     uint32_t seed = 800;
-    for (size_t i = 0; i < cases.size(); ++i)
-        for (const char* wfmt : {"XIO", "OIX"}) {
-            wtest::Case c = cases[i];
-            c.g = groups[i];
-            c.wfmt = wfmt;
-            INFO("g " << c.g << " ic " << c.ic << " oc " << c.oc << " " << wfmt);
-            check_data(c, true, seed += 2);
-            CHECK(dottest::data_op(c, "amx").describe().find("groups in turn") != std::string::npos);
-            check_weights(c, false, seed += 2);  // below 250 Mflop a group
-        }
-    // 453 Mflop a group, 64 and 96 channels (ConvTranspose's inputs swap).
-    wtest::Case big = conv(4, 128, 192, {32, 32}, {3, 3}, {}, {}, {1, 1}, {1, 1});
-    big.g = 2;
-    check_weights(big, true, 841);
-    CHECK(big.make("amx").describe().find("groups in turn") != std::string::npos);
+    for (const Grouped& x : cases)
+        for (const char* wfmt : {"XIO", "OIX"})
+            for (bool nxc : {true, false}) {
+                wtest::Case c = x.c;
+                c.g = x.g;
+                c.wfmt = wfmt;
+                c.nxc = nxc;
+                INFO("g " << c.g << " ic " << c.ic << " oc " << c.oc << " " << wfmt << (nxc ? " NXC" : " NCX"));
+                check_data(c, nxc || x.ncx, seed += 2);
+                check_weights(c, x.weights && (nxc || x.ncx), seed += 2);
+                if (x.weights && (nxc || x.ncx)) CHECK(c.make("amx").describe().find("(its groups') of") != std::string::npos);
+            }
+    wtest::Case eight = conv(2, 64, 64, {16, 16}, {3, 3}, {}, {}, {1, 1}, {1, 1});
+    eight.g = 8;  // a quarter of the products useful
+    check_data(eight, false, 861);
+    check_weights(eight, false, 863);
 }
 
 TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[jit][amx]") {

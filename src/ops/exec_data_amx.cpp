@@ -1,7 +1,11 @@
 // The data gradient (ConvolutionBackwardData) of bf16 on AMX tiles
-// (jit/bwd_data_amx_kernel.hpp): dense layers (one group), any kernel,
-// stride, dilation and padding, 1D to 3D, any weights layout. NCX layers
-// run on NXC copies in scratch: diff_dst transposed before, diff_src after.
+// (jit/bwd_data_amx_kernel.hpp): any kernel, stride, dilation and
+// padding, 1D to 3D, any weights layout. NCX layers run on NXC copies in
+// scratch: diff_dst transposed before, diff_src after. A grouped layer
+// runs whole, as the dense layer whose weights are zero across groups:
+// each block of 32 input channels takes only the oc steps that hold its
+// groups' output channels (amx_group_blocks), its staged W zero between
+// groups (two groups of 16 to a block: half the products useful).
 //
 // Each stride phase (the diff_src positions i ≡ r mod s along every axis)
 // is a unit-stride problem: its taps are those with (r + pad - k·dil)
@@ -63,6 +67,14 @@ constexpr int64_t kItemsPerThread = 8;
 constexpr int64_t kMaxRun = 64;
 // diff_dst bytes of a direct run (in L2 for the channel blocks after the first).
 constexpr int64_t kDirectRunBytes = 256 << 10;
+// A grouped layer takes the tiles when at least this share of their
+// products is useful (amx_used_share; the rest multiply zero weights
+// across groups). bf16, mb 32, 2 threads, against the vector kernels
+// (Intel AMX guest, tools/sweep_ab.py --rounds=3 --min): groups of 16
+// (half useful; RegNetX-400MF, ResNeXt-50 conv4) 0.91-1.86x, 1.2x geomean
+// over 9 layers; groups of 8 (a quarter) 0.60-1.23x; groups of 32 and 64,
+// whole against group by group, 0.87-1.48x.
+constexpr double kAmxGroupMinShare = 0.5;
 
 // A pixel's channels in blocks of 32 (zeros past `channels`), block ob at
 // out + ob·step.
@@ -92,6 +104,7 @@ public:
     int threads() const override { return op_threads(p_); }
 
 private:
+    std::string oc_steps(bool taps) const;
     void run_nxc(const char* dd, const uint16_t* w, char* dsrc) const;
     void stage_weights(const uint16_t* w, uint32_t* wv) const;
     void stage_chunk(const char* dd, int64_t n0, int64_t nc, char* out) const;
@@ -104,6 +117,11 @@ private:
     bool ncx_ = false;  // the user's are NCX: diff_dst and diff_src transposed
     int threads_ = 1;  // the arena's at creation: sizes the runs (the results do not depend on it)
     int64_t ocp_ = 0, icp_ = 0, cblocks_ = 0;
+    // oc steps of 32 each channel block reads (the same for all), from
+    // its first, oc_step0_[cb]: all of OCp for one group; for several,
+    // the steps holding the block's groups' output channels.
+    int64_t steps_ = 0;
+    std::vector<int64_t> oc_step0_;
     int64_t a_step_ = 0;  // bytes between the staged oc blocks
     bool direct_ = false;
     int64_t direct_run_ = 1;  // direct: blocks a call
@@ -119,6 +137,7 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
     ocp_ = div_up(p.oc(), kAmxStepOc) * kAmxStepOc;
     icp_ = div_up(p.ic(), kAmxBlockC) * kAmxBlockC;
     cblocks_ = icp_ / kAmxBlockC;
+    steps_ = amx_group_blocks(p, &oc_step0_);
     // Per axis: the phases (r, J) and their taps (k, e), taps that read no
     // diff_dst position for any j dropped.
     struct AxisTap {
@@ -158,7 +177,7 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
     a_step_ = (chunk_ * image_px_ + slack_px_) * kAmxStepOc * 2;
 
     const int64_t pitch = ext_[2], plane = ext_[1] * ext_[2];
-    const int64_t w_tap_bytes = ocp_ / 2 * kAmxBlockC * 4;
+    const int64_t w_tap_bytes = steps_ * kAmxStepOc / 2 * kAmxBlockC * 4;
     int64_t blocks_total = 0;
     for (const AxisPhase& pd : axes[0])
         for (const AxisPhase& ph : axes[1])
@@ -214,20 +233,37 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
     }
 }
 
-// wv[block][tap][pair][c] = (W(2·pair, i), W(2·pair + 1, i)) as one
-// dword, i = 32·block + c, zeros past OC and IC. Weights with oc innermost
-// and an even OC (XIO) are dword matrices [IC][OC / 2] a tap, transposed by
-// 16 x 16 tiles.
+// wv[block][tap][pair][c] = (W(o, i), W(o + 1, i)) as one dword, o =
+// 32·oc_step0_[block] + 2·pair, i = 32·block + c, zeros past OC and IC and
+// where o and i are in different groups. Weights of one group with oc
+// innermost and an even OC (XIO) are dword matrices [IC][OC / 2] a tap,
+// transposed by 16 x 16 tiles.
 void AmxDataExecutor::stage_weights(const uint16_t* w, uint32_t* wv) const {
     const WeightStrides& s = p_.wei_str;
-    const int64_t oc = p_.oc(), ic = p_.ic(), pairs = ocp_ / 2, taps = p_.k_sp();
-    const bool dwords = s.o == 1 && oc % 2 == 0 && s.i % 2 == 0;
+    const int64_t oc = p_.oc(), ic = p_.ic(), pairs = steps_ * kAmxStepOc / 2, taps = p_.k_sp();
+    const bool dwords = p_.g == 1 && s.o == 1 && oc % 2 == 0 && s.i % 2 == 0;
     parallel_static(threads(), cblocks_ * taps, [&](int64_t x) {
         const int64_t cb = x / taps, t = x % taps;
         const int64_t kd = t / (p_.k[1] * p_.k[2]), kh = t / p_.k[2] % p_.k[1], kw = t % p_.k[2];
         const int64_t i0 = cb * kAmxBlockC, ni = std::min<int64_t>(kAmxBlockC, ic - i0);
-        const uint16_t* wt = w + kd * s.k[0] + kh * s.k[1] + kw * s.k[2] + i0 * s.i;
+        const uint16_t* wt = w + kd * s.k[0] + kh * s.k[1] + kw * s.k[2];
         uint32_t* out = wv + x * pairs * kAmxBlockC;
+        if (p_.g > 1) {  // each group's weights in the block, the rest zero
+            std::memset(out, 0, static_cast<size_t>(pairs * kAmxBlockC * 4));
+            uint16_t* halves = reinterpret_cast<uint16_t*>(out);
+            const int64_t o0 = oc_step0_[static_cast<size_t>(cb)] * kAmxStepOc, o_end = std::min(o0 + 2 * pairs, oc);
+            for (int64_t g = i0 / p_.icg; g <= (i0 + ni - 1) / p_.icg; ++g) {
+                const int64_t i_lo = std::max(i0, g * p_.icg), i_hi = std::min(i0 + ni, (g + 1) * p_.icg);
+                const int64_t o_lo = std::max(o0, g * p_.ocg), o_hi = std::min(o_end, (g + 1) * p_.ocg);
+                for (int64_t i = i_lo; i < i_hi; ++i) {
+                    const uint16_t* wi = wt + (i - g * p_.icg) * s.i;
+                    for (int64_t o = o_lo; o < o_hi; ++o)
+                        halves[((o - o0) / 2 * kAmxBlockC + i - i0) * 2 + (o - o0) % 2] = wi[o * s.o];
+                }
+            }
+            return;
+        }
+        wt += i0 * s.i;
         if (ocp_ != oc || ni < kAmxBlockC) std::memset(out, 0, static_cast<size_t>(pairs * kAmxBlockC * 4));
         if (dwords) {
             transpose_block(wt, s.i / 2, out, kAmxBlockC, 4, ni, oc / 2, Isa::avx512_core);
@@ -286,8 +322,8 @@ void AmxDataExecutor::zero_untapped(char* out) const {
 
 DataAmxArgs AmxDataExecutor::base_args(const char* wv, int64_t cb, float* acc, void* const* rows) const {
     DataAmxArgs args;
-    args.b = wv + cb * p_.k_sp() * ocp_ / 2 * kAmxBlockC * 4;
-    args.steps = ocp_ / kAmxStepOc;
+    args.b = wv + cb * p_.k_sp() * steps_ * kAmxStepOc / 2 * kAmxBlockC * 4;
+    args.steps = steps_;
     args.acc = acc;
     args.rows = rows;
     args.config = amx_tile_config();
@@ -320,7 +356,7 @@ void AmxDataExecutor::run_direct(const char* dd, const char* wv, char* out) cons
             for (int64_t m = 0; m < nb * kAmxBlockM; ++m)
                 rows[m] = m < count ? out + ((q0 + m) * p_.ic() + cb * kAmxBlockC) * 2 : nullptr;
             DataAmxArgs args = base_args(wv, cb, acc, rows);
-            args.a = a;
+            args.a = a + oc_step0_[static_cast<size_t>(cb)] * kAmxStepOc * 2;
             args.taps = tap;
             args.ntaps = 1;
             args.a_step = kAmxStepOc * 2;
@@ -346,7 +382,7 @@ void AmxDataExecutor::run(const void* in0, const void* in1, void* out) const {
 void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) const {
     // Every buffer before the first write to diff_src (a failed allocation
     // leaves it untouched).
-    const ScratchLease wv(Scratch::amx_data_weights, cblocks_ * p_.k_sp() * ocp_ / 2 * kAmxBlockC * 4);
+    const ScratchLease wv(Scratch::amx_data_weights, cblocks_ * p_.k_sp() * steps_ * kAmxStepOc / 2 * kAmxBlockC * 4);
     const ScratchLease staged =
             direct_ ? ScratchLease() : ScratchLease(Scratch::amx_data_diff_dst, ocp_ / kAmxStepOc * a_step_);
     stage_weights(w, wv.as<uint32_t>());
@@ -391,7 +427,8 @@ void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) con
                                   : nullptr;
             }
             DataAmxArgs args = base_args(wv.get(), cb, acc, rows);
-            args.a = staged.get() + ((n * ext_[0] + jd) * plane + b0 * kAmxBlockM) * kAmxStepOc * 2;
+            args.a = staged.get() + oc_step0_[static_cast<size_t>(cb)] * a_step_ +
+                     ((n * ext_[0] + jd) * plane + b0 * kAmxBlockM) * kAmxStepOc * 2;
             args.taps = f.taps.data();
             args.ntaps = static_cast<int64_t>(f.taps.size() / 2);
             args.a_step = a_step_;
@@ -405,6 +442,14 @@ void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) con
     }
 }
 
+std::string AmxDataExecutor::oc_steps(bool taps) const {
+    std::ostringstream os;
+    os << "for " << (taps ? "tap, " : "") << "oc step of 32 in ";
+    if (p_.g == 1) return os.str() + std::to_string(ocp_);
+    os << "the block's groups' " << steps_ * kAmxStepOc << " of " << ocp_ << " (W zero across groups)";
+    return os.str();
+}
+
 std::string AmxDataExecutor::describe() const {
     std::ostringstream os;
     if (direct_) {
@@ -413,7 +458,7 @@ std::string AmxDataExecutor::describe() const {
            << "  for run of up to " << direct_run_ << " blocks of 32 of " << p_.mb * p_.in_sp()
            << " positions  [split over threads]\n"
            << "    for channel block of 32 in " << p_.ic() << ", block of 32 positions in the run\n"
-           << "      for oc step of 32 in " << ocp_ << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
+           << "      " << oc_steps(false) << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
            << "      rounded to bf16 into diff_src";
         if (ncx_) os << "\n  (NCX: diff_dst transposed to NXC before, diff_src after)";
         return os.str();
@@ -428,7 +473,7 @@ std::string AmxDataExecutor::describe() const {
     if (!untapped_.empty()) os << "; " << untapped_.size() << " without taps written as zeros";
     os << "), channel block of 32 in " << p_.ic() << ", image, plane  [split over threads]\n"
        << "      for block of 32 positions (runs of up to " << (phases_.empty() ? 0 : phases_[0].run) << ")\n"
-       << "        for tap, oc step of 32 in " << ocp_ << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
+       << "        " << oc_steps(true) << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
        << "        rounded to bf16 into diff_src";
     if (ncx_) os << "\n  (NCX: diff_dst transposed to NXC before, diff_src after)";
     return os.str();
@@ -437,16 +482,14 @@ std::string AmxDataExecutor::describe() const {
 }  // namespace
 
 // bf16 layers with at least a tile of channels both ways (fewer leave most
-// of each tile's rows or columns empty; a group's, in NXC); NCX ones dense
-// and with work enough for their copies (amx_takes_ncx).
+// of each tile's rows or columns empty); NCX ones with work enough for
+// their copies (amx_takes_ncx). Grouped layers run whole, W zero across
+// groups, where that leaves enough of the tiles' products useful.
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p) {
     if (p.alg != Alg::data || p.dt != data_type::bf16) return nullptr;
-    if (p.g > 1) {  // NXC: group by group
-        auto inner = p.nxc ? make_jit_data_amx_executor(one_group(p)) : nullptr;
-        return inner ? make_group_loop_executor(p, std::move(inner)) : nullptr;
-    }
     if (p.oc() < kAmxStepOc || p.ic() < 16) return nullptr;
     if (!amx_takes_ncx(p)) return nullptr;
+    if (p.g > 1 && amx_used_share(p) < kAmxGroupMinShare) return nullptr;
     return std::make_unique<AmxDataExecutor>(p, op_threads(p));
 }
 

@@ -1,61 +1,31 @@
-// A grouped layer in NXC as its groups' dense problems, one after another
-// on the same executor: group g's src, diff_dst and diff_src channels start
-// g·(IC/G) and g·(OC/G) elements into each pixel, its weights at output
-// channel g·(OC/G). The one-group problem keeps the tensors' strides, so
-// its kernels step over the other groups' channels.
+// Grouped layers on the AMX tiles (executor.hpp): the blocks of 32 output
+// channels each block of 32 input channels reads.
+#include <algorithm>
 #include <cstdint>
-#include <memory>
-#include <sstream>
-#include <string>
+#include <vector>
 
 #include "ops/executor.hpp"
 
 namespace convgrad::detail {
-namespace {
 
-class GroupLoopExecutor final : public Executor {
-public:
-    GroupLoopExecutor(const Problem& p, std::unique_ptr<Executor> inner) : p_(p), inner_(std::move(inner)) {
-        const int64_t src = p.icg, dd = p.ocg, w = p.ocg * p.wei_str.o;
-        if (p.alg == Alg::data) {
-            step_ = {dd, w, src};
-        } else {
-            step_ = p.swap_inputs ? Steps{dd, src, w} : Steps{src, dd, w};
-        }
+int64_t amx_group_blocks(const Problem& p, std::vector<int64_t>* first) {
+    constexpr int64_t kBlock = 32;
+    const int64_t ic = p.ic(), blocks = div_up(ic, kBlock), all = div_up(p.oc(), kBlock);
+    int64_t n = 0;
+    first->clear();
+    for (int64_t ib = 0; ib < blocks; ++ib) {
+        const int64_t g0 = ib * kBlock / p.icg, g1 = (std::min(ib * kBlock + kBlock, ic) - 1) / p.icg;
+        first->push_back(g0 * p.ocg / kBlock);
+        n = std::max(n, div_up((g1 + 1) * p.ocg, kBlock) - first->back());
     }
-    void run(const void* in0, const void* in1, void* out) const override {
-        const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
-        for (int64_t g = 0; g < p_.g; ++g)
-            inner_->run(static_cast<const char*>(in0) + g * step_.in0 * es,
-                        static_cast<const char*>(in1) + g * step_.in1 * es,
-                        static_cast<char*>(out) + g * step_.out * es);
-    }
-    std::string describe() const override {
-        std::ostringstream os;
-        os << inner_->describe() << "\n  for each of " << p_.g << " groups in turn (the above on the group's channels)";
-        return os.str();
-    }
-    int threads() const override { return inner_->threads(); }
-
-private:
-    struct Steps {
-        int64_t in0, in1, out;  // elements a group
-    };
-    Problem p_;
-    std::unique_ptr<Executor> inner_;
-    Steps step_{};
-};
-
-}  // namespace
-
-Problem one_group(const Problem& p) {
-    Problem q = p;
-    q.g = 1;
-    return q;
+    for (int64_t& f : *first) f = std::min(f, all - n);
+    return n;
 }
 
-std::unique_ptr<Executor> make_group_loop_executor(const Problem& p, std::unique_ptr<Executor> inner) {
-    return std::make_unique<GroupLoopExecutor>(p, std::move(inner));
+double amx_used_share(const Problem& p) {
+    std::vector<int64_t> first;
+    const int64_t blocks = amx_group_blocks(p, &first);
+    return double(p.ic()) * double(p.ocg) / (double(first.size()) * 32.0 * double(blocks) * 32.0);
 }
 
 }  // namespace convgrad::detail

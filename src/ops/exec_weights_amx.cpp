@@ -1,9 +1,12 @@
 // The weight gradient (ConvolutionBackwardWeights, ConvTransposeBackwardWeights)
-// of bf16 on AMX tiles (jit/bwd_weights_amx_kernel.hpp): dense layers (one
-// group), any kernel, stride, dilation and padding, 1D to 3D, any weights
-// layout. NXC activations are staged as they are; NCX ones are first
-// transposed to NXC in scratch, whole (amx_takes_ncx: ResNet-50's 3x3
-// layers 1.84-2.68x the vector kernels' NCX paths, docs/PERFORMANCE.md).
+// of bf16 on AMX tiles (jit/bwd_weights_amx_kernel.hpp): any kernel,
+// stride, dilation and padding, 1D to 3D, any weights layout; a grouped
+// layer whole, each block of 32 input channels with only the blocks of 32
+// output channels that hold its groups' (amx_group_blocks; the products
+// across groups are computed and not stored). NXC activations are staged
+// as they are; NCX ones are first transposed to NXC in scratch, whole
+// (amx_takes_ncx: ResNet-50's 3x3 layers 1.84-2.68x the vector kernels'
+// NCX paths, docs/PERFORMANCE.md).
 //
 // Per tap, diff_weights[tap] is a product of src (channel-major: input
 // channels × positions) with diff_dst (positions × output channels) over
@@ -72,14 +75,16 @@ namespace {
 constexpr int64_t kChunkBytes = 1 << 20;
 constexpr int64_t kMinSteps = 128;
 constexpr int64_t kBlock = 32;  // channels a block, positions a step
-// A grouped layer's weight gradient runs on the tiles, group after group
-// (four parallel passes each), when a group does this many flops. bf16, 2
-// threads, mb 32, against the vector kernels' grouped path (Intel AMX
-// guest, tools/sweep_ab.py --rounds=3 --min): 3x3 groups of 32 channels at
-// 14x14 (115 Mflop a group) 0.50x, of 16 (29 Mflop) 0.33x; 462 Mflop and
-// more 1.41-3.28x (32 channels at 28x28 and 56x56, 64 at 14x14 and 56x56,
-// 56 at 28x28, 128 in 1x1 at 28x28).
-constexpr double kAmxGroupMinFlops = 250e6;
+// A grouped layer takes the tiles when at least this share of their
+// products is useful: amx_used_share (the rest across groups) times
+// position_share (rows padded to 32 positions, pad columns). bf16, mb 32,
+// 2 threads, against the vector kernels (Intel AMX guest,
+// tools/sweep_ab.py --rounds=3 --min): ResNeXt-50 conv5 (groups of 32 at
+// 7x7, 0.78) 1.84-2.19x, conv4 (16 at 14x14, 0.44) 1.22x; 0.39-0.47
+// (groups of 16 at 7x7 to 28x28, 16 strided to 28 wide) 0.67-0.95x; 32
+// strided to 7 wide (0.22) 0.58x; groups of 8 (0.19-0.23) 0.14-0.97x.
+// Groups of 32-64 at 28x28-56x56, whole against group by group: 1.00-1.36x.
+constexpr double kAmxGroupMinShare = 0.6;
 
 // One step of staged diff_dst: the 32 positions px (each at its channel
 // 0; null: zeros) in pairs, out[ob·block + 64·k + 2c + h] = px[2k + h][32·ob
@@ -164,6 +169,12 @@ public:
     void run(const void* in0, const void* in1, void* out) const override;
     std::string describe() const override;
     int threads() const override { return op_threads(p_); }
+    // The share of the positions the kernel steps over that are output
+    // positions (the rest: row ends padded to a step, a plane's pad columns).
+    double position_share() const {
+        const double steps = flat_ ? double(flat_steps(chunk_)) / double(chunk_) : double(b_runs_ * steps_);
+        return double(p_.out[1] * p_.out[2]) / (steps * kBlock);
+    }
 
 private:
     void stage_src(const char* src, int64_t n0, int64_t nc, char* out) const;
@@ -172,12 +183,20 @@ private:
     // of nc images: pairs (A byte offset, B byte offset).
     std::vector<int64_t> runs(int64_t key, int64_t nc) const;
     void round_out(const float* acc, char* out) const;
+    // "ocb_", or for groups "nob_ (its groups') of ocb_"
+    std::string blocks_text() const {
+        return p_.g == 1 ? std::to_string(ocb_) : std::to_string(nob_) + " (its groups') of " + std::to_string(ocb_);
+    }
 
     Problem p_;         // on NXC activations
     bool ncx_ = false;  // the user's are NCX: transposed to NXC first
     bool planes_ = false;
     bool flat_ = false;
     int64_t icp_ = 0, ocp_ = 0, icb_ = 0, ocb_ = 0;
+    // Output blocks each input block takes (amx_group_blocks: all of them
+    // for one group), from ob0_[input block]; acc_w_ = 32·nob_.
+    int64_t nob_ = 0, acc_w_ = 0;
+    std::vector<int64_t> ob0_;
     int64_t pitch_ = 0;      // planes: padded row width
     int64_t colsp_ = 0;      // rows: columns a W phase
     int64_t a_len_ = 0;      // positions of a staged src run
@@ -210,6 +229,8 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
     ocp_ = div_up(p.oc(), kBlock) * kBlock;
     icb_ = icp_ / kBlock;
     ocb_ = ocp_ / kBlock;
+    nob_ = amx_group_blocks(p, &ob0_);
+    acc_w_ = nob_ * kBlock;
     flat_ = p.k_sp() == 1;
     planes_ = !flat_ && p.stride[1] == 1 && p.stride[2] == 1;
     const int64_t ow = p.out[2], kh = p.k[1], kw = p.k[2];
@@ -384,22 +405,25 @@ std::vector<int64_t> AmxWeightsExecutor::runs(int64_t key, int64_t nc) const {
     return v;
 }
 
-// acc [tap][ICp][OCp] rounded into the user's weights.
+// acc [tap][ICp][acc_w_] rounded into the user's weights: input channel
+// i's output channels of its group g from acc column g·OC/G - 32·ob0_[i / 32].
 void AmxWeightsExecutor::round_out(const float* acc, char* out) const {
     const WeightStrides& w = p_.wei_str;
-    const int64_t ic = p_.ic(), oc = p_.oc(), taps = p_.k_sp();
+    const int64_t ic = p_.ic(), icg = p_.icg, ocg = p_.ocg, taps = p_.k_sp();
     parallel_static(threads(), taps, [&](int64_t t) {
         const int64_t kd = t / (p_.k[1] * p_.k[2]), kh = t / p_.k[2] % p_.k[1], kw = t % p_.k[2];
         uint16_t* wt = reinterpret_cast<uint16_t*>(out) + kd * w.k[0] + kh * w.k[1] + kw * w.k[2];
-        std::vector<uint16_t> row(w.o == 1 ? 0 : static_cast<size_t>(oc));
+        std::vector<uint16_t> row(w.o == 1 ? 0 : static_cast<size_t>(ocg));
         for (int64_t i = 0; i < ic; ++i) {
-            const float* a = acc + (t * icp_ + i) * ocp_;
+            const int64_t g = i / icg;
+            const float* a = acc + (t * icp_ + i) * acc_w_ + g * ocg - ob0_[static_cast<size_t>(i / kBlock)] * kBlock;
+            uint16_t* wi = wt + g * ocg * w.o + (i - g * icg) * w.i;
             if (w.o == 1) {
-                round_(a, wt + i * w.i, oc);
+                round_(a, wi, ocg);
                 continue;
             }
-            round_(a, row.data(), oc);
-            for (int64_t o = 0; o < oc; ++o) wt[o * w.o + i * w.i] = row[static_cast<size_t>(o)];
+            round_(a, row.data(), ocg);
+            for (int64_t o = 0; o < ocg; ++o) wi[o * w.o] = row[static_cast<size_t>(o)];
         }
     });
 }
@@ -416,7 +440,7 @@ void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const 
         src = src_nxc.get();
         dd = dd_nxc.get();
     }
-    const ScratchLease acc(Scratch::amx_weights_acc, p_.k_sp() * icp_ * ocp_ * 4);
+    const ScratchLease acc(Scratch::amx_weights_acc, p_.k_sp() * icp_ * acc_w_ * 4);
     const ScratchLease a(Scratch::amx_weights_src, icb_ * a_block_bytes(chunk_));
     const ScratchLease b(Scratch::amx_weights_dst, ocb_ * b_block_bytes(chunk_));
     const int64_t keys = planes_ || flat_ ? p_.k[0] : p_.k[0] * p_.k[1], taps = p_.k_sp();
@@ -431,8 +455,9 @@ void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const 
             stage_dd(dd, n0, nc, b.get());
         }
         for (int64_t k = 0; k < keys; ++k) lists[static_cast<size_t>(k)] = runs(k, nc);
-        parallel_static(threads(), icb_ * ocb_ * taps, [&](int64_t x) {
-            const int64_t t = x % taps, ob = x / taps % ocb_, ib = x / taps / ocb_;
+        parallel_static(threads(), icb_ * nob_ * taps, [&](int64_t x) {
+            const int64_t t = x % taps, j = x / taps % nob_, ib = x / taps / nob_;
+            const int64_t ob = ob0_[static_cast<size_t>(ib)] + j;
             const int64_t key = planes_ ? t / (p_.k[1] * p_.k[2]) : t / p_.k[2];
             const std::vector<int64_t>& list = lists[static_cast<size_t>(key)];
             WeightsAmxArgs args;
@@ -444,8 +469,8 @@ void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const 
             args.a_pitch = flat_ ? kBlock * 2 : a_len_ * 2;
             args.a_half = flat_ ? 16 * kBlock * 2 : 16 * args.a_pitch;
             args.a_step = flat_ ? kBlock * kBlock * 2 : kBlock * 2;
-            args.acc = acc.floats() + (t * icp_ + ib * kBlock) * ocp_ + ob * kBlock;
-            args.acc_row = ocp_ * 4;
+            args.acc = acc.floats() + (t * icp_ + ib * kBlock) * acc_w_ + j * kBlock;
+            args.acc_row = acc_w_ * 4;
             args.load = n0 > 0;
             args.config = amx_tile_config();
             (*kernel_)(args);
@@ -460,7 +485,7 @@ std::string AmxWeightsExecutor::describe() const {
         os << "jit:amx weights bf16 tdpbf16ps, 1x1: src staged in blocks of 32 of " << icp_
            << " channels x 32 positions, diff_dst in position pairs, blocks of 32 of " << ocp_ << " channels\n"
            << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage src and diff_dst\n"
-           << "    for input block, output block in " << icb_ << " x " << ocb_ << "  [split over threads]\n"
+           << "    for input block, output block in " << icb_ << " x " << blocks_text() << "  [split over threads]\n"
            << "      for step of 32 in the chunk's " << chunk_ * p_.out_sp()
            << " positions: 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
            << "  f32 sums rounded to bf16 into diff_weights";
@@ -473,7 +498,7 @@ std::string AmxWeightsExecutor::describe() const {
                              std::to_string(colsp_))
        << "; diff_dst in position pairs, blocks of 32 of " << ocp_ << " channels)\n"
        << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage src and diff_dst\n"
-       << "    for input block, output block, tap in " << icb_ << " x " << ocb_ << " x " << p_.k_sp()
+       << "    for input block, output block, tap in " << icb_ << " x " << blocks_text() << " x " << p_.k_sp()
        << "  [split over threads]\n"
        << "      for run (" << (planes_ ? "a plane" : "an output row") << "), step of 32 positions in "
        << steps_ * kBlock << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
@@ -484,19 +509,17 @@ std::string AmxWeightsExecutor::describe() const {
 
 }  // namespace
 
-// bf16 layers with at least half a tile of channels both ways (a group's,
-// in NXC; NCX ones dense and with work enough for their copies:
-// amx_takes_ncx).
+// bf16 layers with at least half a tile of channels both ways; NCX ones
+// with work enough for their copies (amx_takes_ncx). Grouped layers run
+// whole, their groups' blocks only (amx_group_blocks), where at least
+// kAmxGroupMinShare of the tiles' products are useful.
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p) {
     if (p.alg != Alg::weights || p.dt != data_type::bf16) return nullptr;
-    if (p.g > 1) {  // NXC, groups of kAmxGroupMinFlops or more: group by group
-        const Problem q = one_group(p);
-        auto inner = p.nxc && q.flops() >= kAmxGroupMinFlops ? make_jit_weights_amx_executor(q) : nullptr;
-        return inner ? make_group_loop_executor(p, std::move(inner)) : nullptr;
-    }
     if (p.ic() < 16 || p.oc() < 16) return nullptr;
     if (!amx_takes_ncx(p)) return nullptr;
-    return std::make_unique<AmxWeightsExecutor>(p);
+    auto e = std::make_unique<AmxWeightsExecutor>(p);
+    if (p.g > 1 && amx_used_share(p) * e->position_share() < kAmxGroupMinShare) return nullptr;
+    return e;
 }
 
 }  // namespace convgrad::detail

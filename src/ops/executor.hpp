@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "jit/dot_probe.hpp"
 #include "jit/isa.hpp"
@@ -95,15 +96,18 @@ std::unique_ptr<Executor> make_jit_weights_dot_executor(const Problem& p, Isa is
 // tried by make_jit_data_executor after the inner-product path.
 std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);
 // bf16 gradients on AMX tiles (exec_data_amx.cpp, exec_weights_amx.cpp),
-// tried first where the effective ISA is amx: dense layers (NCX through
-// NXC copies), and grouped layers in NXC group by group.
+// tried first where the effective ISA is amx (NCX through NXC copies).
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p);
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p);
-// A grouped NXC layer run as one_group(p) (the same tensors and strides,
-// G = 1: the first group's problem) on each group's channels in turn, by
-// `inner`, made for one_group(p) (exec_groups.cpp).
-Problem one_group(const Problem& p);
-std::unique_ptr<Executor> make_group_loop_executor(const Problem& p, std::unique_ptr<Executor> inner);
+// The AMX paths run a grouped layer whole, as the dense layer whose
+// weights are zero across groups, each block of 32 input channels taking
+// only the blocks of 32 output channels that hold its groups' (exec_groups.cpp).
+// Returns how many blocks that is (the most any input block needs, taken by
+// all; every output block for one group) and each input block's first in
+// *first.
+int64_t amx_group_blocks(const Problem& p, std::vector<int64_t>* first);
+// The share of those blocks' products that are not across groups.
+double amx_used_share(const Problem& p);
 // Depthwise layers in NCX with unit stride along W, vectorised along the
 // rows (exec_dw_rows.cpp), both gradients: tried after the paths above.
 std::unique_ptr<Executor> make_jit_dw_rows_executor(const Problem& p, Isa isa);
