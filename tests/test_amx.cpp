@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "dot_test_util.hpp"
@@ -135,14 +136,20 @@ TEST_CASE("amx: data gradient over stride phases, dilation, padding, 1D to 3D, c
     check_data(conv(2, 40, 32, {6, 7}, {1, 1}, {2, 2}), true, 41);  // phases without taps: zeros
     // 1x1 layers with OC a multiple of 32 read diff_dst in place: 105, 96
     // and 3280 positions (a last partial block copied, or none; runs of
-    // several blocks that do not divide the 102 whole ones); OC 48 is staged.
-    for (const wtest::Case& c : {conv(3, 40, 64, {5, 7}, {1, 1}), conv(2, 33, 96, {4, 3, 4}, {1, 1, 1}),
-                                 conv(2, 40, 64, {40, 41}, {1, 1}), conv(3, 40, 48, {5, 7}, {1, 1})}) {
+    // several blocks that do not divide the 102 whole ones), pixels 1 KiB
+    // apart with W up to 2 MiB; staged: OC 48, and pixels 1 KiB apart
+    // with a W of 2.1 MB.
+    const std::vector<std::pair<wtest::Case, bool>> one_by_one{
+            {conv(3, 40, 64, {5, 7}, {1, 1}), true},         {conv(2, 33, 96, {4, 3, 4}, {1, 1, 1}), true},
+            {conv(2, 40, 64, {40, 41}, {1, 1}), true},       {conv(3, 40, 48, {5, 7}, {1, 1}), false},
+            {conv(2, 48, 512, {5, 7}, {1, 1}), true},        {conv(1, 2080, 512, {2, 3}, {1, 1}), false},
+    };
+    for (const auto& [c, in_place] : one_by_one) {
         INFO("ic " << c.ic << " oc " << c.oc);
         check_data(c, true, 43);
         const std::string d = dottest::data_op(c, "amx").describe();
         INFO(d);
-        CHECK((d.find("diff_dst read in place") != std::string::npos) == (c.oc % 32 == 0));
+        CHECK((d.find("diff_dst read in place") != std::string::npos) == in_place);
     }
 }
 

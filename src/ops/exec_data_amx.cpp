@@ -67,6 +67,15 @@ constexpr int64_t kItemsPerThread = 8;
 constexpr int64_t kMaxRun = 64;
 // diff_dst bytes of a direct run (in L2 for the channel blocks after the first).
 constexpr int64_t kDirectRunBytes = 256 << 10;
+// W bytes up to which 1x1 layers read diff_dst in place whatever their
+// pixel pitch. bf16, mb 32, 2 threads, in place against staged (Intel AMX
+// guest, tools/sweep_ab.py --min, 5-9 rounds): ResNet-50's res3a/4a/5a
+// branch2c (512-2048 oc, W 128 KiB-2 MiB) 1.13-1.55x, 256 -> 512 at 56x56
+// 1.22-1.86x; W 4 MiB (1024 -> 2048) 0.87-1.24x, 8 MiB 1.01x, 16 MiB
+// (2048 -> 4096 at mb 8) 0.58x. (Earlier, before a run called every
+// channel block: 512-1024 oc 0.47-0.52x of oneDNN in place, 0.80-0.87x
+// staged.)
+constexpr int64_t kDirectWeightBytes = 2 << 20;
 // A grouped layer takes the tiles when at least this share of their
 // products is useful (amx_used_share; the rest multiply zero weights
 // across groups). bf16, mb 32, 2 threads, against the vector kernels
@@ -211,13 +220,13 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
     for (Phase& f : phases_) f.run = std::min(f.blocks, run);
 
     // Pixels a multiple of 1 KiB apart put a block's 32 rows 8 or more to
-    // an L1 set, which the staged blocks avoid (Intel Xeon guest, 2
-    // threads, ResNet-50 at mb 32, against oneDNN: 1x1 layers of 512 and
-    // 1024 oc 0.47-0.52x in place, 0.80-0.87x staged; 256 oc, 4 rows a
-    // set, 0.70x in place, 0.43x staged).
+    // an L1 set, which the staged blocks avoid, unless W fits
+    // kDirectWeightBytes: a run calls every channel block in turn, so its
+    // W is read once a run.
     direct_ = p.k_sp() == 1 && p.in == p.out && p.oc() % kAmxStepOc == 0 && p_.dst_str.sp[2] == p.oc() &&
               p_.src_str.sp[2] == p.ic() &&
-              lines_per_l1_set(kAmxBlockM, p.oc() * 2) <= kL1LinesPerSet / 2 &&
+              (lines_per_l1_set(kAmxBlockM, p.oc() * 2) <= kL1LinesPerSet / 2 ||
+               p.ic() * p.oc() * 2 <= kDirectWeightBytes) &&
               std::all_of(p.stride.begin(), p.stride.end(), [](int64_t v) { return v == 1; }) &&
               std::all_of(p.pad_begin.begin(), p.pad_begin.end(), [](int64_t v) { return v == 0; });
     // Runs whose diff_dst (read by every channel block) fits kDirectRunBytes.
