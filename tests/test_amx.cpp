@@ -7,6 +7,7 @@
 // and of concurrent executes. Runs only where the CPU has AMX and the OS
 // grants it (elsewhere each case says so and passes).
 #include <catch2/catch.hpp>
+#include <memory>
 #include <string>
 #include <thread>
 #include <utility>
@@ -126,8 +127,13 @@ std::vector<wtest::Case> shared_cases() {
 
 }  // namespace
 
+// The kernels' coverage runs under CONVGRAD_AMX=all (every layer the
+// tiles can run, including those the default leaves to the vector kernels
+// as not faster there); the tests of which layers take them by default
+// say so.
 TEST_CASE("amx: data gradient over stride phases, dilation, padding, 1D to 3D, channel tails", "[jit][data][amx]") {
     if (!has_amx()) return;
+    const testutil::ScopedEnv all("CONVGRAD_AMX", "all");
     uint32_t seed = 300;
     for (const wtest::Case& c : shared_cases()) {
         INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size());
@@ -155,6 +161,7 @@ TEST_CASE("amx: data gradient over stride phases, dilation, padding, 1D to 3D, c
 
 TEST_CASE("amx: weight gradient over strides, dilation, padding, 1D to 3D, channel tails", "[jit][weights][amx]") {
     if (!has_amx()) return;
+    const testutil::ScopedEnv all("CONVGRAD_AMX", "all");
     uint32_t seed = 400;
     for (const wtest::Case& c : shared_cases()) {
         INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size());
@@ -181,6 +188,7 @@ TEST_CASE("amx: weight gradient over strides, dilation, padding, 1D to 3D, chann
 
 TEST_CASE("amx: weights formats, large images and the problems left to the vector kernels", "[jit][amx]") {
     if (!has_amx()) return;
+    std::unique_ptr<testutil::ScopedEnv> all = std::make_unique<testutil::ScopedEnv>("CONVGRAD_AMX", "all");
     for (const char* wfmt : {"XIO", "OIX"}) {
         for (int64_t oc : {64, 65}) {  // an odd OC: the data gradient's pairs of one channel
             wtest::Case c = conv(2, 24, oc, {6, 5}, {3, 2}, {1, 2}, {}, {1, 0}, {1, 1});
@@ -193,24 +201,34 @@ TEST_CASE("amx: weights formats, large images and the problems left to the vecto
     // Images of more than the 1 MiB chunk (one image a chunk) and planes of
     // more position blocks than a run.
     check_data(conv(3, 32, 128, {40, 70}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 45);
-    // Declined: depthwise (a 32nd of the products useful), other types.
-    wtest::Case dw = conv(2, 64, 64, {5, 5}, {3, 3});
-    dw.g = 64;
-    std::vector<wtest::Case> declined{dw};
+    // Declined by the kernels: other types, too few channels.
     for (data_type dt : {data_type::f32, data_type::f16}) {
         wtest::Case c = conv(2, 32, 32, {5, 5}, {3, 3});
         c.dt = dt;
-        declined.push_back(c);
-    }
-    uint32_t seed = 500;
-    for (const wtest::Case& c : declined) {
-        check_data(c, false, seed += 2);
-        check_weights(c, false, seed += 2);
+        check_data(c, false, 47);
+        check_weights(c, false, 49);
     }
     check_data(conv(2, 15, 64, {5, 5}, {3, 3}), false, 51);
     check_data(conv(2, 64, 31, {5, 5}, {3, 3}), false, 53);
     check_weights(conv(2, 15, 64, {5, 5}, {3, 3}), false, 55);
     check_weights(conv(2, 64, 15, {5, 5}, {3, 3}), false, 57);
+    all.reset();
+    // By default also: depthwise (a 32nd of the products useful); weight
+    // gradients of under half their products useful (16 channels both
+    // ways; strided rows of 7 of a step's 32 positions) and 1x1 layers of
+    // fewer than 32 channels either way. The same layers of more channels
+    // or wider rows take the tiles.
+    wtest::Case dw = conv(2, 64, 64, {5, 5}, {3, 3});
+    dw.g = 64;
+    check_data(dw, false, 501);
+    check_weights(dw, false, 503);
+    check_weights(conv(2, 16, 16, {20, 20}, {3, 3}, {}, {}, {1, 1}, {1, 1}), false, 505);
+    check_weights(conv(2, 64, 64, {20, 20}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 507);
+    check_weights(conv(2, 64, 64, {14, 14}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), false, 509);
+    check_weights(conv(2, 64, 64, {56, 56}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), true, 511);
+    check_weights(conv(2, 24, 144, {10, 10}, {1, 1}), false, 513);
+    check_weights(conv(2, 144, 24, {10, 10}, {1, 1}), false, 515);
+    check_weights(conv(2, 64, 144, {10, 10}, {1, 1}), true, 517);
     // Capped below amx, bf16 takes the vector kernels.
     const wtest::Case c = conv(2, 32, 32, {5, 5}, {3, 3});
     CHECK(dottest::data_op(c, "avx512_core_bf16").describe().rfind(kAmxData, 0) != 0);
@@ -232,12 +250,15 @@ TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
     };
     cases[1].wfmt = "OIX";
     uint32_t seed = 700;
-    for (wtest::Case c : cases) {
-        c.nxc = false;
-        INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size() << " " << c.wfmt);
-        check_data(c, true, seed += 2);
-        check_weights(c, true, seed += 2);
-        CHECK(c.make("amx").describe().find("NCX src and diff_dst transposed") != std::string::npos);
+    {
+        const testutil::ScopedEnv all("CONVGRAD_AMX", "all");
+        for (wtest::Case c : cases) {
+            c.nxc = false;
+            INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size() << " " << c.wfmt);
+            check_data(c, true, seed += 2);
+            check_weights(c, true, seed += 2);
+            CHECK(c.make("amx").describe().find("NCX src and diff_dst transposed") != std::string::npos);
+        }
     }
     wtest::Case few = conv(3, 40, 64, {5, 7}, {1, 1});  // 49 flops an element
     few.nxc = false;
@@ -253,10 +274,10 @@ TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
 // a block), 48 (blocks straddling two groups), unequal widths (an OC tail,
 // and ConvTranspose's swapped inputs), 3x3 planes, strided rows and the
 // data gradient's phases, 1x1 (in place and staged), NCX through copies,
-// both weights layouts. Taken where half the tiles' products are useful
-// (data) and, for weights, 0.6 counting the positions stepped over: groups
+// both weights layouts. Taken by default where half the tiles' products
+// are useful (weights: counting the positions stepped over too): groups
 // of 8 and depthwise are left to the vector kernels, as are weight
-// gradients of small planes.
+// gradients of small planes of groups of 16 or 48.
 TEST_CASE("amx: grouped layers whole, weights zero across groups", "[jit][amx]") {
     if (!has_amx()) return;
     struct Grouped {
@@ -270,7 +291,7 @@ TEST_CASE("amx: grouped layers whole, weights zero across groups", "[jit][amx]")
             {conv(2, 128, 128, {14, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, true},  // 64
             {conv(2, 64, 64, {12, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 4, false},   // 16: half the products
             {conv(2, 96, 96, {12, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, false},   // 48: blocks of two groups
-            {conv(2, 64, 80, {16, 16}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, false},   // 32 and 40: an OC tail
+            {conv(2, 64, 80, {16, 16}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, true},    // 32 and 40: an OC tail
             {conv(2, 128, 128, {21, 56}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), 4, true},  // rows; phases
             {conv(3, 128, 96, {9, 11}, {1, 1}), 2, true, false},  // in place (data), flat (weights)
             {conv(2, 64, 128, {9, 7}, {1, 1}, {2, 2}, {}, {1, 0}, {0, 1}), 2, true, false},  // strided 1x1: staged
@@ -296,6 +317,7 @@ TEST_CASE("amx: grouped layers whole, weights zero across groups", "[jit][amx]")
 
 TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[jit][amx]") {
     if (!has_amx()) return;
+    const testutil::ScopedEnv all("CONVGRAD_AMX", "all");
     // 3x3 over 96 oc: 864 terms a diff_src sum.
     const wtest::Case d = conv(4, 48, 96, {13, 11}, {3, 3}, {2, 1}, {}, {1, 1}, {1, 1});
     check_reals([&](const std::string& isa) { return dottest::data_op(d, isa); }, kAmxData, 864);
@@ -307,4 +329,23 @@ TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[j
     w.k = {1, 1};  // 1x1: the five images' positions in one run
     w.s = w.pb = w.pe = {};
     check_reals([&](const std::string& isa) { return w.make(isa); }, kAmxWeights, 840);
+}
+
+TEST_CASE("CONVGRAD_AMX: auto and all; unknown values are rejected", "[jit][amx][validation]") {
+    const wtest::Case c = conv(2, 16, 16, {20, 20}, {3, 3}, {}, {}, {1, 1}, {1, 1});
+    {
+        // Every op checks it, f32 too, on any CPU.
+        const testutil::ScopedEnv bad("CONVGRAD_AMX", "always");
+        CHECK_THROWS_WITH(c.make("amx"), Catch::Contains("CONVGRAD_AMX") && Catch::Contains("\"always\""));
+        wtest::Case f = c;
+        f.dt = data_type::f32;
+        CHECK_THROWS_WITH(f.make("amx"), Catch::Contains("CONVGRAD_AMX"));
+    }
+    if (!has_amx()) return;
+    // 16 channels both ways: a quarter of the weight gradient's products useful.
+    for (const char* v : {"auto", "", "all"}) {
+        const testutil::ScopedEnv env("CONVGRAD_AMX", v);
+        INFO("CONVGRAD_AMX=" << v);
+        check_weights(c, std::string(v) == "all", 901);
+    }
 }

@@ -219,6 +219,14 @@ Isa op_isa(const Problem& p) {
     return op_isa(p, isa, setting, probe && bf16_dot_pays());
 }
 
+bool amx_takes_all() {
+    const char* env = std::getenv("CONVGRAD_AMX");
+    const std::string v = env ? env : "";
+    if (v.empty() || v == "auto") return false;
+    if (v == "all") return true;
+    throw error("CONVGRAD_AMX: expected auto or all, given \"" + v + "\"");
+}
+
 std::unique_ptr<Executor> make_executor(const Problem& p) {
     const bool amx = effective_isa() == Isa::amx;
     auto make_amx = [&](const Problem& x) {
@@ -226,6 +234,7 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
                    : nullptr;
     };
     bf16_dot_setting();  // checked for every op
+    amx_takes_all();
     if (auto tiles = make_amx(p)) return tiles;  // (before op_isa: no probe for them)
     const Isa isa = op_isa(p);
     if (isa >= Isa::avx2) {

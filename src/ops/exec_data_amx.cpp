@@ -493,10 +493,12 @@ std::string AmxDataExecutor::describe() const {
 // bf16 layers with at least a tile of channels both ways (fewer leave most
 // of each tile's rows or columns empty); NCX ones with work enough for
 // their copies (amx_takes_ncx). Grouped layers run whole, W zero across
-// groups, where that leaves enough of the tiles' products useful.
+// groups, where that leaves enough of the tiles' products useful. Under
+// CONVGRAD_AMX=all, every layer of the channels above.
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p) {
     if (p.alg != Alg::data || p.dt != data_type::bf16) return nullptr;
     if (p.oc() < kAmxStepOc || p.ic() < 16) return nullptr;
+    if (amx_takes_all()) return std::make_unique<AmxDataExecutor>(p, op_threads(p));
     if (!amx_takes_ncx(p)) return nullptr;
     if (p.g > 1 && amx_used_share(p) < kAmxGroupMinShare) return nullptr;
     return std::make_unique<AmxDataExecutor>(p, op_threads(p));

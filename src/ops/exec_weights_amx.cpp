@@ -75,16 +75,25 @@ namespace {
 constexpr int64_t kChunkBytes = 1 << 20;
 constexpr int64_t kMinSteps = 128;
 constexpr int64_t kBlock = 32;  // channels a block, positions a step
-// A grouped layer takes the tiles when at least this share of their
-// products is useful: amx_used_share (the rest across groups) times
-// position_share (rows padded to 32 positions, pad columns). bf16, mb 32,
-// 2 threads, against the vector kernels (Intel AMX guest,
-// tools/sweep_ab.py --rounds=3 --min): ResNeXt-50 conv5 (groups of 32 at
-// 7x7, 0.78) 1.84-2.19x, conv4 (16 at 14x14, 0.44) 1.22x; 0.39-0.47
-// (groups of 16 at 7x7 to 28x28, 16 strided to 28 wide) 0.67-0.95x; 32
-// strided to 7 wide (0.22) 0.58x; groups of 8 (0.19-0.23) 0.14-0.97x.
+// A layer takes the tiles when at least this share of their products is
+// useful: amx_used_share (channel tails; the products across groups)
+// times position_share (rows padded to 32 positions, pad columns). bf16,
+// mb 32, 2 threads, against the vector kernels (Intel AMX guest,
+// tools/sweep_ab.py --rounds=3 --min): dense 3x3 16 -> 16 at 112x112
+// (0.25) 0.34x, strided to 56 wide (0.22) 0.14x, 64 -> 16 (0.48) 0.81x,
+// 16 -> 64 (0.48) 1.18x, 24 -> 24 (0.54) 1.22x; strided rows 7, 8 and 14
+// wide (0.22-0.44) 0.64-0.99x, 17 and 28 wide (0.53, 0.88) 1.05-1.25x.
+// Grouped: ResNeXt-50 conv5 (groups of 32 at 7x7, 0.78) 1.84-2.19x, conv4
+// (16 at 14x14, 0.44) 1.22x; 0.39-0.47 (groups of 16 at 7x7 to 28x28, 16
+// strided to 28 wide) 0.67-0.95x; groups of 8 (0.19-0.23) 0.14-0.97x.
 // Groups of 32-64 at 28x28-56x56, whole against group by group: 1.00-1.36x.
-constexpr double kAmxGroupMinShare = 0.6;
+constexpr double kAmxMinShare = 0.5;
+// 1x1 layers of fewer channels a group either way are left to the vector
+// kernels: 16 -> 96-128 and 32 -> 16 or 128 -> 16 at 28x28-112x112
+// 0.36-0.60x, 24 -> 144 and 96 -> 24 0.75-0.87x; 64 -> 384 and 80 -> 480
+// at 14x14 1.37-1.56x, the 7x7 heads and projections 1.8-3.0x
+// (EfficientNet-B0, MobileNetV2; same measurements).
+constexpr int64_t kAmxMinChannels1x1 = 32;
 
 // One step of staged diff_dst: the 32 positions px (each at its channel
 // 0; null: zeros) in pairs, out[ob·block + 64·k + 2c + h] = px[2k + h][32·ob
@@ -509,16 +518,19 @@ std::string AmxWeightsExecutor::describe() const {
 
 }  // namespace
 
-// bf16 layers with at least half a tile of channels both ways; NCX ones
-// with work enough for their copies (amx_takes_ncx). Grouped layers run
-// whole, their groups' blocks only (amx_group_blocks), where at least
-// kAmxGroupMinShare of the tiles' products are useful.
+// bf16 layers with at least half a tile of channels both ways (1x1:
+// kAmxMinChannels1x1 a group) and kAmxMinShare of their products useful;
+// NCX ones with work enough for their copies (amx_takes_ncx); all of
+// them under CONVGRAD_AMX=all. Grouped layers run whole, their groups'
+// blocks only (amx_group_blocks).
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p) {
     if (p.alg != Alg::weights || p.dt != data_type::bf16) return nullptr;
     if (p.ic() < 16 || p.oc() < 16) return nullptr;
-    if (!amx_takes_ncx(p)) return nullptr;
     auto e = std::make_unique<AmxWeightsExecutor>(p);
-    if (p.g > 1 && amx_used_share(p) * e->position_share() < kAmxGroupMinShare) return nullptr;
+    if (amx_takes_all()) return e;
+    if (p.k_sp() == 1 && std::min(p.icg, p.ocg) < kAmxMinChannels1x1) return nullptr;
+    if (!amx_takes_ncx(p)) return nullptr;
+    if (amx_used_share(p) * e->position_share() < kAmxMinShare) return nullptr;
     return e;
 }
 

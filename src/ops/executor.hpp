@@ -99,6 +99,11 @@ std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);
 // tried first where the effective ISA is amx (NCX through NXC copies).
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p);
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p);
+// CONVGRAD_AMX (read for every op): "auto" or unset, the AMX paths take
+// the layers where they were measured faster than the vector kernels;
+// "all", every bf16 layer their kernels can run (for tests and
+// comparisons). Throws convgrad::error naming the variable for another value.
+bool amx_takes_all();
 // The AMX paths run a grouped layer whole, as the dense layer whose
 // weights are zero across groups, each block of 32 input channels taking
 // only the blocks of 32 output channels that hold its groups' (exec_groups.cpp).
