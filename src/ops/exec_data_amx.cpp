@@ -114,6 +114,8 @@ public:
 
 private:
     std::string oc_steps(bool taps) const;
+    // Bytes of a channel block's staged W a tap: steps_ of oc pairs.
+    int64_t w_tap_bytes() const { return steps_ * kAmxStepOc / 2 * kAmxBlockC * 4; }
     void run_nxc(const char* dd, const uint16_t* w, char* dsrc) const;
     void stage_weights(const uint16_t* w, uint32_t* wv) const;
     void stage_chunk(const char* dd, int64_t n0, int64_t nc, char* out) const;
@@ -186,7 +188,6 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
     a_step_ = (chunk_ * image_px_ + slack_px_) * kAmxStepOc * 2;
 
     const int64_t pitch = ext_[2], plane = ext_[1] * ext_[2];
-    const int64_t w_tap_bytes = steps_ * kAmxStepOc / 2 * kAmxBlockC * 4;
     int64_t blocks_total = 0;
     for (const AxisPhase& pd : axes[0])
         for (const AxisPhase& ph : axes[1])
@@ -201,7 +202,7 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
                                     (td.e + lead_[0]) * plane + (th.e + lead_[1]) * pitch + tw.e + lead_[2];
                             const int64_t tap = (td.k * p.k[1] + th.k) * p.k[2] + tw.k;
                             f.taps.push_back(px * kAmxStepOc * 2);
-                            f.taps.push_back(tap * w_tap_bytes);
+                            f.taps.push_back(tap * w_tap_bytes());
                         }
                 f.flat = (f.j[1] - 1) * pitch + f.j[2];
                 f.blocks = div_up(f.flat, kAmxBlockM);
@@ -250,7 +251,7 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
 void AmxDataExecutor::stage_weights(const uint16_t* w, uint32_t* wv) const {
     const WeightStrides& s = p_.wei_str;
     const int64_t oc = p_.oc(), ic = p_.ic(), pairs = steps_ * kAmxStepOc / 2, taps = p_.k_sp();
-    const bool dwords = p_.g == 1 && s.o == 1 && oc % 2 == 0 && s.i % 2 == 0;
+    const bool dwords = s.o == 1 && oc % 2 == 0 && s.i % 2 == 0;
     parallel_static(threads(), cblocks_ * taps, [&](int64_t x) {
         const int64_t cb = x / taps, t = x % taps;
         const int64_t kd = t / (p_.k[1] * p_.k[2]), kh = t / p_.k[2] % p_.k[1], kw = t % p_.k[2];
@@ -331,7 +332,7 @@ void AmxDataExecutor::zero_untapped(char* out) const {
 
 DataAmxArgs AmxDataExecutor::base_args(const char* wv, int64_t cb, float* acc, void* const* rows) const {
     DataAmxArgs args;
-    args.b = wv + cb * p_.k_sp() * steps_ * kAmxStepOc / 2 * kAmxBlockC * 4;
+    args.b = wv + cb * p_.k_sp() * w_tap_bytes();
     args.steps = steps_;
     args.acc = acc;
     args.rows = rows;
@@ -391,7 +392,7 @@ void AmxDataExecutor::run(const void* in0, const void* in1, void* out) const {
 void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) const {
     // Every buffer before the first write to diff_src (a failed allocation
     // leaves it untouched).
-    const ScratchLease wv(Scratch::amx_data_weights, cblocks_ * p_.k_sp() * steps_ * kAmxStepOc / 2 * kAmxBlockC * 4);
+    const ScratchLease wv(Scratch::amx_data_weights, cblocks_ * p_.k_sp() * w_tap_bytes());
     const ScratchLease staged =
             direct_ ? ScratchLease() : ScratchLease(Scratch::amx_data_diff_dst, ocp_ / kAmxStepOc * a_step_);
     stage_weights(w, wv.as<uint32_t>());

@@ -4,19 +4,19 @@
 #include <cstdint>
 #include <vector>
 
+#include "jit/bwd_data_amx_kernel.hpp"
 #include "ops/executor.hpp"
 
 namespace convgrad::detail {
 
 int64_t amx_group_blocks(const Problem& p, std::vector<int64_t>* first) {
-    constexpr int64_t kBlock = 32;
-    const int64_t ic = p.ic(), blocks = div_up(ic, kBlock), all = div_up(p.oc(), kBlock);
+    const int64_t ic = p.ic(), blocks = div_up(ic, kAmxBlockC), all = div_up(p.oc(), kAmxStepOc);
     int64_t n = 0;
     first->clear();
     for (int64_t ib = 0; ib < blocks; ++ib) {
-        const int64_t g0 = ib * kBlock / p.icg, g1 = (std::min(ib * kBlock + kBlock, ic) - 1) / p.icg;
-        first->push_back(g0 * p.ocg / kBlock);
-        n = std::max(n, div_up((g1 + 1) * p.ocg, kBlock) - first->back());
+        const int64_t g0 = ib * kAmxBlockC / p.icg, g1 = (std::min(ib * kAmxBlockC + kAmxBlockC, ic) - 1) / p.icg;
+        first->push_back(g0 * p.ocg / kAmxStepOc);
+        n = std::max(n, div_up((g1 + 1) * p.ocg, kAmxStepOc) - first->back());
     }
     for (int64_t& f : *first) f = std::min(f, all - n);
     return n;
@@ -25,7 +25,7 @@ int64_t amx_group_blocks(const Problem& p, std::vector<int64_t>* first) {
 double amx_used_share(const Problem& p) {
     std::vector<int64_t> first;
     const int64_t blocks = amx_group_blocks(p, &first);
-    return double(p.ic()) * double(p.ocg) / (double(first.size()) * 32.0 * double(blocks) * 32.0);
+    return double(p.ic()) * double(p.ocg) / (double(first.size() * kAmxBlockC) * double(blocks * kAmxStepOc));
 }
 
 }  // namespace convgrad::detail

@@ -526,11 +526,11 @@ std::string AmxWeightsExecutor::describe() const {
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p) {
     if (p.alg != Alg::weights || p.dt != data_type::bf16) return nullptr;
     if (p.ic() < 16 || p.oc() < 16) return nullptr;
+    const bool all = amx_takes_all();
+    if (!all && p.k_sp() == 1 && std::min(p.icg, p.ocg) < kAmxMinChannels1x1) return nullptr;
+    if (!all && !amx_takes_ncx(p)) return nullptr;
     auto e = std::make_unique<AmxWeightsExecutor>(p);
-    if (amx_takes_all()) return e;
-    if (p.k_sp() == 1 && std::min(p.icg, p.ocg) < kAmxMinChannels1x1) return nullptr;
-    if (!amx_takes_ncx(p)) return nullptr;
-    if (amx_used_share(p) * e->position_share() < kAmxMinShare) return nullptr;
+    if (!all && amx_used_share(p) * e->position_share() < kAmxMinShare) return nullptr;
     return e;
 }
 
