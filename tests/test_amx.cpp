@@ -275,9 +275,10 @@ TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
 // and ConvTranspose's swapped inputs), 3x3 planes, strided rows and the
 // data gradient's phases, 1x1 (in place and staged), NCX through copies,
 // both weights layouts. Taken by default where half the tiles' products
-// are useful (weights: counting the positions stepped over too): groups
-// of 8 and depthwise are left to the vector kernels, as are weight
-// gradients of small planes of groups of 16 or 48.
+// are useful (weights: counting the positions stepped over too; groups of
+// 16 or fewer on half tiles, 0.4 of them and unstrided): data gradients of
+// groups of 8 and depthwise are left to the vector kernels, as are weight
+// gradients of small planes of groups of 48.
 TEST_CASE("amx: grouped layers whole, weights zero across groups", "[jit][amx]") {
     if (!has_amx()) return;
     struct Grouped {
@@ -289,7 +290,7 @@ TEST_CASE("amx: grouped layers whole, weights zero across groups", "[jit][amx]")
     const std::vector<Grouped> cases{
             {conv(2, 64, 64, {16, 16}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, true},     // 32 a group
             {conv(2, 128, 128, {14, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, true},  // 64
-            {conv(2, 64, 64, {12, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 4, false},   // 16: half the products
+            {conv(2, 64, 64, {12, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 4, true},    // 16: half tiles (weights)
             {conv(2, 96, 96, {12, 12}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, false},   // 48: blocks of two groups
             {conv(2, 64, 80, {16, 16}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 2, true},    // 32 and 40: an OC tail
             {conv(2, 128, 128, {21, 56}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), 4, true},  // rows; phases
@@ -307,12 +308,59 @@ TEST_CASE("amx: grouped layers whole, weights zero across groups", "[jit][amx]")
                 INFO("g " << c.g << " ic " << c.ic << " oc " << c.oc << " " << wfmt << (nxc ? " NXC" : " NCX"));
                 check_data(c, nxc || x.ncx, seed += 2);
                 check_weights(c, x.weights && (nxc || x.ncx), seed += 2);
-                if (x.weights && (nxc || x.ncx)) CHECK(c.make("amx").describe().find("(its groups') of") != std::string::npos);
+                if (x.weights && (nxc || x.ncx) && c.ic / c.g > 16)
+                    CHECK(c.make("amx").describe().find("(its groups') of") != std::string::npos);
             }
     wtest::Case eight = conv(2, 64, 64, {16, 16}, {3, 3}, {}, {}, {1, 1}, {1, 1});
-    eight.g = 8;  // a quarter of the products useful
+    eight.g = 8;  // a quarter of the products useful; half on half tiles
     check_data(eight, false, 861);
-    check_weights(eight, false, 863);
+    check_weights(eight, true, 863);
+    eight.in = {7, 7};  // 0.38 of the half tiles' products useful
+    check_weights(eight, false, 865);
+    eight.in = {16, 16};
+    eight.s = {2, 2};  // strided: stays on the vector kernels
+    check_weights(eight, false, 867);
+    eight.s = {};
+    eight.g = 16;  // groups of 4: a quarter on half tiles
+    check_weights(eight, false, 869);
+}
+
+// Groups of 16 or fewer (icg == ocg): the half kernels, 16 input channels
+// with their groups' 16 output channels, 1-3 taps a call that share a row
+// key: planes (any taps of a kd), rows (the kw of a kh), 1x1; a half past
+// the channels skipped, half tiles of several groups, dilation, 3D.
+TEST_CASE("amx: grouped weight gradients on half tiles", "[jit][weights][amx]") {
+    if (!has_amx()) return;
+    const testutil::ScopedEnv all("CONVGRAD_AMX", "all");
+    struct Half {
+        wtest::Case c;
+        int64_t g;
+    };
+    const std::vector<Half> cases{
+            {conv(2, 48, 48, {10, 9}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 3},          // 16: a half past the channels
+            {conv(2, 64, 64, {11, 12}, {5, 5}, {}, {2, 2}, {4, 4}, {4, 3}), 8},     // 8: 25 taps in sets of 3 and 1
+            {conv(3, 32, 32, {7, 13}, {1, 3}, {1, 2}, {}, {0, 1}, {0, 1}), 16},     // 2: rows, the kw of a kh
+            {conv(2, 40, 40, {9, 8}, {3, 1}, {2, 1}, {}, {1, 0}, {1, 0}), 5},       // 8: rows, sets of 1
+            {conv(2, 64, 64, {5, 6, 4}, {2, 3, 2}, {2, 1, 1}, {}, {1, 1, 1}, {0, 1, 0}), 4},  // 3D, stride along D
+            {conv(2, 64, 64, {9, 7}, {1, 1}), 4},                                  // 1x1: one tap a call
+            {conv(2, 32, 32, {23}, {3}, {}, {}, {1}, {1}), 2},                      // 1D
+    };
+    uint32_t seed = 900;
+    for (const Half& x : cases)
+        for (const char* wfmt : {"XIO", "OIX"}) {
+            wtest::Case c = x.c;
+            c.g = x.g;
+            c.wfmt = wfmt;
+            INFO("g " << c.g << " ic " << c.ic << " k " << c.k.size() << " " << wfmt);
+            check_weights(c, true, seed += 2);
+            const std::string d = c.make("amx").describe();
+            INFO(d);
+            CHECK(d.find("for input half (16 channels") != std::string::npos);
+        }
+    // Random reals: 3 images of 12 x 14, 504 terms a sum.
+    wtest::Case w = conv(3, 48, 48, {12, 14}, {3, 3}, {}, {}, {1, 1}, {1, 1});
+    w.g = 6;
+    check_reals([&](const std::string& isa) { return w.make(isa); }, kAmxWeights, 504);
 }
 
 TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[jit][amx]") {

@@ -94,6 +94,14 @@ constexpr double kAmxMinShare = 0.5;
 // at 14x14 1.37-1.56x, the 7x7 heads and projections 1.8-3.0x
 // (EfficientNet-B0, MobileNetV2; same measurements).
 constexpr int64_t kAmxMinChannels1x1 = 32;
+// Halves (groups of 16 or fewer) have a share of their own: of mb 32
+// RegNetX / RegNetY / ResNeXt-50 3x3 layers (2 threads, tools/sweep_ab.py
+// --rounds=3 --min, CONVGRAD_AMX=all against the vector kernels), groups
+// of 16 at 7x7-28x28 (0.77-0.88) 1.14-1.92x, groups of 8 at 14x14 and
+// 28x28 (0.44-0.45) 1.25-1.52x, at 7x7 (0.38) 0.81x, groups of 4 (0.23)
+// 0.84x. Strided layers (rows) stage four times the src a product there:
+// 0.41-0.88x, so they stay on the vector kernels.
+constexpr double kAmxMinShareHalves = 0.4;
 
 // One step of staged diff_dst: the 32 positions px (each at its channel
 // 0; null: zeros) in pairs, out[ob·block + 64·k + 2c + h] = px[2k + h][32·ob
@@ -184,6 +192,14 @@ public:
         const double steps = flat_ ? double(flat_steps(chunk_)) / double(chunk_) : double(b_runs_ * steps_);
         return double(p_.out[1] * p_.out[2]) / (steps * kBlock);
     }
+    bool halves() const { return halves_; }
+    bool rows() const { return !planes_ && !flat_; }
+    // The share of the tile products that are useful: channel tails and
+    // the products across groups (amx_used_share; halves: 16 x 16 tiles).
+    double used_share() const {
+        if (!halves_) return amx_used_share(p_);
+        return double(p_.ic()) * double(p_.ocg) / (double(div_up(p_.ic(), 16)) * 256.0);
+    }
 
 private:
     void stage_src(const char* src, int64_t n0, int64_t nc, char* out) const;
@@ -214,12 +230,21 @@ private:
     int64_t steps_ = 0;      // steps of 32 positions a run
     int64_t chunk_ = 1;
     std::vector<int64_t> tap_shift_;  // A byte offset of each tap
+    // Halves (groups of icg == ocg dividing 16): the half kernels' items are
+    // (input block, half, tap set); a tap set is up to 3 consecutive taps
+    // of one row key, (first tap, count).
+    bool halves_ = false;
+    std::vector<std::array<int64_t, 2>> tap_sets_;
     ArrayConverter round_;
     std::shared_ptr<const WeightsAmxKernel> kernel_;
+    std::array<std::shared_ptr<const WeightsAmxKernel>, 4> half_kernels_;  // by taps
 
     void stage_flat_src(const char* src, int64_t n0, int64_t nc, char* out) const;
     void stage_flat_dd(const char* dd, int64_t n0, int64_t nc, char* out) const;
     int64_t flat_steps(int64_t nc) const { return div_up(nc * p_.out_sp(), kBlock); }
+    int64_t row_key(int64_t t) const { return planes_ || flat_ ? t / (p_.k[1] * p_.k[2]) : t / p_.k[2]; }
+    void call(const char* a, const char* b, const std::vector<std::vector<int64_t>>& lists, int64_t nc, bool load,
+              float* acc, int64_t x) const;
 
     int64_t a_run_bytes() const { return kBlock * a_len_ * 2; }
     int64_t b_run_bytes() const { return steps_ * kBlock * kBlock * 2; }
@@ -242,6 +267,17 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
     acc_w_ = nob_ * kBlock;
     flat_ = p.k_sp() == 1;
     planes_ = !flat_ && p.stride[1] == 1 && p.stride[2] == 1;
+    halves_ = p.g > 1 && p.icg == p.ocg && 16 % p.icg == 0;
+    if (halves_) {
+        for (int64_t t = 0; t < p.k_sp();) {
+            int64_t n = 1;
+            while (n < 3 && t + n < p.k_sp() && row_key(t + n) == row_key(t)) ++n;
+            tap_sets_.push_back({t, n});
+            half_kernels_[static_cast<size_t>(n)] = get_weights_amx_kernel(WeightsAmxDesc{static_cast<int32_t>(n)});
+            t += n;
+        }
+        kernel_ = nullptr;
+    }
     const int64_t ow = p.out[2], kh = p.k[1], kw = p.k[2];
     if (flat_) {
         tap_shift_.push_back(0);
@@ -437,6 +473,49 @@ void AmxWeightsExecutor::round_out(const float* acc, char* out) const {
     });
 }
 
+// Item x of a chunk of nc images: a kernel call adding to its block (or
+// half's taps) of acc.
+void AmxWeightsExecutor::call(const char* a, const char* b, const std::vector<std::vector<int64_t>>& lists,
+                              int64_t nc, bool load, float* acc, int64_t x) const {
+    const int64_t taps = p_.k_sp();
+    WeightsAmxArgs args;
+    args.steps = flat_ ? flat_steps(nc) : steps_;
+    args.a_pitch = flat_ ? kBlock * 2 : a_len_ * 2;
+    args.a_half = flat_ ? 16 * kBlock * 2 : 16 * args.a_pitch;
+    args.a_step = flat_ ? kBlock * kBlock * 2 : kBlock * 2;
+    args.acc_row = acc_w_ * 4;
+    args.load = load;
+    args.config = amx_tile_config();
+    if (halves_) {
+        const int64_t sets = static_cast<int64_t>(tap_sets_.size());
+        const auto& set = tap_sets_[static_cast<size_t>(x % sets)];
+        const int64_t ib = x / sets / 2, i0 = ib * kBlock + x / sets % 2 * 16;
+        if (i0 >= p_.ic()) return;  // a half past the channels
+        // The half's groups' output channels, i0 .. i0 + 15, at column c of
+        // the block's accumulator and of its staged diff_dst.
+        const int64_t ob = ob0_[static_cast<size_t>(ib)], c = i0 - ob * kBlock;
+        const std::vector<int64_t>& list = lists[static_cast<size_t>(row_key(set[0]))];
+        args.a = a + ib * a_block_bytes(nc) + (i0 - ib * kBlock) / 16 * args.a_half;
+        for (int64_t k = 0; k < set[1]; ++k) args.shift[k] = tap_shift_[static_cast<size_t>(set[0] + k)];
+        args.b = b + ob * b_block_bytes(nc) + c * 4;
+        args.rows = list.data();
+        args.nrows = static_cast<int64_t>(list.size() / 2);
+        args.acc = acc + (set[0] * icp_ + i0) * acc_w_ + c;
+        args.acc_tap = icp_ * acc_w_ * 4;
+        (*half_kernels_[static_cast<size_t>(set[1])])(args);
+        return;
+    }
+    const int64_t t = x % taps, j = x / taps % nob_, ib = x / taps / nob_;
+    const int64_t ob = ob0_[static_cast<size_t>(ib)] + j;
+    const std::vector<int64_t>& list = lists[static_cast<size_t>(row_key(t))];
+    args.a = a + ib * a_block_bytes(nc) + tap_shift_[static_cast<size_t>(t)];
+    args.b = b + ob * b_block_bytes(nc);
+    args.rows = list.data();
+    args.nrows = static_cast<int64_t>(list.size() / 2);
+    args.acc = acc + (t * icp_ + ib * kBlock) * acc_w_ + j * kBlock;
+    (*kernel_)(args);
+}
+
 void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const {
     const char* src = static_cast<const char*>(p_.swap_inputs ? in1 : in0);
     const char* dd = static_cast<const char*>(p_.swap_inputs ? in0 : in1);
@@ -464,53 +543,41 @@ void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const 
             stage_dd(dd, n0, nc, b.get());
         }
         for (int64_t k = 0; k < keys; ++k) lists[static_cast<size_t>(k)] = runs(k, nc);
-        parallel_static(threads(), icb_ * nob_ * taps, [&](int64_t x) {
-            const int64_t t = x % taps, j = x / taps % nob_, ib = x / taps / nob_;
-            const int64_t ob = ob0_[static_cast<size_t>(ib)] + j;
-            const int64_t key = planes_ ? t / (p_.k[1] * p_.k[2]) : t / p_.k[2];
-            const std::vector<int64_t>& list = lists[static_cast<size_t>(key)];
-            WeightsAmxArgs args;
-            args.a = a.get() + ib * a_block_bytes(nc) + tap_shift_[static_cast<size_t>(t)];
-            args.b = b.get() + ob * b_block_bytes(nc);
-            args.rows = list.data();
-            args.nrows = static_cast<int64_t>(list.size() / 2);
-            args.steps = flat_ ? flat_steps(nc) : steps_;
-            args.a_pitch = flat_ ? kBlock * 2 : a_len_ * 2;
-            args.a_half = flat_ ? 16 * kBlock * 2 : 16 * args.a_pitch;
-            args.a_step = flat_ ? kBlock * kBlock * 2 : kBlock * 2;
-            args.acc = acc.floats() + (t * icp_ + ib * kBlock) * acc_w_ + j * kBlock;
-            args.acc_row = acc_w_ * 4;
-            args.load = n0 > 0;
-            args.config = amx_tile_config();
-            (*kernel_)(args);
-        });
+        const int64_t items = halves_ ? icb_ * 2 * static_cast<int64_t>(tap_sets_.size()) : icb_ * nob_ * taps;
+        parallel_static(threads(), items,
+                        [&](int64_t x) { call(a.get(), b.get(), lists, nc, n0 > 0, acc.floats(), x); });
     }
     round_out(acc.floats(), static_cast<char*>(out));
 }
 
 std::string AmxWeightsExecutor::describe() const {
     std::ostringstream os;
-    if (flat_) {
-        os << "jit:amx weights bf16 tdpbf16ps, 1x1: src staged in blocks of 32 of " << icp_
-           << " channels x 32 positions, diff_dst in position pairs, blocks of 32 of " << ocp_ << " channels\n"
-           << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage src and diff_dst\n"
-           << "    for input block, output block in " << icb_ << " x " << blocks_text() << "  [split over threads]\n"
-           << "      for step of 32 in the chunk's " << chunk_ * p_.out_sp()
-           << " positions: 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
-           << "  f32 sums rounded to bf16 into diff_weights";
-        if (ncx_) os << "\n  (NCX src and diff_dst transposed to NXC first)";
-        return os.str();
+    os << "jit:amx weights bf16 tdpbf16ps";
+    if (flat_)
+        os << ", 1x1: src staged in blocks of 32 of " << icp_ << " channels x 32 positions, ";
+    else
+        os << " (src staged channel-major in blocks of 32 of " << icp_ << " channels, "
+           << (planes_ ? "runs of whole padded planes " + std::to_string(pitch_) + " wide"
+                       : "runs of input rows in " + std::to_string(p_.stride[2]) + " W phases of " +
+                                 std::to_string(colsp_))
+           << "; ";
+    os << "diff_dst in position pairs, blocks of 32 of " << ocp_ << " channels" << (flat_ ? "" : ")") << "\n"
+       << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage src and diff_dst\n";
+    if (halves_) {
+        int64_t most = 0;
+        for (const auto& set : tap_sets_) most = std::max(most, set[1]);
+        os << "    for input half (16 channels, its groups' 16 output channels), tap set in " << div_up(p_.ic(), 16)
+           << " x " << tap_sets_.size() << " (up to " << most << " taps of a row key)  [split over threads]\n";
+    } else {
+        os << "    for input block, output block" << (flat_ ? "" : ", tap") << " in " << icb_ << " x " << blocks_text()
+           << (flat_ ? "" : " x " + std::to_string(p_.k_sp())) << "  [split over threads]\n";
     }
-    os << "jit:amx weights bf16 tdpbf16ps (src staged channel-major in blocks of 32 of " << icp_ << " channels, "
-       << (planes_ ? "runs of whole padded planes " + std::to_string(pitch_) + " wide"
-                   : "runs of input rows in " + std::to_string(p_.stride[2]) + " W phases of " +
-                             std::to_string(colsp_))
-       << "; diff_dst in position pairs, blocks of 32 of " << ocp_ << " channels)\n"
-       << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage src and diff_dst\n"
-       << "    for input block, output block, tap in " << icb_ << " x " << blocks_text() << " x " << p_.k_sp()
-       << "  [split over threads]\n"
-       << "      for run (" << (planes_ ? "a plane" : "an output row") << "), step of 32 positions in "
-       << steps_ * kBlock << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
+    if (flat_)
+        os << "      for step of 32 in the chunk's " << chunk_ * p_.out_sp() << " positions: ";
+    else
+        os << "      for run (" << (planes_ ? "a plane" : "an output row") << "), step of 32 positions in "
+           << steps_ * kBlock << ": ";
+    os << (halves_ ? "1 + taps tile loads, a tdpbf16ps a tap (16 x 16 f32)\n" : "4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n")
        << "  f32 sums rounded to bf16 into diff_weights";
     if (ncx_) os << "\n  (NCX src and diff_dst transposed to NXC first)";
     return os.str();
@@ -530,7 +597,10 @@ std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p) {
     if (!all && p.k_sp() == 1 && std::min(p.icg, p.ocg) < kAmxMinChannels1x1) return nullptr;
     if (!all && !amx_takes_ncx(p)) return nullptr;
     auto e = std::make_unique<AmxWeightsExecutor>(p);
-    if (!all && amx_used_share(p) * e->position_share() < kAmxMinShare) return nullptr;
+    if (!all) {
+        const double share = e->used_share() * e->position_share();
+        if (e->halves() ? e->rows() || share < kAmxMinShareHalves : share < kAmxMinShare) return nullptr;
+    }
     return e;
 }
 
