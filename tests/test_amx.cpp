@@ -344,6 +344,7 @@ TEST_CASE("amx: grouped weight gradients on half tiles", "[jit][weights][amx]") 
             {conv(2, 64, 64, {5, 6, 4}, {2, 3, 2}, {2, 1, 1}, {}, {1, 1, 1}, {0, 1, 0}), 4},  // 3D, stride along D
             {conv(2, 64, 64, {9, 7}, {1, 1}), 4},                                  // 1x1: one tap a call
             {conv(2, 32, 32, {23}, {3}, {}, {}, {1}, {1}), 2},                      // 1D
+            {conv(3, 64, 64, {40, 60}, {3, 3}, {}, {}, {1, 1}, {1, 1}), 4},         // an image a chunk: sums carried
     };
     uint32_t seed = 900;
     for (const Half& x : cases)
