@@ -167,6 +167,23 @@ TEST_CASE("amx: weight gradient over strides, dilation, padding, 1D to 3D, chann
         INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size());
         check_weights(c, true, seed += 2);
     }
+    // Strided rows narrower than a step, packed several to a run: a last
+    // pack of fewer rows, pad rows inside a pack, dilation, unit H stride
+    // with W stride 2, 3D, a 1 x 5 kernel at W stride 4 (each tap its own
+    // phase).
+    for (const wtest::Case& c :
+         {conv(2, 32, 48, {14, 14}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}),
+          conv(3, 40, 32, {17, 17}, {3, 3}, {2, 2}),
+          conv(2, 32, 32, {15, 13}, {3, 3}, {2, 2}, {2, 2}, {2, 2}, {1, 2}),
+          conv(2, 48, 32, {9, 16}, {3, 3}, {1, 2}, {}, {1, 1}, {1, 1}),
+          conv(2, 32, 40, {6, 9, 9}, {3, 3, 3}, {2, 2, 2}, {}, {1, 1, 1}, {1, 1, 1}),
+          conv(2, 32, 32, {5, 30}, {1, 5}, {1, 4}, {}, {0, 2}, {0, 2})}) {
+        INFO("packed ic " << c.ic << " oc " << c.oc << " rank " << c.in.size());
+        check_weights(c, true, seed += 2);
+        const std::string d = c.make("amx").describe();
+        INFO(d);
+        CHECK(d.find("runs of packs of") != std::string::npos);
+    }
     // Planes of more than one chunk (1 MiB: one image a chunk, the sums
     // carried across chunks).
     check_weights(conv(3, 32, 48, {40, 60}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 423);
@@ -215,7 +232,7 @@ TEST_CASE("amx: weights formats, large images and the problems left to the vecto
     all.reset();
     // By default also: depthwise (a 32nd of the products useful); weight
     // gradients of under half their products useful (16 channels both
-    // ways; strided rows of 7 of a step's 32 positions) and 1x1 layers of
+    // ways; a strided layer's 2 x 2 output in a step of 32 positions) and 1x1 layers of
     // fewer than 32 channels either way. The same layers of more channels
     // or wider rows take the tiles.
     wtest::Case dw = conv(2, 64, 64, {5, 5}, {3, 3});
@@ -224,7 +241,8 @@ TEST_CASE("amx: weights formats, large images and the problems left to the vecto
     check_weights(dw, false, 503);
     check_weights(conv(2, 16, 16, {20, 20}, {3, 3}, {}, {}, {1, 1}, {1, 1}), false, 505);
     check_weights(conv(2, 64, 64, {20, 20}, {3, 3}, {}, {}, {1, 1}, {1, 1}), true, 507);
-    check_weights(conv(2, 64, 64, {14, 14}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), false, 509);
+    check_weights(conv(2, 64, 64, {14, 14}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), true, 509);  // rows of 7, 4 a run
+    check_weights(conv(2, 64, 64, {4, 4}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), false, 519);   // 4 of 32 positions
     check_weights(conv(2, 64, 64, {56, 56}, {3, 3}, {2, 2}, {}, {1, 1}, {1, 1}), true, 511);
     check_weights(conv(2, 24, 144, {10, 10}, {1, 1}), false, 513);
     check_weights(conv(2, 144, 24, {10, 10}, {1, 1}), false, 515);

@@ -22,7 +22,14 @@
 //  - otherwise ("rows"): a run is one input row, split into its W stride
 //    phases, an output row's positions (rounded up to 32, diff_dst 0 past
 //    the end) and a tap kw the phase and shift of kw·dil; a tap kh reads
-//    the input row oh·s - pad + kh·dil, and rows outside src are skipped.
+//    the input row oh·s - pad + kh·dil, and rows outside src are skipped;
+//  - rows narrower than a step ("packed rows"): a run holds several output
+//    rows, OW + the widest tap shift of a phase apart (diff_dst 0 between),
+//    and its src a run per kh: each W phase holds the pack's input rows
+//    oh·s - pad + kh·dil at the same pitch (rows outside src: zeros), so a
+//    tap kw is again a phase and shift. ResNet-50 v1.5's res5a_branch2b (7
+//    wide) steps over 64 positions for 49 where one row a run stepped over
+//    224 (a row of 7 in a step of 32).
 // Along D (and along H for rows), input rows outside src are skipped, not
 // multiplied.
 //  - a 1x1 kernel ("flat", any stride and padding): one run over the
@@ -87,6 +94,8 @@ constexpr int64_t kBlock = 32;  // channels a block, positions a step
 // (16 at 14x14, 0.44) 1.22x; 0.39-0.47 (groups of 16 at 7x7 to 28x28, 16
 // strided to 28 wide) 0.67-0.95x; groups of 8 (0.19-0.23) 0.14-0.97x.
 // Groups of 32-64 at 28x28-56x56, whole against group by group: 1.00-1.36x.
+// (The strided rows above ran one to a run; packed, the layers of 7-17
+// wide rows have 0.67-0.77 and ran 1.25-3.6x the vector kernels.)
 constexpr double kAmxMinShare = 0.5;
 // 1x1 layers of fewer channels a group either way are left to the vector
 // kernels: 16 -> 96-128 and 32 -> 16 or 128 -> 16 at 28x28-112x112
@@ -94,6 +103,10 @@ constexpr double kAmxMinShare = 0.5;
 // at 14x14 1.37-1.56x, the 7x7 heads and projections 1.8-3.0x
 // (EfficientNet-B0, MobileNetV2; same measurements).
 constexpr int64_t kAmxMinChannels1x1 = 32;
+// Strided rows packed several to a run where that raises the share of
+// output positions at least this much, a run up to kMaxPackSteps steps.
+constexpr double kPackGain = 1.25;
+constexpr int64_t kMaxPackSteps = 4;
 // Halves (groups of 16 or fewer) have a share of their own: of mb 32
 // RegNetX / RegNetY / ResNeXt-50 3x3 layers (2 threads, tools/sweep_ab.py
 // --rounds=3 --min, CONVGRAD_AMX=all against the vector kernels), groups
@@ -224,9 +237,13 @@ private:
     std::vector<int64_t> ob0_;
     int64_t pitch_ = 0;      // planes: padded row width
     int64_t colsp_ = 0;      // rows: columns a W phase
+    // Rows packed (pack_ > 1): a run holds pack_ output rows, ppitch_
+    // positions apart (OW and the phase's widest tap shift), and an A run
+    // is one (pack, kh): its rows' src, each W phase the same layout.
+    int64_t pack_ = 1, ppitch_ = 0;
     int64_t a_len_ = 0;      // positions of a staged src run
-    int64_t a_runs_ = 0;     // src runs an input plane: 1 (planes) or IH
-    int64_t b_runs_ = 0;     // diff_dst runs an output plane: 1 (planes) or OH
+    int64_t a_runs_ = 0;     // src runs an input plane: 1 (planes), IH, or packs · KH
+    int64_t b_runs_ = 0;     // diff_dst runs an output plane: 1 (planes), OH, or packs
     int64_t steps_ = 0;      // steps of 32 positions a run
     int64_t chunk_ = 1;
     std::vector<int64_t> tap_shift_;  // A byte offset of each tap
@@ -294,12 +311,28 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
         a_len_ = rows * pitch_ + kBlock;
         a_runs_ = b_runs_ = 1;
     } else {
-        steps_ = div_up(ow, kBlock);
-        const int64_t sw = p.stride[2];
-        colsp_ = std::max((kw - 1) * p.dil[2] / sw + steps_ * kBlock, div_up(p.in[2] + p.pad_begin[2], sw));
+        const int64_t sw = p.stride[2], shift = (kw - 1) * p.dil[2] / sw;
+        // Rows narrower than a step: the pack of rows with the most of its
+        // positions output positions (one row unless a pack does
+        // kPackGain better), up to kMaxPackSteps steps.
+        ppitch_ = ow + shift;
+        auto share = [&](int64_t r) {
+            return double(p.out[1] * ow) / double(div_up(p.out[1], r) * div_up(r * ppitch_, kBlock) * kBlock);
+        };
+        for (int64_t r = 2; r <= p.out[1] && div_up(r * ppitch_, kBlock) <= kMaxPackSteps; ++r)
+            if (share(r) > share(pack_) * (pack_ == 1 ? kPackGain : 1.0)) pack_ = r;
+        steps_ = div_up(pack_ * ppitch_, kBlock);
+        if (pack_ == 1) {
+            steps_ = div_up(ow, kBlock);
+            colsp_ = std::max(shift + steps_ * kBlock, div_up(p.in[2] + p.pad_begin[2], sw));
+            a_runs_ = p.in[1];
+            b_runs_ = p.out[1];
+        } else {
+            colsp_ = shift + steps_ * kBlock;
+            b_runs_ = div_up(p.out[1], pack_);
+            a_runs_ = b_runs_ * kh;
+        }
         a_len_ = sw * colsp_;
-        a_runs_ = p.in[1];
-        b_runs_ = p.out[1];
     }
     for (int64_t t = 0; t < p.k_sp(); ++t) {
         const int64_t h = t / kw % kh, w = t % kw;
@@ -340,6 +373,25 @@ void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char
                 transpose_step(px, std::min(kBlock, count - k0), p_.ic(), block, a_len_, dst + k0);
             }
         };
+        if (!planes_ && pack_ > 1) {
+            // Position k of phase ph: row k / ppitch_ of the pack, column c
+            // = k % ppitch_ (iw = c·sw + ph - pad); zeros past the pack.
+            const int64_t pack = r % a_runs_ / p_.k[1], kh = r % a_runs_ % p_.k[1];
+            for (int64_t ph = 0; ph < p_.stride[2]; ++ph)
+                for (int64_t k0 = 0; k0 < colsp_; k0 += kBlock) {
+                    const uint16_t* px[kBlock];
+                    for (int64_t k = 0; k < kBlock; ++k) {
+                        const int64_t q = k0 + k, rr = q / ppitch_, oh = pack * pack_ + rr;
+                        const int64_t ih = oh * p_.stride[1] - p_.pad_begin[1] + kh * p_.dil[1];
+                        const int64_t iw = q % ppitch_ * p_.stride[2] + ph - p_.pad_begin[2];
+                        px[k] = rr < pack_ && oh < p_.out[1] && ih >= 0 && ih < ih_n && iw >= 0 && iw < iw_n
+                                        ? reinterpret_cast<const uint16_t*>(plane + (ih * s.sp[1] + iw * s.sp[2]) * 2)
+                                        : nullptr;
+                    }
+                    transpose_step(px, std::min(kBlock, colsp_ - k0), p_.ic(), block, a_len_, run + ph * colsp_ + k0);
+                }
+            return;
+        }
         if (!planes_) {
             for (int64_t ph = 0; ph < p_.stride[2]; ++ph)  // column c of phase ph: iw = c·sw + ph - pad
                 row(r % a_runs_, ph - p_.pad_begin[2], p_.stride[2], colsp_, run + ph * colsp_);
@@ -360,17 +412,18 @@ void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char
 void AmxWeightsExecutor::stage_dd(const char* dd, int64_t n0, int64_t nc, char* out) const {
     const DataStrides& s = p_.dst_str;
     const int64_t od_n = p_.out[0], runs = nc * od_n * b_runs_;
-    // Positions q = oh·width + ow of a run (a plane's rows `width` apart, or
-    // one row); past OW in a row or past OH, zeros.
-    const int64_t width = planes_ ? pitch_ : kBlock * steps_;
+    // Positions q = oh·width + ow of a run (a plane's rows `width` apart, a
+    // pack's rows, or one row); past OW in a row or past OH, zeros.
+    const int64_t width = planes_ ? pitch_ : pack_ > 1 ? ppitch_ : kBlock * steps_;
     parallel_static(threads(), runs * steps_, [&](int64_t x) {
         const int64_t r = x / steps_, st = x % steps_;
         const int64_t n = n0 + r / (od_n * b_runs_), od = r / b_runs_ % od_n;
         const char* plane = dd + (n * s.n + od * s.sp[0]) * 2;
         const uint16_t* px[kBlock];
         for (int64_t k = 0; k < kBlock; ++k) {
-            const int64_t q = st * kBlock + k, oh = planes_ ? q / width : r % b_runs_, ow = q % width;
-            px[k] = ow < p_.out[2] && oh < p_.out[1]
+            const int64_t q = st * kBlock + k, ow = q % width;
+            const int64_t oh = planes_ ? q / width : pack_ > 1 ? r % b_runs_ * pack_ + q / width : r % b_runs_;
+            px[k] = ow < p_.out[2] && oh < p_.out[1] && (pack_ == 1 || q / width < pack_)
                             ? reinterpret_cast<const uint16_t*>(plane + (oh * s.sp[1] + ow * s.sp[2]) * 2)
                             : nullptr;
         }
@@ -440,8 +493,10 @@ std::vector<int64_t> AmxWeightsExecutor::runs(int64_t key, int64_t nc) const {
         for (int64_t od = 0; od < p_.out[0]; ++od) {
             const int64_t id = od * p_.stride[0] - p_.pad_begin[0] + kd * p_.dil[0];
             if (id < 0 || id >= p_.in[0]) continue;
-            for (int64_t oh = 0; oh < b_runs_; ++oh) {
-                const int64_t ih = planes_ ? 0 : oh * p_.stride[1] - p_.pad_begin[1] + kh * p_.dil[1];
+            for (int64_t oh = 0; oh < b_runs_; ++oh) {  // (packed: a pack)
+                const int64_t ih = planes_    ? 0
+                                   : pack_ > 1 ? oh * p_.k[1] + kh
+                                               : oh * p_.stride[1] - p_.pad_begin[1] + kh * p_.dil[1];
                 if (ih < 0 || ih >= a_runs_) continue;
                 v.push_back(((n * p_.in[0] + id) * a_runs_ + ih) * a_run_bytes());
                 v.push_back(((n * p_.out[0] + od) * b_runs_ + oh) * b_run_bytes());
@@ -557,9 +612,12 @@ std::string AmxWeightsExecutor::describe() const {
         os << ", 1x1: src staged in blocks of 32 of " << icp_ << " channels x 32 positions, ";
     else
         os << " (src staged channel-major in blocks of 32 of " << icp_ << " channels, "
-           << (planes_ ? "runs of whole padded planes " + std::to_string(pitch_) + " wide"
-                       : "runs of input rows in " + std::to_string(p_.stride[2]) + " W phases of " +
-                                 std::to_string(colsp_))
+           << (planes_     ? "runs of whole padded planes " + std::to_string(pitch_) + " wide"
+               : pack_ > 1 ? "runs of packs of " + std::to_string(pack_) + " output rows " + std::to_string(ppitch_) +
+                                     " positions apart, their input rows a kh in " + std::to_string(p_.stride[2]) +
+                                     " W phases of " + std::to_string(colsp_)
+                           : "runs of input rows in " + std::to_string(p_.stride[2]) + " W phases of " +
+                                     std::to_string(colsp_))
            << "; ";
     os << "diff_dst in position pairs, blocks of 32 of " << ocp_ << " channels" << (flat_ ? "" : ")") << "\n"
        << "  for chunk of " << chunk_ << " of " << p_.mb << " images: stage src and diff_dst\n";
@@ -575,7 +633,8 @@ std::string AmxWeightsExecutor::describe() const {
     if (flat_)
         os << "      for step of 32 in the chunk's " << chunk_ * p_.out_sp() << " positions: ";
     else
-        os << "      for run (" << (planes_ ? "a plane" : "an output row") << "), step of 32 positions in "
+        os << "      for run (" << (planes_ ? "a plane" : pack_ > 1 ? "a pack of output rows" : "an output row")
+           << "), step of 32 positions in "
            << steps_ * kBlock << ": ";
     os << (halves_ ? "1 + taps tile loads, a tdpbf16ps a tap (16 x 16 f32)\n" : "4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n")
        << "  f32 sums rounded to bf16 into diff_weights";
