@@ -208,10 +208,11 @@ public:
     bool halves() const { return halves_; }
     bool rows() const { return !planes_ && !flat_; }
     // The share of the tile products that are useful: channel tails and
-    // the products across groups (amx_used_share; halves: 16 x 16 tiles).
+    // the products across groups (as amx_used_share; halves: 16 x 16 tiles).
     double used_share() const {
-        if (!halves_) return amx_used_share(p_);
-        return double(p_.ic()) * double(p_.ocg) / (double(div_up(p_.ic(), 16)) * 256.0);
+        const double tiles = halves_ ? double(div_up(p_.ic(), 16)) * 256.0
+                                     : double(static_cast<int64_t>(ob0_.size()) * kBlock) * double(nob_ * kBlock);
+        return double(p_.ic()) * double(p_.ocg) / tiles;
     }
 
 private:
