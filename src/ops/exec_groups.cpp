@@ -22,10 +22,15 @@ int64_t amx_group_blocks(const Problem& p, std::vector<int64_t>* first) {
     return n;
 }
 
+double amx_used_share(const Problem& p, const std::vector<int64_t>& first, int64_t blocks) {
+    const double tiles = double(static_cast<int64_t>(first.size()) * kAmxBlockC) * double(blocks * kAmxStepOc);
+    return double(p.ic()) * double(p.ocg) / tiles;
+}
+
 double amx_used_share(const Problem& p) {
     std::vector<int64_t> first;
     const int64_t blocks = amx_group_blocks(p, &first);
-    return double(p.ic()) * double(p.ocg) / (double(first.size() * kAmxBlockC) * double(blocks * kAmxStepOc));
+    return amx_used_share(p, first, blocks);
 }
 
 }  // namespace convgrad::detail

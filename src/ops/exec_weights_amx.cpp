@@ -208,11 +208,10 @@ public:
     bool halves() const { return halves_; }
     bool rows() const { return !planes_ && !flat_; }
     // The share of the tile products that are useful: channel tails and
-    // the products across groups (as amx_used_share; halves: 16 x 16 tiles).
+    // the products across groups (amx_used_share; halves: 16 x 16 tiles).
     double used_share() const {
-        const double tiles = halves_ ? double(div_up(p_.ic(), 16)) * 256.0
-                                     : double(static_cast<int64_t>(ob0_.size()) * kBlock) * double(nob_ * kBlock);
-        return double(p_.ic()) * double(p_.ocg) / tiles;
+        if (!halves_) return amx_used_share(p_, ob0_, nob_);
+        return double(p_.ic()) * double(p_.ocg) / (double(div_up(p_.ic(), 16)) * 256.0);
     }
 
 private:
@@ -275,8 +274,7 @@ private:
 };
 
 AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
-    : p_(nxc_view(p)), ncx_(!p.nxc), round_(Isa::avx512_core_bf16, data_type::f32, data_type::bf16),
-      kernel_(get_weights_amx_kernel()) {
+    : p_(nxc_view(p)), ncx_(!p.nxc), round_(Isa::avx512_core_bf16, data_type::f32, data_type::bf16) {
     icp_ = div_up(p.ic(), kBlock) * kBlock;
     ocp_ = div_up(p.oc(), kBlock) * kBlock;
     icb_ = icp_ / kBlock;
@@ -294,7 +292,8 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
             half_kernels_[static_cast<size_t>(n)] = get_weights_amx_kernel(WeightsAmxDesc{static_cast<int32_t>(n)});
             t += n;
         }
-        kernel_ = nullptr;
+    } else {
+        kernel_ = get_weights_amx_kernel();
     }
     const int64_t ow = p.out[2], kh = p.k[1], kw = p.k[2];
     if (flat_) {
@@ -322,13 +321,13 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
         };
         for (int64_t r = 2; r <= p.out[1] && div_up(r * ppitch_, kBlock) <= kMaxPackSteps; ++r)
             if (share(r) > share(pack_) * (pack_ == 1 ? kPackGain : 1.0)) pack_ = r;
-        steps_ = div_up(pack_ * ppitch_, kBlock);
         if (pack_ == 1) {
             steps_ = div_up(ow, kBlock);
             colsp_ = std::max(shift + steps_ * kBlock, div_up(p.in[2] + p.pad_begin[2], sw));
             a_runs_ = p.in[1];
             b_runs_ = p.out[1];
         } else {
+            steps_ = div_up(pack_ * ppitch_, kBlock);
             colsp_ = shift + steps_ * kBlock;
             b_runs_ = div_up(p.out[1], pack_);
             a_runs_ = b_runs_ * kh;
@@ -360,42 +359,38 @@ void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char
         const int64_t r = x / rows, n = n0 + r / (id_n * a_runs_), id = r / a_runs_ % id_n;
         uint16_t* run = reinterpret_cast<uint16_t*>(out) + r * a_run_bytes() / 2;
         const char* plane = src + (n * s.n + id * s.sp[0]) * 2;
-        // `count` positions of input row ih, columns iw0 + k·step, to dst
-        // and on: 32 a transpose.
-        auto row = [&](int64_t ih, int64_t iw0, int64_t step, int64_t count, uint16_t* dst) {
+        // `count` positions to dst and on, position q from src pixel (ih,
+        // iw) = at(q) (outside src: zeros): 32 a transpose.
+        auto positions = [&](int64_t count, uint16_t* dst, auto&& at) {
             const uint16_t* px[kBlock];
             for (int64_t k0 = 0; k0 < count; k0 += kBlock) {
                 for (int64_t k = 0; k < kBlock; ++k) {
-                    const int64_t iw = iw0 + (k0 + k) * step;
-                    px[k] = iw >= 0 && iw < iw_n ? reinterpret_cast<const uint16_t*>(
-                                                           plane + (ih * s.sp[1] + iw * s.sp[2]) * 2)
-                                                 : nullptr;
+                    const std::array<int64_t, 2> hw = at(k0 + k);
+                    px[k] = hw[0] >= 0 && hw[0] < ih_n && hw[1] >= 0 && hw[1] < iw_n
+                                    ? reinterpret_cast<const uint16_t*>(plane + (hw[0] * s.sp[1] + hw[1] * s.sp[2]) * 2)
+                                    : nullptr;
                 }
                 transpose_step(px, std::min(kBlock, count - k0), p_.ic(), block, a_len_, dst + k0);
             }
         };
         if (!planes_ && pack_ > 1) {
-            // Position k of phase ph: row k / ppitch_ of the pack, column c
-            // = k % ppitch_ (iw = c·sw + ph - pad); zeros past the pack.
+            // Position q of phase ph: row q / ppitch_ of the pack, column c
+            // = q % ppitch_ (iw = c·sw + ph - pad); zeros past the pack.
             const int64_t pack = r % a_runs_ / p_.k[1], kh = r % a_runs_ % p_.k[1];
             for (int64_t ph = 0; ph < p_.stride[2]; ++ph)
-                for (int64_t k0 = 0; k0 < colsp_; k0 += kBlock) {
-                    const uint16_t* px[kBlock];
-                    for (int64_t k = 0; k < kBlock; ++k) {
-                        const int64_t q = k0 + k, rr = q / ppitch_, oh = pack * pack_ + rr;
-                        const int64_t ih = oh * p_.stride[1] - p_.pad_begin[1] + kh * p_.dil[1];
-                        const int64_t iw = q % ppitch_ * p_.stride[2] + ph - p_.pad_begin[2];
-                        px[k] = rr < pack_ && oh < p_.out[1] && ih >= 0 && ih < ih_n && iw >= 0 && iw < iw_n
-                                        ? reinterpret_cast<const uint16_t*>(plane + (ih * s.sp[1] + iw * s.sp[2]) * 2)
-                                        : nullptr;
-                    }
-                    transpose_step(px, std::min(kBlock, colsp_ - k0), p_.ic(), block, a_len_, run + ph * colsp_ + k0);
-                }
+                positions(colsp_, run + ph * colsp_, [&](int64_t q) -> std::array<int64_t, 2> {
+                    const int64_t rr = q / ppitch_, oh = pack * pack_ + rr;
+                    if (rr >= pack_ || oh >= p_.out[1]) return {-1, -1};
+                    return {oh * p_.stride[1] - p_.pad_begin[1] + kh * p_.dil[1],
+                            q % ppitch_ * p_.stride[2] + ph - p_.pad_begin[2]};
+                });
             return;
         }
         if (!planes_) {
             for (int64_t ph = 0; ph < p_.stride[2]; ++ph)  // column c of phase ph: iw = c·sw + ph - pad
-                row(r % a_runs_, ph - p_.pad_begin[2], p_.stride[2], colsp_, run + ph * colsp_);
+                positions(colsp_, run + ph * colsp_, [&](int64_t c) -> std::array<int64_t, 2> {
+                    return {r % a_runs_, c * p_.stride[2] + ph - p_.pad_begin[2]};
+                });
             return;
         }
         const int64_t ih = x % rows, pt = p_.pad_begin[1];
@@ -406,7 +401,8 @@ void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char
                 if (ih == ih_n - 1)
                     std::memset(ch + (ih_n + pt) * pitch_, 0, static_cast<size_t>((a_len_ - (ih_n + pt) * pitch_) * 2));
             }
-        row(ih, -p_.pad_begin[2], 1, pitch_, run + (ih + pt) * pitch_);
+        positions(pitch_, run + (ih + pt) * pitch_,
+                  [&](int64_t c) -> std::array<int64_t, 2> { return {ih, c - p_.pad_begin[2]}; });
     });
 }
 

@@ -111,7 +111,9 @@ bool amx_takes_all();
 // all; every output block for one group) and each input block's first in
 // *first.
 int64_t amx_group_blocks(const Problem& p, std::vector<int64_t>* first);
-// The share of those blocks' products that are not across groups.
+// The share of those blocks' products that are not across groups (given
+// amx_group_blocks' result, or computing it).
+double amx_used_share(const Problem& p, const std::vector<int64_t>& first, int64_t blocks);
 double amx_used_share(const Problem& p);
 // Depthwise layers in NCX with unit stride along W, vectorised along the
 // rows (exec_dw_rows.cpp), both gradients: tried after the paths above.
