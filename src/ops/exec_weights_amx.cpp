@@ -105,8 +105,9 @@ constexpr double kAmxMinShare = 0.5;
 constexpr int64_t kAmxMinChannels1x1 = 32;
 // Strided rows packed several to a run where that raises the share of
 // output positions at least this much, a run up to kMaxPackSteps steps
-// (both chosen, not tuned: every packed layer measured, 7-17 wide rows,
-// took 1-4 steps and ran faster than one row a run; docs/PERFORMANCE.md).
+// (both chosen, not tuned: 11 strided layers of 7-17 wide rows ran packed
+// 1.07-4.05x one row a run but one, 0.88x before a short last pack was
+// counted in the choice; docs/PERFORMANCE.md).
 constexpr double kPackGain = 1.25;
 constexpr int64_t kMaxPackSteps = 4;
 // Halves (groups of 16 or fewer) have a share of their own: of mb 32
