@@ -253,9 +253,10 @@ TEST_CASE("amx: weights formats, large images and the problems left to the vecto
     CHECK(c.make("avx512_core_bf16").describe().rfind(kAmxWeights, 0) != 0);
 }
 
-// NCX runs on NXC copies: both gradients and ConvTranspose's, every mode
-// of the weight gradient (planes, rows, flat), the data gradient's phases
-// and its in-place 1x1, channel tails, both weights layouts; layers of
+// NCX runs on NXC copies of a chunk of images at a time: both gradients
+// and ConvTranspose's, every mode of the weight gradient (planes, rows,
+// flat), the data gradient's phases and its in-place 1x1, channel tails,
+// both weights layouts, several chunks with a short last one; layers of
 // fewer than 96 flops an element copied are left to the vector kernels.
 TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
     if (!has_amx()) return;
@@ -265,6 +266,9 @@ TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
             conv(2, 17, 32, {4, 5, 6}, {3, 3, 3}, {}, {}, {1, 1, 1}, {1, 1, 1}),
             conv(3, 128, 96, {5, 7}, {1, 1}),  // in place (data), flat (weights): 110 flops an element
             conv(2, 160, 192, {7, 6}, {1, 1}, {2, 2}, {}, {1, 2}, {2, 1}),  // 133
+            // several chunks (2 images each, then 1), both gradients
+            conv(3, 64, 64, {56, 56}, {3, 3}, {}, {}, {1, 1}, {1, 1}),
+            conv(3, 128, 96, {48, 48}, {1, 1}),
     };
     cases[1].wfmt = "OIX";
     uint32_t seed = 700;
@@ -275,7 +279,13 @@ TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
             INFO("ic " << c.ic << " oc " << c.oc << " rank " << c.in.size() << " " << c.wfmt);
             check_data(c, true, seed += 2);
             check_weights(c, true, seed += 2);
-            CHECK(c.make("amx").describe().find("NCX src and diff_dst transposed") != std::string::npos);
+            const std::string w = c.make("amx").describe(), d = dottest::data_op(c, "amx").describe();
+            CHECK(w.find("(NCX src and diff_dst: each chunk's images transposed to NXC") != std::string::npos);
+            CHECK(d.find("(NCX: by chunks of ") != std::string::npos);
+            if (c.in[0] >= 48) {  // chunks shorter than the minibatch
+                CHECK(w.find("for chunk of 2 of 3 images") != std::string::npos);
+                CHECK(d.find("(NCX: by chunks of 2 images") != std::string::npos);
+            }
         }
     }
     wtest::Case few = conv(3, 40, 64, {5, 7}, {1, 1});  // 49 flops an element

@@ -1,7 +1,8 @@
 // The data gradient (ConvolutionBackwardData) of bf16 on AMX tiles
 // (jit/bwd_data_amx_kernel.hpp): any kernel, stride, dilation and
 // padding, 1D to 3D, any weights layout. NCX layers run on NXC copies in
-// scratch: diff_dst transposed before, diff_src after. A grouped layer
+// scratch, a chunk of images at a time: diff_dst transposed before,
+// diff_src after. A grouped layer
 // runs whole, as the dense layer whose weights are zero across groups:
 // each block of 32 input channels takes only the oc steps that hold its
 // groups' output channels (amx_group_blocks), its staged W zero between
@@ -114,13 +115,16 @@ public:
 
 private:
     std::string oc_steps(bool taps) const;
+    std::string ncx_note() const;
     // Bytes of a channel block's staged W a tap: steps_ of oc pairs.
     int64_t w_tap_bytes() const { return steps_ * kAmxStepOc / 2 * kAmxBlockC * 4; }
-    void run_nxc(const char* dd, const uint16_t* w, char* dsrc) const;
+    // Images [0, mb) of NXC diff_dst at dd into diff_src at dsrc (each
+    // pointing at its first image), with W staged in wv.
+    void run_images(const char* dd, const char* wv, char* staged, char* dsrc, int64_t mb) const;
     void stage_weights(const uint16_t* w, uint32_t* wv) const;
     void stage_chunk(const char* dd, int64_t n0, int64_t nc, char* out) const;
-    void zero_untapped(char* out) const;
-    void run_direct(const char* dd, const char* wv, char* out) const;
+    void zero_untapped(char* out, int64_t mb) const;
+    void run_direct(const char* dd, const char* wv, char* out, int64_t mb) const;
     // The kernel arguments every call shares.
     DataAmxArgs base_args(const char* wv, int64_t cb, float* acc, void* const* rows) const;
 
@@ -231,7 +235,7 @@ AmxDataExecutor::AmxDataExecutor(const Problem& p, int threads)
               std::all_of(p.stride.begin(), p.stride.end(), [](int64_t v) { return v == 1; }) &&
               std::all_of(p.pad_begin.begin(), p.pad_begin.end(), [](int64_t v) { return v == 0; });
     // Runs whose diff_dst (read by every channel block) fits kDirectRunBytes.
-    const int64_t whole = p.mb * p.in_sp() / kAmxBlockM;
+    const int64_t whole = (ncx_ ? chunk_ : p.mb) * p.in_sp() / kAmxBlockM;  // NCX: a chunk's
     const int64_t fit = std::max<int64_t>(1, kDirectRunBytes / (kAmxBlockM * p.oc() * 2));
     direct_run_ = std::clamp<int64_t>(whole / (int64_t(threads_) * kItemsPerThread), 1, std::min(kMaxRun, fit));
 
@@ -316,10 +320,10 @@ void AmxDataExecutor::stage_chunk(const char* dd, int64_t n0, int64_t nc, char* 
     });
 }
 
-void AmxDataExecutor::zero_untapped(char* out) const {
+void AmxDataExecutor::zero_untapped(char* out, int64_t mb) const {
     const DataStrides& s = p_.src_str;
     for (const Phase& f : untapped_)
-        parallel_static(threads(), p_.mb * f.j[0] * f.j[1], [&](int64_t row) {
+        parallel_static(threads(), mb * f.j[0] * f.j[1], [&](int64_t row) {
             const int64_t n = row / (f.j[0] * f.j[1]), jd = row / f.j[1] % f.j[0], jh = row % f.j[1];
             const int64_t id = f.r[0] + jd * p_.stride[0], ih = f.r[1] + jh * p_.stride[1];
             for (int64_t jw = 0; jw < f.j[2]; ++jw) {
@@ -344,9 +348,9 @@ DataAmxArgs AmxDataExecutor::base_args(const char* wv, int64_t cb, float* acc, v
 // direct_run_ an item, a call for each channel block in turn (the run's
 // diff_dst, read from memory by the first, is in cache for the others);
 // the last partial block from a copy.
-void AmxDataExecutor::run_direct(const char* dd, const char* wv, char* out) const {
+void AmxDataExecutor::run_direct(const char* dd, const char* wv, char* out, int64_t mb) const {
     static const int64_t tap[2] = {0, 0};
-    const int64_t positions = p_.mb * p_.in_sp(), whole = positions / kAmxBlockM, tail = positions % kAmxBlockM;
+    const int64_t positions = mb * p_.in_sp(), whole = positions / kAmxBlockM, tail = positions % kAmxBlockM;
     const int64_t pitch = p_.oc() * 2, runs = div_up(whole, direct_run_), items = runs + (tail > 0);
     parallel_static(threads(), items, [&](int64_t r) {
         const bool last = r == runs;
@@ -380,32 +384,40 @@ void AmxDataExecutor::run_direct(const char* dd, const char* wv, char* out) cons
 }
 
 void AmxDataExecutor::run(const void* in0, const void* in1, void* out) const {
-    const uint16_t* w = static_cast<const uint16_t*>(in1);
-    if (!ncx_) return run_nxc(static_cast<const char*>(in0), w, static_cast<char*>(out));
-    const ScratchLease dd(Scratch::amx_dst_nxc, p_.mb * p_.oc() * p_.out_sp() * 2);
-    const ScratchLease dsrc(Scratch::amx_src_nxc, p_.mb * p_.ic() * p_.in_sp() * 2);
-    transpose_images(in0, dd.get(), 2, p_.mb, p_.oc(), p_.out_sp(), threads(), Isa::avx512_core);
-    run_nxc(dd.get(), w, dsrc.get());
-    transpose_images(dsrc.get(), out, 2, p_.mb, p_.in_sp(), p_.ic(), threads(), Isa::avx512_core);
-}
-
-void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) const {
+    const char* dd = static_cast<const char*>(in0);
+    char* dsrc = static_cast<char*>(out);
     // Every buffer before the first write to diff_src (a failed allocation
-    // leaves it untouched).
+    // leaves it untouched). NCX: a chunk of images at a time, diff_dst
+    // transposed to NXC before and diff_src back after.
     const ScratchLease wv(Scratch::amx_data_weights, cblocks_ * p_.k_sp() * w_tap_bytes());
     const ScratchLease staged =
             direct_ ? ScratchLease() : ScratchLease(Scratch::amx_data_diff_dst, ocp_ / kAmxStepOc * a_step_);
-    stage_weights(w, wv.as<uint32_t>());
-    if (direct_) return run_direct(dd, wv.get(), dsrc);
-    zero_untapped(dsrc);
-    for (int64_t ob = 0; ob < ocp_ / kAmxStepOc; ++ob)  // the slack after each block
-        std::memset(staged.get() + (ob + 1) * a_step_ - slack_px_ * kAmxStepOc * 2, 0,
-                    static_cast<size_t>(slack_px_ * kAmxStepOc * 2));
-    const DataStrides& s = p_.src_str;
-    const int64_t pitch = ext_[2], plane = ext_[1] * ext_[2];
+    const int64_t dd_image = p_.oc() * p_.out_sp() * 2, dsrc_image = p_.ic() * p_.in_sp() * 2;
+    const ScratchLease dd_nxc = ncx_ ? ScratchLease(Scratch::amx_dst_nxc, chunk_ * dd_image) : ScratchLease();
+    const ScratchLease dsrc_nxc = ncx_ ? ScratchLease(Scratch::amx_src_nxc, chunk_ * dsrc_image) : ScratchLease();
+    stage_weights(static_cast<const uint16_t*>(in1), wv.as<uint32_t>());
+    if (!direct_)
+        for (int64_t ob = 0; ob < ocp_ / kAmxStepOc; ++ob)  // the slack after each block
+            std::memset(staged.get() + (ob + 1) * a_step_ - slack_px_ * kAmxStepOc * 2, 0,
+                        static_cast<size_t>(slack_px_ * kAmxStepOc * 2));
+    if (!ncx_) return run_images(dd, wv.get(), staged.get(), dsrc, p_.mb);
     for (int64_t n0 = 0; n0 < p_.mb; n0 += chunk_) {
         const int64_t nc = std::min(chunk_, p_.mb - n0);
-        stage_chunk(dd, n0, nc, staged.get());
+        transpose_images(dd + n0 * dd_image, dd_nxc.get(), 2, nc, p_.oc(), p_.out_sp(), threads(), Isa::avx512_core);
+        run_images(dd_nxc.get(), wv.get(), staged.get(), dsrc_nxc.get(), nc);
+        transpose_images(dsrc_nxc.get(), dsrc + n0 * dsrc_image, 2, nc, p_.in_sp(), p_.ic(), threads(),
+                         Isa::avx512_core);
+    }
+}
+
+void AmxDataExecutor::run_images(const char* dd, const char* wv, char* staged, char* dsrc, int64_t mb) const {
+    if (direct_) return run_direct(dd, wv, dsrc, mb);
+    zero_untapped(dsrc, mb);
+    const DataStrides& s = p_.src_str;
+    const int64_t pitch = ext_[2], plane = ext_[1] * ext_[2];
+    for (int64_t n0 = 0; n0 < mb; n0 += chunk_) {
+        const int64_t nc = std::min(chunk_, mb - n0);
+        stage_chunk(dd, n0, nc, staged);
         // Items: phase, channel block, image, plane, run (the phase's
         // items contiguous, in that order).
         std::vector<int64_t> first(phases_.size() + 1, 0);
@@ -436,8 +448,8 @@ void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) con
                                             (f.r[2] + jw * p_.stride[2]) * s.sp[2]) * 2
                                   : nullptr;
             }
-            DataAmxArgs args = base_args(wv.get(), cb, acc, rows);
-            args.a = staged.get() + oc_step0_[static_cast<size_t>(cb)] * a_step_ +
+            DataAmxArgs args = base_args(wv, cb, acc, rows);
+            args.a = staged + oc_step0_[static_cast<size_t>(cb)] * a_step_ +
                      ((n * ext_[0] + jd) * plane + b0 * kAmxBlockM) * kAmxStepOc * 2;
             args.taps = f.taps.data();
             args.ntaps = static_cast<int64_t>(f.taps.size() / 2);
@@ -450,6 +462,12 @@ void AmxDataExecutor::run_nxc(const char* dd, const uint16_t* w, char* dsrc) con
             (last ? *tail_ : *full_)(args);
         });
     }
+}
+
+std::string AmxDataExecutor::ncx_note() const {
+    if (!ncx_) return "";
+    return "\n  (NCX: by chunks of " + std::to_string(chunk_) + (chunk_ == 1 ? " image" : " images") +
+           ", diff_dst transposed to NXC before, diff_src back after)";
 }
 
 std::string AmxDataExecutor::oc_steps(bool taps) const {
@@ -470,8 +488,7 @@ std::string AmxDataExecutor::describe() const {
            << "    for channel block of 32 in " << p_.ic() << ", block of 32 positions in the run\n"
            << "      " << oc_steps(false) << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
            << "      rounded to bf16 into diff_src";
-        if (ncx_) os << "\n  (NCX: diff_dst transposed to NXC before, diff_src after)";
-        return os.str();
+        return os.str() + ncx_note();
     }
     int64_t taps = 0;
     for (const Phase& f : phases_) taps += static_cast<int64_t>(f.taps.size() / 2);
@@ -485,8 +502,7 @@ std::string AmxDataExecutor::describe() const {
        << "      for block of 32 positions (runs of up to " << (phases_.empty() ? 0 : phases_[0].run) << ")\n"
        << "        " << oc_steps(true) << ": 4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n"
        << "        rounded to bf16 into diff_src";
-    if (ncx_) os << "\n  (NCX: diff_dst transposed to NXC before, diff_src after)";
-    return os.str();
+    return os.str() + ncx_note();
 }
 
 }  // namespace

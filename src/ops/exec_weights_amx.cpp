@@ -4,8 +4,8 @@
 // layer whole, each block of 32 input channels with only the blocks of 32
 // output channels that hold its groups' (amx_group_blocks; the products
 // across groups are computed and not stored). NXC activations are staged
-// as they are; NCX ones are first transposed to NXC in scratch, whole
-// (amx_takes_ncx: ResNet-50's 3x3 layers 1.84-2.68x the vector kernels'
+// as they are; NCX ones are transposed to NXC in scratch a chunk of
+// images at a time, as the chunk starts (amx_takes_ncx: ResNet-50's 3x3 layers 1.84-2.68x the vector kernels'
 // NCX paths, docs/PERFORMANCE.md).
 //
 // Per tap, diff_weights[tap] is a product of src (channel-major: input
@@ -218,8 +218,8 @@ public:
     }
 
 private:
-    void stage_src(const char* src, int64_t n0, int64_t nc, char* out) const;
-    void stage_dd(const char* dd, int64_t n0, int64_t nc, char* out) const;
+    void stage_src(const char* src, int64_t nc, char* out) const;
+    void stage_dd(const char* dd, int64_t nc, char* out) const;
     // The runs of row key `key` (kd, or kd·KH + kh for rows) in a chunk
     // of nc images: pairs (A byte offset, B byte offset).
     std::vector<int64_t> runs(int64_t key, int64_t nc) const;
@@ -259,8 +259,8 @@ private:
     std::shared_ptr<const WeightsAmxKernel> kernel_;
     std::array<std::shared_ptr<const WeightsAmxKernel>, 4> half_kernels_;  // by taps
 
-    void stage_flat_src(const char* src, int64_t n0, int64_t nc, char* out) const;
-    void stage_flat_dd(const char* dd, int64_t n0, int64_t nc, char* out) const;
+    void stage_flat_src(const char* src, int64_t nc, char* out) const;
+    void stage_flat_dd(const char* dd, int64_t nc, char* out) const;
     int64_t flat_steps(int64_t nc) const { return div_up(nc * p_.out_sp(), kBlock); }
     int64_t row_key(int64_t t) const { return planes_ || flat_ ? t / (p_.k[1] * p_.k[2]) : t / p_.k[2]; }
     void call(const char* a, const char* b, const std::vector<std::vector<int64_t>>& lists, int64_t nc, bool load,
@@ -354,12 +354,12 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
 // item is an input row of a plane, its padded row for every channel block
 // (the first and last rows zero the pad rows above and below); rows: an
 // item is a run, its W phases.
-void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char* out) const {
+void AmxWeightsExecutor::stage_src(const char* src, int64_t nc, char* out) const {
     const DataStrides& s = p_.src_str;
     const int64_t id_n = p_.in[0], runs = nc * id_n * a_runs_, ih_n = p_.in[1], iw_n = p_.in[2];
     const int64_t block = a_block_bytes(nc) / 2, rows = planes_ ? ih_n : 1;
     parallel_static(threads(), runs * rows, [&](int64_t x) {
-        const int64_t r = x / rows, n = n0 + r / (id_n * a_runs_), id = r / a_runs_ % id_n;
+        const int64_t r = x / rows, n = r / (id_n * a_runs_), id = r / a_runs_ % id_n;
         uint16_t* run = reinterpret_cast<uint16_t*>(out) + r * a_run_bytes() / 2;
         const char* plane = src + (n * s.n + id * s.sp[0]) * 2;
         // `count` positions to dst and on, position q from src pixel (ih,
@@ -409,7 +409,7 @@ void AmxWeightsExecutor::stage_src(const char* src, int64_t n0, int64_t nc, char
     });
 }
 
-void AmxWeightsExecutor::stage_dd(const char* dd, int64_t n0, int64_t nc, char* out) const {
+void AmxWeightsExecutor::stage_dd(const char* dd, int64_t nc, char* out) const {
     const DataStrides& s = p_.dst_str;
     const int64_t od_n = p_.out[0], runs = nc * od_n * b_runs_;
     // Positions q = oh·width + ow of a run (a plane's rows `width` apart, a
@@ -417,7 +417,7 @@ void AmxWeightsExecutor::stage_dd(const char* dd, int64_t n0, int64_t nc, char* 
     const int64_t width = planes_ ? pitch_ : pack_ > 1 ? ppitch_ : kBlock * steps_;
     parallel_static(threads(), runs * steps_, [&](int64_t x) {
         const int64_t r = x / steps_, st = x % steps_;
-        const int64_t n = n0 + r / (od_n * b_runs_), od = r / b_runs_ % od_n;
+        const int64_t n = r / (od_n * b_runs_), od = r / b_runs_ % od_n;
         const char* plane = dd + (n * s.n + od * s.sp[0]) * 2;
         const uint16_t* px[kBlock];
         for (int64_t k = 0; k < kBlock; ++k) {
@@ -435,7 +435,7 @@ void AmxWeightsExecutor::stage_dd(const char* dd, int64_t n0, int64_t nc, char* 
 // Flat: block (cb, step) of the staged src holds channels [32·cb, +32) of
 // the chunk's output positions [32·step, +32), flattened over its images,
 // each position's input pixel (zeros where it is padding or past the end).
-void AmxWeightsExecutor::stage_flat_src(const char* src, int64_t n0, int64_t nc, char* out) const {
+void AmxWeightsExecutor::stage_flat_src(const char* src, int64_t nc, char* out) const {
     const DataStrides& s = p_.src_str;
     const int64_t steps = flat_steps(nc), total = nc * p_.out_sp(), ow_n = p_.out[2];
     const int64_t sw = p_.stride[2], pw = p_.pad_begin[2];
@@ -447,7 +447,7 @@ void AmxWeightsExecutor::stage_flat_src(const char* src, int64_t n0, int64_t nc,
         for (int64_t q = q0, len = 0; q < end; q += len) {  // a segment of one output row a pass
             const int64_t row = q / ow_n, ow0 = q % ow_n;
             len = std::min(end - q, ow_n - ow0);
-            const int64_t n = n0 + row / (p_.out[0] * p_.out[1]), od = row / p_.out[1] % p_.out[0];
+            const int64_t n = row / (p_.out[0] * p_.out[1]), od = row / p_.out[1] % p_.out[0];
             const int64_t id = od * p_.stride[0] - p_.pad_begin[0];
             const int64_t ih = row % p_.out[1] * p_.stride[1] - p_.pad_begin[1];
             const int64_t lo = std::max(ow0, ow_lo), hi = std::min(ow0 + len, ow_hi);
@@ -462,13 +462,13 @@ void AmxWeightsExecutor::stage_flat_src(const char* src, int64_t n0, int64_t nc,
 
 // Flat: step st of the staged diff_dst holds the chunk's output positions
 // [32·st, +32) in pairs (zeros past the end).
-void AmxWeightsExecutor::stage_flat_dd(const char* dd, int64_t n0, int64_t nc, char* out) const {
+void AmxWeightsExecutor::stage_flat_dd(const char* dd, int64_t nc, char* out) const {
     const DataStrides& s = p_.dst_str;
     const int64_t steps = flat_steps(nc), total = nc * p_.out_sp(), sp = p_.out_sp();
     parallel_static(threads(), steps, [&](int64_t st) {
         const uint16_t* px[kBlock];
         const int64_t q0 = st * kBlock, r = q0 % sp;
-        int64_t n = n0 + q0 / sp, od = r / (p_.out[1] * p_.out[2]), oh = r / p_.out[2] % p_.out[1], ow = r % p_.out[2];
+        int64_t n = q0 / sp, od = r / (p_.out[1] * p_.out[2]), oh = r / p_.out[2] % p_.out[1], ow = r % p_.out[2];
         for (int64_t k = 0; k < kBlock; ++k) {
             px[k] = q0 + k < total ? reinterpret_cast<const uint16_t*>(
                                              dd + (n * s.n + od * s.sp[0] + oh * s.sp[1] + ow * s.sp[2]) * 2)
@@ -574,15 +574,10 @@ void AmxWeightsExecutor::call(const char* a, const char* b, const std::vector<st
 void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const {
     const char* src = static_cast<const char*>(p_.swap_inputs ? in1 : in0);
     const char* dd = static_cast<const char*>(p_.swap_inputs ? in0 : in1);
-    ScratchLease src_nxc, dd_nxc;
-    if (ncx_) {
-        src_nxc = ScratchLease(Scratch::amx_src_nxc, p_.mb * p_.ic() * p_.in_sp() * 2);
-        dd_nxc = ScratchLease(Scratch::amx_dst_nxc, p_.mb * p_.oc() * p_.out_sp() * 2);
-        transpose_images(src, src_nxc.get(), 2, p_.mb, p_.ic(), p_.in_sp(), threads(), Isa::avx512_core);
-        transpose_images(dd, dd_nxc.get(), 2, p_.mb, p_.oc(), p_.out_sp(), threads(), Isa::avx512_core);
-        src = src_nxc.get();
-        dd = dd_nxc.get();
-    }
+    const int64_t src_image = p_.ic() * p_.in_sp() * 2, dd_image = p_.oc() * p_.out_sp() * 2;
+    // NCX: each chunk's images transposed to NXC as the chunk starts.
+    const ScratchLease src_nxc = ncx_ ? ScratchLease(Scratch::amx_src_nxc, chunk_ * src_image) : ScratchLease();
+    const ScratchLease dd_nxc = ncx_ ? ScratchLease(Scratch::amx_dst_nxc, chunk_ * dd_image) : ScratchLease();
     const ScratchLease acc(Scratch::amx_weights_acc, p_.k_sp() * icp_ * acc_w_ * 4);
     const ScratchLease a(Scratch::amx_weights_src, icb_ * a_block_bytes(chunk_));
     const ScratchLease b(Scratch::amx_weights_dst, ocb_ * b_block_bytes(chunk_));
@@ -590,12 +585,20 @@ void AmxWeightsExecutor::run(const void* in0, const void* in1, void* out) const 
     std::vector<std::vector<int64_t>> lists(static_cast<size_t>(keys));
     for (int64_t n0 = 0; n0 < p_.mb; n0 += chunk_) {
         const int64_t nc = std::min(chunk_, p_.mb - n0);
+        const char* csrc = src + n0 * src_image;  // the chunk's first image
+        const char* cdd = dd + n0 * dd_image;
+        if (ncx_) {
+            transpose_images(csrc, src_nxc.get(), 2, nc, p_.ic(), p_.in_sp(), threads(), Isa::avx512_core);
+            transpose_images(cdd, dd_nxc.get(), 2, nc, p_.oc(), p_.out_sp(), threads(), Isa::avx512_core);
+            csrc = src_nxc.get();
+            cdd = dd_nxc.get();
+        }
         if (flat_) {
-            stage_flat_src(src, n0, nc, a.get());
-            stage_flat_dd(dd, n0, nc, b.get());
+            stage_flat_src(csrc, nc, a.get());
+            stage_flat_dd(cdd, nc, b.get());
         } else {
-            stage_src(src, n0, nc, a.get());
-            stage_dd(dd, n0, nc, b.get());
+            stage_src(csrc, nc, a.get());
+            stage_dd(cdd, nc, b.get());
         }
         for (int64_t k = 0; k < keys; ++k) lists[static_cast<size_t>(k)] = runs(k, nc);
         const int64_t items = halves_ ? icb_ * 2 * static_cast<int64_t>(tap_sets_.size()) : icb_ * nob_ * taps;
@@ -638,7 +641,7 @@ std::string AmxWeightsExecutor::describe() const {
            << steps_ * kBlock << ": ";
     os << (halves_ ? "1 + taps tile loads, a tdpbf16ps a tap (16 x 16 f32)\n" : "4 tile loads, 4 tdpbf16ps (32 x 32 f32)\n")
        << "  f32 sums rounded to bf16 into diff_weights";
-    if (ncx_) os << "\n  (NCX src and diff_dst transposed to NXC first)";
+    if (ncx_) os << "\n  (NCX src and diff_dst: each chunk's images transposed to NXC as it starts)";
     return os.str();
 }
 
