@@ -2,11 +2,11 @@
 // (jit/bwd_data_amx_kernel.hpp): any kernel, stride, dilation and
 // padding, 1D to 3D, any weights layout. NCX layers run on NXC copies in
 // scratch, a chunk of images at a time: diff_dst transposed before,
-// diff_src after. A grouped layer
-// runs whole, as the dense layer whose weights are zero across groups:
-// each block of 32 input channels takes only the oc steps that hold its
-// groups' output channels (amx_group_blocks), its staged W zero between
-// groups (two groups of 16 to a block: half the products useful).
+// diff_src after. A grouped layer runs whole, as the dense layer whose
+// weights are zero across groups: each block of 32 input channels takes
+// only the oc steps that hold its groups' output channels
+// (amx_group_blocks), its staged W zero between groups (two groups of 16
+// to a block: half the products useful).
 //
 // Each stride phase (the diff_src positions i ≡ r mod s along every axis)
 // is a unit-stride problem: its taps are those with (r + pad - k·dil)

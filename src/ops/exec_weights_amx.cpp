@@ -5,8 +5,8 @@
 // output channels that hold its groups' (amx_group_blocks; the products
 // across groups are computed and not stored). NXC activations are staged
 // as they are; NCX ones are transposed to NXC in scratch a chunk of
-// images at a time, as the chunk starts (amx_takes_ncx: ResNet-50's 3x3 layers 1.84-2.68x the vector kernels'
-// NCX paths, docs/PERFORMANCE.md).
+// images at a time, as the chunk starts (amx_takes_ncx: ResNet-50's 3x3
+// layers 1.84-2.68x the vector kernels' NCX paths, docs/PERFORMANCE.md).
 //
 // Per tap, diff_weights[tap] is a product of src (channel-major: input
 // channels × positions) with diff_dst (positions × output channels) over
@@ -218,6 +218,7 @@ public:
     }
 
 private:
+    // Stage a chunk of nc images (src / dd: NXC, at the chunk's first image).
     void stage_src(const char* src, int64_t nc, char* out) const;
     void stage_dd(const char* dd, int64_t nc, char* out) const;
     // The runs of row key `key` (kd, or kd·KH + kh for rows) in a chunk
