@@ -15,6 +15,7 @@
 
 #include "dot_test_util.hpp"
 #include "jit/isa.hpp"
+#include "ops/scratch.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
 
@@ -294,6 +295,28 @@ TEST_CASE("amx: NCX activations through NXC copies", "[jit][amx]") {
     check_weights(few, false, 753);
     few.nxc = true;
     check_data(few, true, 755);
+}
+
+// NCX copies are a chunk's: the scratch an execute keeps on the calling
+// thread (the AMX executors lease only there) stays well under the size of
+// whole-tensor copies of the activations, both gradients.
+TEST_CASE("amx: NCX scratch does not grow with the minibatch", "[jit][amx]") {
+    if (!has_amx()) return;
+    const testutil::ScopedEnv all("CONVGRAD_AMX", "all");
+    wtest::Case c = conv(16, 64, 64, {56, 56}, {3, 3}, {}, {}, {1, 1}, {1, 1});
+    c.nxc = false;
+    for (const bool data : {false, true}) {
+        INFO((data ? "data" : "weights"));
+        const convgrad::op o = data ? dottest::data_op(c, "amx") : c.make("amx");
+        REQUIRE(o.describe().find("NCX") != std::string::npos);
+        const testutil::Buffer in0(data_type::bf16, o.input0_elems()), in1(data_type::bf16, o.input1_elems());
+        const int64_t whole = (data ? o.input0_elems() + o.output_elems() : o.input0_elems() + o.input1_elems()) * 2;
+        convgrad::detail::release_scratch();
+        (void)testutil::run(o, in0, in1);
+        CHECK(convgrad::detail::kept_scratch_bytes() > 0);
+        CHECK(convgrad::detail::kept_scratch_bytes() < static_cast<size_t>(whole / 2));
+        convgrad::detail::release_scratch();
+    }
 }
 
 // Grouped layers run whole, as dense layers whose weights are zero across
