@@ -99,6 +99,17 @@ std::unique_ptr<Executor> make_jit_data_ncx_executor(const Problem& p, Isa isa);
 // tried first where the effective ISA is amx (NCX through NXC copies).
 std::unique_ptr<Executor> make_jit_data_amx_executor(const Problem& p);
 std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p);
+// An NCX problem the AMX executors take through NXC copies of both
+// activation tensors (a chunk of images at a time): at least this many
+// flops per element copied. ResNet-50's bf16 layers against the vector
+// kernels' NCX paths (Intel AMX guest, 2 threads, mb 32, tools/sweep_ab.py,
+// whole-tensor copies then): 57-64 flops an element 0.46-1.48x (64x64 1x1
+// at 56x56: 0.46 data, 0.81 weights), 102-114 1.04-2.65x, the 3x3 layers
+// (288-2304) 1.84-2.68x.
+constexpr double kAmxNcxMinFlops = 96;
+inline bool amx_takes_ncx(const Problem& p) {
+    return p.nxc || p.flops() >= kAmxNcxMinFlops * static_cast<double>(p.activation_elems());
+}
 // CONVGRAD_AMX (read for every op): "auto" or unset, the AMX paths take
 // the layers where they were measured faster than the vector kernels;
 // "all", every bf16 layer their kernels can run (for tests and

@@ -124,17 +124,6 @@ int64_t user_weights_offset(const Problem& p, int64_t o, int64_t c);
 // on dense NXC copies of its tensors (transposed image by image into
 // scratch).
 Problem nxc_view(const Problem& p);
-// An NCX problem the AMX executors take through NXC copies of both
-// activation tensors: at least this many flops per element copied.
-// ResNet-50's bf16 layers against the vector kernels' NCX paths (Intel AMX
-// guest, 2 threads, mb 32, tools/sweep_ab.py): 57-64 flops an element
-// 0.46-1.48x (64x64 1x1 at 56x56: 0.46 data, 0.81 weights), 102-114
-// 1.04-2.65x, the 3x3 layers (288-2304) 1.84-2.68x.
-constexpr double kAmxNcxMinFlops = 96;
-inline bool amx_takes_ncx(const Problem& p) {
-    return p.nxc || p.flops() >= kAmxNcxMinFlops * static_cast<double>(p.activation_elems());
-}
-
 // The spatial axes as the planners walk them, plain axes folded into W: an
 // axis with no tap, stride or padding and in == out merges into W when W is
 // plain too (H first, then D once H has merged), at most `max_axes` of them.
