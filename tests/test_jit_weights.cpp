@@ -1498,7 +1498,9 @@ TEST_CASE("weights: describe and verbose cache lines", "[jit][weights]") {
     setenv("CONVGRAD_VERBOSE", "1", 1);
     Case unique = conv2d(3, 3 * 16 + 5, {4, 4}, {2, 2});  // desc used by no other test: m3, tail 5
     unique.make("avx2");
-    unique.make("avx2");
+    const convgrad::op second = unique.make("avx2");
+    (void)testutil::run(second, testutil::Buffer(second.dtype(), second.input0_elems()),
+                        testutil::Buffer(second.dtype(), second.input1_elems()));
     unsetenv("CONVGRAD_VERBOSE");
     std::fflush(stderr);
     dup2(saved, 2);
@@ -1521,6 +1523,10 @@ TEST_CASE("weights: describe and verbose cache lines", "[jit][weights]") {
     const size_t plan_miss = log.find("convgrad,plan_cache,weights,miss");
     REQUIRE(plan_miss != std::string::npos);
     CHECK(log.find("convgrad,plan_cache,weights,hit", plan_miss) != std::string::npos);
+    // An execute: its plan, time and the scratch kept.
+    const size_t exec = log.find("convgrad,execute,jit:avx2 gemm");
+    REQUIRE(exec != std::string::npos);
+    CHECK(log.find(" MiB scratch kept\n", exec) != std::string::npos);
 }
 
 TEST_CASE("weights: NCX depthwise long rows are cut into segments", "[jit][weights]") {

@@ -64,14 +64,9 @@ size_t release_scratch() { return detail::release_scratch(); }
 
 namespace {
 
-// CONVGRAD_VERBOSE=1: one line per op created and per execute.
-bool verbose() {
-    static const bool on = [] {
-        const char* v = std::getenv("CONVGRAD_VERBOSE");
-        return v && *v && *v != '0';
-    }();
-    return on;
-}
+// CONVGRAD_VERBOSE=1: one line per op created and per execute (read on
+// each, as the caches' lines are).
+bool verbose() { return detail::verbose_log(); }
 
 // Plans print as multi-line loop nests; a verbose record stays on one line.
 std::string one_line(std::string s) {
@@ -182,9 +177,10 @@ void op::execute(const void* input0, const void* input1, void* output) const {
         throw error(std::string(name) + ": output: expected a buffer disjoint from the inputs, given one that overlaps");
     const auto t0 = std::chrono::steady_clock::now();
     impl_->exec->run(input0, input1, output);
-    if (verbose())
-        std::fprintf(stderr, "convgrad,execute,%s,%.3f ms\n",
-                     one_line(impl_->exec->describe()).c_str(), ms_since(t0));
+    if (verbose())  // and the scratch all threads keep for later executes (release_scratch)
+        std::fprintf(stderr, "convgrad,execute,%s,%.3f ms,%.2f MiB scratch kept\n",
+                     one_line(impl_->exec->describe()).c_str(), ms_since(t0),
+                     static_cast<double>(detail::kept_scratch_bytes()) / (1 << 20));
 }
 
 std::string op::describe() const {
