@@ -3,7 +3,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <sstream>
 
 #include "convgrad/convgrad.hpp"
@@ -63,10 +62,6 @@ size_t clear_kernel_cache() {
 size_t release_scratch() { return detail::release_scratch(); }
 
 namespace {
-
-// CONVGRAD_VERBOSE=1: one line per op created and per execute (read on
-// each, as the caches' lines are).
-bool verbose() { return detail::verbose_log(); }
 
 // Plans print as multi-line loop nests; a verbose record stays on one line.
 std::string one_line(std::string s) {
@@ -148,7 +143,7 @@ op::op(op_kind kind, data_type dt, const attributes& attrs, const dims& input0_d
     p->problem = detail::make_problem(kind, dt, attrs, input0_dims, input1_dims, shape_input);
     p->exec = detail::make_executor(p->problem);
     impl_ = std::move(p);
-    if (verbose())
+    if (detail::verbose_log())  // CONVGRAD_VERBOSE: a line per op created
         std::fprintf(stderr, "convgrad,create,%s,%.3f ms\n", one_line(describe()).c_str(),
                      ms_since(t0));
 }
@@ -177,7 +172,7 @@ void op::execute(const void* input0, const void* input1, void* output) const {
         throw error(std::string(name) + ": output: expected a buffer disjoint from the inputs, given one that overlaps");
     const auto t0 = std::chrono::steady_clock::now();
     impl_->exec->run(input0, input1, output);
-    if (verbose())  // and the scratch all threads keep for later executes (release_scratch)
+    if (detail::verbose_log())  // a line per execute, with the scratch all threads keep (release_scratch)
         std::fprintf(stderr, "convgrad,execute,%s,%.3f ms,%.2f MiB scratch kept\n",
                      one_line(impl_->exec->describe()).c_str(), ms_since(t0),
                      static_cast<double>(detail::kept_scratch_bytes()) / (1 << 20));
