@@ -13,6 +13,7 @@
 
 #include "dot_test_util.hpp"
 #include "jit/isa.hpp"
+#include "ops/scratch.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
 
@@ -1171,6 +1172,38 @@ TEST_CASE("data: large depthwise layers prefetch the next diff_dst row", "[jit][
     check_exact(c, isas);
 }
 
+namespace {
+
+// An NCX case in every type: describe() on avx512_core names `marker`; a
+// run on NaN inputs first (a window's stale bytes would show), then exact
+// on every ISA at 2 and 3 threads, and 1-3 threads bitwise alike.
+void check_ncx_case(const DCase& base, const std::string& marker) {
+    for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+        DCase t = base;
+        t.dt = dt;
+        const auto ref = t.make("ref");
+        if (runs("avx512_core")) {
+            const std::string d = t.make("avx512_core").describe();
+            INFO(d);
+            CHECK(d.find(marker) != std::string::npos);
+        }
+        testutil::Buffer nan_dd(dt, ref.input0_elems()), nan_w(dt, ref.input1_elems());
+        std::fill(nan_dd.bytes.begin(), nan_dd.bytes.end(), uint8_t(0xff));
+        std::fill(nan_w.bytes.begin(), nan_w.bytes.end(), uint8_t(0xff));
+        for (const std::string& isa : kAllIsas)
+            if (runs(isa)) testutil::run(t.make(isa), nan_dd, nan_w);
+        for (int threads : {2, 3}) {  // a thread's first item need not start a row group
+            tbb::task_arena arena(threads);
+            arena.execute([&] { check_exact(t, kAllIsas); });
+        }
+        const std::vector<testutil::Buffer> outs = outputs_at_1_2_3_threads(t.make(testutil::vector_isa()), dt, false);
+        CHECK(testutil::bitwise_equal(outs[0], outs[1]));
+        CHECK(testutil::bitwise_equal(outs[0], outs[2]));
+    }
+}
+
+}  // namespace
+
 TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][dtype]") {
     // Each item transposes the diff_dst rows it reads into an NXC window and
     // its diff_src rows back (DataPlan::ncx_windows): row groups that cross
@@ -1243,31 +1276,7 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
     c.g = 8;
     c.pb = c.pe = {1, 1};
     cases.push_back(c);
-    for (const DCase& base : cases) {
-        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-            DCase t = base;
-            t.dt = dt;
-            const auto ref = t.make("ref");
-            if (runs("avx512_core")) {
-                const std::string d = t.make("avx512_core").describe();
-                INFO(d);
-                CHECK(d.find("NCX rows through NXC windows") != std::string::npos);
-            }
-            testutil::Buffer nan_dd(dt, ref.input0_elems()), nan_w(dt, ref.input1_elems());
-            std::fill(nan_dd.bytes.begin(), nan_dd.bytes.end(), uint8_t(0xff));
-            std::fill(nan_w.bytes.begin(), nan_w.bytes.end(), uint8_t(0xff));
-            for (const std::string& isa : kAllIsas)
-                if (runs(isa)) testutil::run(t.make(isa), nan_dd, nan_w);
-            for (int threads : {2, 3}) {  // a thread's first item need not start a row group
-                tbb::task_arena arena(threads);
-                arena.execute([&] { check_exact(t, kAllIsas); });
-            }
-            const std::vector<testutil::Buffer> outs =
-                    outputs_at_1_2_3_threads(t.make(testutil::vector_isa()), dt, false);
-            CHECK(testutil::bitwise_equal(outs[0], outs[1]));
-            CHECK(testutil::bitwise_equal(outs[0], outs[2]));
-        }
-    }
+    for (const DCase& base : cases) check_ncx_case(base, "NCX rows through NXC windows");
     for (data_type dt : {data_type::f32, data_type::bf16}) {
         DCase big = dw(32, {64, 64}, {3, 3});  // 4 MiB of diff_src, planes of whole lines
         big.dt = dt;
@@ -1288,6 +1297,71 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
             std::memset(out.get(), 0x7f, bytes + 64);
             jit.execute(dd.data(), w.data(), out.get() + offset);
             CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);
+        }
+    }
+}
+
+TEST_CASE("data: NCX dense layers copy per item or per image, never whole tensors", "[jit][data][dtype]") {
+    // Dense direct plans take the per-item windows too, every output
+    // channel of the item's diff_dst rows, kept for the next channel block
+    // of the row group (several blocks: the window read again, not filled
+    // again); column plans (first layers) transpose an image of diff_dst at
+    // a time and write their diff_src rows back (threads splitting an
+    // image: each its rows). Strides, pads, 3D, every type and ISA.
+    auto dense = [](int64_t ic, int64_t oc, dims in, dims k) {
+        DCase c;
+        c.ic = ic;
+        c.oc = oc;
+        c.in = std::move(in);
+        c.k = std::move(k);
+        c.nxc = false;
+        c.mb = 3;
+        return c;
+    };
+    std::vector<DCase> direct;
+    DCase c = dense(40, 24, {17, 15}, {3, 3});
+    c.pb = c.pe = {1, 1};
+    direct.push_back(c);
+    c = dense(200, 48, {9, 10}, {3, 3});  // several channel blocks a row group
+    c.pb = {1, 0};
+    c.pe = {0, 2};
+    direct.push_back(c);
+    c = dense(64, 48, {21, 20}, {3, 3});  // strides 2
+    c.s = {2, 2};
+    c.pb = c.pe = {1, 1};
+    direct.push_back(c);
+    c = dense(48, 32, {5, 6, 7}, {3, 3, 3});  // 3D
+    c.pb = c.pe = {1, 1, 1};
+    direct.push_back(c);
+    for (const DCase& base : direct) check_ncx_case(base, "NCX rows through NXC windows");
+    c = dense(3, 32, {30, 29}, {7, 7});  // first layer: columns
+    c.s = {2, 2};
+    c.pb = c.pe = {3, 3};
+    check_ncx_case(c, "NCX: each image's diff_dst to NXC scratch");
+    c.mb = 1;  // threads split the image
+    check_ncx_case(c, "NCX: each image's diff_dst to NXC scratch");
+
+    // What every thread keeps after an execute at mb 16 stays well under
+    // whole-tensor copies of diff_dst and diff_src.
+    c = dense(64, 64, {56, 56}, {3, 3});
+    c.pb = c.pe = {1, 1};
+    DCase first = dense(3, 64, {112, 112}, {7, 7});
+    first.s = {2, 2};
+    first.pb = first.pe = {3, 3};
+    for (DCase big : {c, first}) {
+        big.mb = 16;
+        for (const char* isa : {"avx512_core", "avx2"}) {
+            if (!runs(isa)) continue;
+            const auto jit = big.make(isa);
+            INFO(isa << "\n" << jit.describe());
+            const auto dd = testutil::random_reals(data_type::f32, jit.input0_elems(), 1);
+            const auto w = testutil::random_reals(data_type::f32, jit.input1_elems(), 2);
+            const size_t whole = (jit.input0_elems() + jit.output_elems()) * 4;
+            convgrad::detail::release_scratch();
+            (void)testutil::run(jit, dd, w);
+            CHECK(convgrad::detail::kept_scratch_bytes() > 0);
+            CHECK(convgrad::detail::kept_scratch_bytes() < whole / 2);
+            convgrad::detail::release_scratch();
         }
     }
 }

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "jit/isa.hpp"
+#include "ops/scratch.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
 
@@ -1074,6 +1075,21 @@ void run_on_nans(const Case& c) {
     std::fill(nan_b.bytes.begin(), nan_b.bytes.end(), uint8_t(0xff));
     for (const std::string& isa : jit_isas(true)) testutil::run(c.make(isa), nan_a, nan_b);
 }
+
+// A case read through per-thread windows: in every type after a run on NaN
+// inputs (a window's stale bytes would show), exact on every ISA; f32
+// reals; 1-4 threads bitwise alike.
+void check_windowed_case(const Case& base) {
+    for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+        Case t = base;
+        t.dt = dt;
+        run_on_nans(t);
+        check_exact_any_type(t);
+    }
+    check_exact(base);
+    check_reals(base);
+    wtest::check_thread_counts(wtest::split_size(base), true);
+}
 }  // namespace
 
 TEST_CASE("weights: NCX depthwise reads per-chunk NXC windows", "[jit][weights]") {
@@ -1143,15 +1159,105 @@ TEST_CASE("weights: NCX depthwise reads per-chunk NXC windows", "[jit][weights]"
             if (chunks == rows_across_images) CHECK(chunk_rows % image_rows != 0);
             if (chunks == rows_across_images) CHECK(chunk_rows < image_rows);
         }
-        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
-            Case t = base;
-            t.dt = dt;
-            run_on_nans(t);
-            check_exact_any_type(t);
+        check_windowed_case(base);
+    }
+}
+
+TEST_CASE("weights: NCX gemm layers copy only the rows a chunk reads", "[jit][weights]") {
+    // Dense and grouped NCX layers make no whole-tensor transposes: each
+    // thread transposes every channel of its chunk's rows into NXC windows
+    // (bf16 image pairs: those rows of both images of each pair, an odd
+    // minibatch's last image alone), chunks within an image and across
+    // images. Strides, dilation, one-sided pads, 1D rows cut into segments,
+    // 3D, kw taps folded into the tile rows (3 input channels), groups,
+    // ConvTranspose, OIX. Run first on NaN inputs, so a window's stale
+    // bytes would show.
+    auto ncx = [](int64_t ic, int64_t oc, dims in, dims k, int64_t mb) {
+        Case c = conv2d(ic, oc, std::move(in), std::move(k));
+        c.nxc = false;
+        c.mb = mb;
+        return c;
+    };
+    std::vector<Case> cases;
+    Case c = ncx(24, 40, {30, 26}, {3, 3}, 5);
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = ncx(20, 36, {33, 29}, {3, 5}, 3);  // H stride, W dilation, one-sided pads, OIX
+    c.s = {2, 1};
+    c.d = {1, 2};
+    c.pb = {2, 0};
+    c.pe = {0, 3};
+    c.wfmt = "OIX";
+    cases.push_back(c);
+    c = ncx(64, 64, {48, 44}, {3, 3}, 3);  // chunks of part of an image (bf16 pairs: two windows apart)
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = ncx(64, 48, {5, 5}, {3, 3}, 9);  // small planes: a chunk of several images
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = ncx(16, 24, {6, 7, 8}, {3, 3, 3}, 3);  // 3D
+    c.pb = c.pe = {1, 1, 1};
+    cases.push_back(c);
+    c = ncx(48, 64, {6000}, {3}, 2);  // 1D rows cut into segments
+    c.pb = c.pe = {1};
+    cases.push_back(c);
+    c = ncx(3, 32, {40, 36}, {7, 7}, 3);  // first layer: kw taps folded (f32 reads the windows in place)
+    c.s = {2, 2};
+    c.pb = c.pe = {3, 3};
+    cases.push_back(c);
+    c = ncx(32, 64, {14, 12}, {3, 3}, 3);  // 2 groups
+    c.g = 2;
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = ncx(33, 20, {18, 17}, {3, 3}, 4);  // ConvTranspose
+    c.pb = c.pe = {1, 1};
+    c.transpose = true;
+    cases.push_back(c);
+    using convgrad::data_type;
+    bool segments = false, pairs = false;
+    for (const Case& base : cases) {
+        for (const std::string& isa : jit_isas(true)) {
+            for (data_type dt : {data_type::f32, data_type::bf16}) {
+                Case t = base;
+                t.dt = dt;
+                const std::string d = t.make(isa).describe();
+                INFO(label(t, isa) << "\n" << d);
+                if (d.rfind("jit:", 0) != 0 || d.find(" gemm ") == std::string::npos) continue;  // other executors
+                CHECK(d.find(" ncx->nxc(chunk rows)") != std::string::npos);
+                const size_t px = d.find('x', d.find(" rows="));
+                segments |= std::atoll(d.c_str() + px + 1) < t.out(t.nsp() - 1);
+                const bool split = std::atoll(d.c_str() + d.find(" chunk=") + 7) < t.out(0);  // (2D)
+                pairs |= d.find(" bf16-pairs ") != std::string::npos && t.mb % 2 == 1 && t.nsp() == 2 && split;
+            }
         }
-        check_exact(base);
-        check_reals(base);
-        wtest::check_thread_counts(wtest::split_size(base), true);
+        check_windowed_case(base);
+    }
+    CHECK(segments);
+    if (convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core_bf16) CHECK(pairs);
+}
+
+TEST_CASE("weights: NCX scratch does not grow with the minibatch", "[jit][weights]") {
+    // What every thread keeps after an NCX execute at mb 16 stays well under
+    // whole-tensor NXC copies of src and diff_dst, on every ISA and type.
+    Case c = conv2d(64, 64, {56, 56}, {3, 3});
+    c.pb = c.pe = {1, 1};
+    c.nxc = false;
+    c.mb = 16;
+    for (const std::string& isa : jit_isas(true)) {
+        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16}) {
+            c.dt = dt;
+            const convgrad::op o = c.make(isa);
+            INFO(label(c, isa) << "\n" << o.describe());
+            REQUIRE(o.describe().find(" gemm ") != std::string::npos);
+            const Buffer a = testutil::random_reals(dt, o.input0_elems(), 1);
+            const Buffer b = testutil::random_reals(dt, o.input1_elems(), 2);
+            const size_t whole = a.bytes.size() + b.bytes.size();
+            convgrad::detail::release_scratch();
+            (void)testutil::run(o, a, b);
+            CHECK(convgrad::detail::kept_scratch_bytes() > 0);
+            CHECK(convgrad::detail::kept_scratch_bytes() < whole / 2);
+            convgrad::detail::release_scratch();
+        }
     }
 }
 

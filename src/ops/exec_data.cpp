@@ -1,11 +1,13 @@
 // JIT executor for the data gradient (ConvolutionBackwardData).
 //
-// execute: pack W (per call, into scratch) -> [NCX: diff_dst to NXC] ->
-// threads over the plan's items -> [NCX: diff_src back to NCX]. Each thread
-// owns whole diff_src elements, so there is no reduction between threads.
-// NCX depthwise, lane-group and grouped direct plans (plan.ncx_windows)
-// make no whole passes: each item moves its own rows and channels through
-// per-thread NXC windows (open_windows / close_windows).
+// execute: pack W (per call, into scratch) -> threads over the plan's
+// items. Each thread owns whole diff_src elements, so there is no
+// reduction between threads. NCX: each item of a depthwise or direct plan
+// (plan.ncx_windows) moves its own rows and channels through per-thread
+// NXC windows (open_windows / close_windows); the col path transposes an
+// image of diff_dst at a time into per-thread scratch, and its diff_src
+// rows back from another; plans of several images a row transpose the
+// whole tensors around the threads (scratch.whole_nxc).
 //
 // Activations keep the problem's element type (f32, bf16, f16) end to end;
 // pointers into them are bytes. Sums are f32 until the kernel's final store
@@ -203,6 +205,18 @@ private:
     ScratchLease buf_;
 };
 
+// NCX windows: an item's diff_dst rows [dd_lo, dd_hi) and diff_src rows
+// [dst_lo, dst_hi) (flattened (n, d, h) rows of the plan's geometry), and
+// the channels it reads of diff_dst [dd_c0, dd_c1) and writes of diff_src
+// [dst_c0, dst_c1).
+struct ItemWindow {
+    int64_t dd_lo = 0, dd_hi = 0, dst_lo = 0, dst_hi = 0;
+    int64_t dd_c0 = 0, dd_c1 = 0, dst_c0 = 0, dst_c1 = 0;
+    // Segments: the pixels [x0, x1) of those rows (diff_dst: the window
+    // inside the row); else x1 = 0, whole rows.
+    int64_t dd_x0 = 0, dd_x1 = 0, dst_x0 = 0, dst_x1 = 0;
+};
+
 // Per-thread state: row taps and entries of the current call, padded rows,
 // the f32 partial sums of a row between oc chunks, the widen scratch.
 struct ThreadCtx {
@@ -216,25 +230,16 @@ struct ThreadCtx {
     ScratchLease acc, cvt;
     // NCX windows (plan.ncx_windows): the item's diff_dst and diff_src
     // rows in NXC, and the (n, id, ih) rows their first rows are.
+    // dd_held: the window diff_dst holds (the next item of a row group may
+    // read the same rows and channels: dense layers' channel blocks).
     ScratchLease dd_win, dst_win;
+    ItemWindow dd_held{0, -1};
     int64_t dd_row0 = 0, dst_row0 = 0;
     // Where the rows the kernels read and write lie: elements from one row
     // to the next, and the pixel a row starts with (NCX windows of a
     // segment: its pixels; else whole rows of the tensor from pixel 0).
     int64_t dd_row_elems = 0, dst_row_elems = 0, dd_px0 = 0, dst_px0 = 0;
     int64_t dd_c0 = 0, dd_c1 = 0;  // the diff_dst channels padded copies take (windows: the item's)
-};
-
-// NCX windows: an item's diff_dst rows [dd_lo, dd_hi) and diff_src rows
-// [dst_lo, dst_hi) (flattened (n, d, h) rows of the plan's geometry), and
-// the channels it reads of diff_dst [dd_c0, dd_c1) and writes of diff_src
-// [dst_c0, dst_c1).
-struct ItemWindow {
-    int64_t dd_lo = 0, dd_hi = 0, dst_lo = 0, dst_hi = 0;
-    int64_t dd_c0 = 0, dd_c1 = 0, dst_c0 = 0, dst_c1 = 0;
-    // Segments: the pixels [x0, x1) of those rows (diff_dst: the window
-    // inside the row); else x1 = 0, whole rows.
-    int64_t dd_x0 = 0, dd_x1 = 0, dst_x0 = 0, dst_x1 = 0;
 };
 
 // f(kd * KH + kh, diff_dst row) for each (kd, kh) row of diff_src row
@@ -518,11 +523,11 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const char* dd = static_cast<const char*>(in0);
     const ScratchLease wp(Scratch::data_wpack, plan_.scratch.wpack_elems * plan_.w_elem_bytes);
     pack_weights(in1, wp.get(), threads);
-    const ScratchLease dd_nxc(Scratch::data_dd_nxc, plan_.scratch.dd_nxc_elems * es_);
-    const ScratchLease dst_nxc(Scratch::data_dst_nxc, plan_.scratch.dst_nxc_elems * es_);
     char* dst = static_cast<char*>(out);
-    const bool whole = !p_.nxc && !plan_.ncx_windows;  // else NXC, or windows per item
-    if (whole) {
+    ScratchLease dd_nxc, dst_nxc;
+    if (plan_.scratch.whole_nxc) {  // NCX rows of several images: whole tensors
+        dd_nxc = ScratchLease(Scratch::data_dd_nxc, plan_.scratch.dd_nxc_elems * es_);
+        dst_nxc = ScratchLease(Scratch::data_dst_nxc, plan_.scratch.dst_nxc_elems * es_);
         transpose_images(dd, dd_nxc.get(), es_, p_.mb, p_.oc(), p_.out_sp(), threads, plan_.isa);
         dd = dd_nxc.get();
         dst = dst_nxc.get();
@@ -531,7 +536,7 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
         run_col(dd, wp.get(), dst, threads);
     else
         run_direct(dd, wp.get(), dst, threads);
-    if (whole) transpose_images(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads, plan_.isa);
+    if (plan_.scratch.whole_nxc) transpose_images(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads, plan_.isa);
 }
 
 // How gather_rows turns each gathered dword into its output.
@@ -975,9 +980,14 @@ ItemWindow JitDataExecutor::item_window(int64_t r0, int64_t r1, int64_t seg, int
 
 void JitDataExecutor::open_windows(const char* dd, const ItemWindow& w, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
-    ncx_rows_to_window(dd, ctx.dd_win.get(),
-                       {es_, p_.oc(), g.out[0] * g.out[1], g.out[2], w.dd_c0, w.dd_c1, w.dd_lo, w.dd_hi, w.dd_x0, w.dd_x1},
-                       plan_.isa);
+    const ItemWindow& h = ctx.dd_held;
+    if (std::tie(h.dd_lo, h.dd_hi, h.dd_c0, h.dd_c1, h.dd_x0, h.dd_x1) !=
+        std::tie(w.dd_lo, w.dd_hi, w.dd_c0, w.dd_c1, w.dd_x0, w.dd_x1))
+        ncx_rows_to_window(dd, ctx.dd_win.get(),
+                           {es_, p_.oc(), g.out[0] * g.out[1], g.out[2], w.dd_c0, w.dd_c1, w.dd_lo, w.dd_hi, w.dd_x0,
+                            w.dd_x1},
+                           plan_.isa);
+    ctx.dd_held = w;
     ctx.dd_row0 = w.dd_lo;
     ctx.dst_row0 = w.dst_lo;
     ctx.dd_px0 = w.dd_x0;
@@ -1311,10 +1321,14 @@ void JitDataExecutor::run_col(const char* dd, const char* wp, char* dst, int thr
     const int64_t row_elems = p_.in[2] * p_.ic();
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
+    const bool ncx = !p_.nxc && !plan_.scratch.whole_nxc;
+    const int64_t dd_rows = p_.out[0] * p_.out[1];  // an image's
     for_each_thread(threads, [&](int t) {
         const ScratchLease colbuf(Scratch::data_col, plan_.col_pixels * plan_.cb.padded() * 4);
         const ScratchLease rows(Scratch::data_col_rows, plan_.scratch.col_rows_floats * 4);
         const ScratchLease cvt(Scratch::data_cvt, plan_.scratch.cvt_floats * 4);
+        const ScratchLease dd_nxc(Scratch::data_dd_nxc, plan_.scratch.dd_nxc_elems * es_);
+        const ScratchLease dst_nxc(Scratch::data_dst_nxc, plan_.scratch.dst_nxc_elems * es_);
         // One run list per (group, chunk of a row), each kept from row to
         // row (and image to image) while its pattern holds.
         std::vector<ColRuns> runs(static_cast<size_t>(p_.g * col_row_chunks()));
@@ -1322,12 +1336,26 @@ void JitDataExecutor::run_col(const char* dd, const char* wp, char* dst, int thr
         for (int64_t n = lo / per_image; n * per_image < hi; ++n) {
             const int64_t ra = std::max(lo, n * per_image) - n * per_image;
             const int64_t rb = std::min(hi, (n + 1) * per_image) - n * per_image;
+            const char* image_dd = dd;
             char* image = dst + n * per_image * row_elems * es_;
+            if (ncx) {  // image n in NXC, at its place in a virtual NXC diff_dst; diff_src rows in scratch
+                ncx_rows_to_window(dd, dd_nxc.get(),
+                                   {es_, p_.oc(), dd_rows, p_.out[2], 0, p_.oc(), n * dd_rows, (n + 1) * dd_rows},
+                                   plan_.isa);
+                image_dd = bytes_before(dd_nxc.get(), n * dd_rows * p_.out[2] * p_.oc() * es_);
+                image = dst_nxc.get();
+            }
             float* target = rows.get() ? rows.floats() : reinterpret_cast<float*>(image);
-            col_rows(dd, wp, target, n, ra, rb, colbuf.floats(), cvt.floats(), runs);
+            col_rows(image_dd, wp, target, n, ra, rb, colbuf.floats(), cvt.floats(), runs);
             if (rows.get())
                 round_(rows.floats() + ra * row_elems, image + ra * row_elems * es_, (rb - ra) * row_elems);
+            if (ncx)
+                window_to_ncx_rows(image + ra * row_elems * es_, dst,
+                                   {es_, p_.ic(), per_image, p_.in[2], 0, p_.ic(), n * per_image + ra,
+                                    n * per_image + rb},
+                                   plan_.isa, plan_.window_nt);
         }
+        if (plan_.window_nt) _mm_sfence();  // streaming stores visible before the join
     });
 }
 

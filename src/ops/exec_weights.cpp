@@ -2,11 +2,14 @@
 // ConvTransposeBackwardWeights, the latter with its inputs swapped).
 //
 // Phases of one execute:
-//  1. NCX only: transpose src and diff_dst into NXC scratch (depthwise
-//     plans, plan.ncx_windows: no whole pass; each thread transposes a
-//     chunk's rows of its channels into its NXC windows as the chunk
-//     starts, see fill_windows). Pre-padded depthwise plans (plan.prepad):
-//     copy src into a zero-padded scratch.
+//  1. NCX only: no whole pass, except under plan.prepad. Depthwise plans
+//     (plan.ncx_windows): each thread transposes a chunk's rows of its
+//     channels into its NXC windows as the chunk starts (fill_windows);
+//     gemm plans (plan.ncx_rows): each thread transposes every channel of
+//     a chunk's rows (bf16 pairs: of both images of each pair) into its
+//     NXC windows as the chunk starts (fill_gemm_windows).
+//     Pre-padded depthwise plans (plan.prepad): transpose src and diff_dst
+//     into NXC scratch, then copy src into a zero-padded scratch.
 //  2. Threads over (slice, tile) pairs of the plan's grid: every (slice,
 //     tile) is accumulated chunk by chunk in chunk order, slice 0 into the
 //     target, slice r > 0 into partial r. Staged plans (16-bit gemm, and
@@ -293,6 +296,19 @@ RowPos row_at(const WeightsGeometry& g, int64_t q);
 // Rows [q0, q1) of the chunk order into out.
 void decode_rows(const WeightsGeometry& g, std::vector<RowPos>& out, int64_t q0, int64_t q1);
 ChunkWindow chunk_window(const WeightsPlan& plan, const std::vector<RowPos>& chunk);
+// NCX gemm: the rows the chunk reads in its images (bf16 pairs: in the
+// pairs' first images, then in their second images; an odd minibatch's
+// last pair has none), each an ordinary chunk window. `rows` for the scratch.
+std::array<ChunkWindow, 2> gemm_chunk_windows(const WeightsPlan& plan, const std::vector<RowPos>& chunk, int64_t mb,
+                                              std::vector<RowPos>& rows);
+// The rows [lo, hi) of one or two pieces: their span, and the pieces as
+// filled (two when apart, else their union).
+struct WindowPieces {
+    int64_t lo = 0, hi = 0;
+    std::array<std::array<int64_t, 2>, 2> piece{};
+    int count = 0;
+};
+WindowPieces window_pieces(std::array<int64_t, 2> a, std::array<int64_t, 2> b);
 
 // Where one tile reads and writes. src / diff_dst: bytes at the tile's first
 // channel, in the user's tensor or in the staged chunk.
@@ -336,6 +352,7 @@ struct ThreadState {
     uint8_t tm_built[4] = {};
     std::vector<uint8_t> src_filled, dst_filled;
     std::vector<RowPos> next_chunk;  // stage_in_kernel prefetch: the next chunk's rows
+    std::vector<RowPos> pair_rows;   // NCX gemm windows of bf16 pairs: one image's rows of the chunk
     std::vector<WeightsRow> next_rows;
     // Depthwise: the row list of one (kd, kernel-row block, kw tile) over
     // the chunk, which its channel tiles (consecutive tiles) share; each row
@@ -535,8 +552,14 @@ private:
     // NCX windows (plan.ncx_windows).
     ChunkWindow chunk_window(const std::vector<RowPos>& chunk) const { return detail::chunk_window(plan_, chunk); }
     std::array<int64_t, 2> thread_channels(const std::array<int64_t, 2>& tiles) const;
+    // NCX gemm (plan.ncx_rows): every channel of the chunk's rows into the
+    // windows, whose shifts then put them in virtual NXC tensors.
+    void fill_gemm_windows(ThreadState& ts, const char* src, const char* diff_dst, char* src_win,
+                           char* dst_win) const;
+    // Channels ch (diff_dst: dst_ch when given, else ch).
     void fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch, const char* src,
-                      const char* diff_dst, char* src_win, char* dst_win) const;
+                      const char* diff_dst, char* src_win, char* dst_win,
+                      const std::array<int64_t, 2>& dst_ch = {-1, -1}) const;
     int64_t win_src_bytes_ = 0, win_dst_bytes_ = 0;  // the largest chunk's windows
     // Bytes between pixels of the activations as the kernels read them
     // (not staged): the user's tensors, the NXC scratch, or the windows.
@@ -1349,12 +1372,13 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         ts.src_filled.resize(static_cast<size_t>(g.g * b.m_tiles));
         ts.dst_filled.resize(static_cast<size_t>(g.g * b.n_tiles));
     }
-    // Windows: the user's tensors here, the kernels read the windows.
+    // Windows and NCX images: the user's tensors here, the kernels read the
+    // thread's copies.
     const char* const user_src = src;
     const char* const user_dst = diff_dst;
     ScratchLease src_win, dst_win;
     std::array<int64_t, 2> channels{};
-    if (plan_.windows()) {
+    if (plan_.windows() || plan_.ncx_rows) {
         src_win = ScratchLease(Scratch::weights_src_nxc, win_src_bytes_);
         dst_win = ScratchLease(Scratch::weights_dst_nxc, win_dst_bytes_);
         src = src_win.get();
@@ -1375,6 +1399,11 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             decode_rows(ts.chunk, q0, q1);
             if (plan_.windows())
                 fill_windows(ts, chunk_window(ts.chunk), channels, user_src, user_dst, src_win.get(), dst_win.get());
+            if (plan_.ncx_rows) {  // the windows at their places in virtual NXC tensors
+                fill_gemm_windows(ts, user_src, user_dst, src_win.get(), dst_win.get());
+                src = bytes_before(src_win.get(), ts.src_shift);
+                diff_dst = bytes_before(dst_win.get(), ts.dst_shift);
+            }
             // stage_in_kernel: the kernels fill the slices, unless a copy
             // pass stages the chunk (a lone bf16 image pairs with zeros).
             const bool copy_pass = ts.view && (!plan_.stage_in_kernel || has_lone_image(ts.chunk));
@@ -1388,8 +1417,9 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             else if (copy_pass)
                 stage_chunk(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
                             reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data());
-            // The next chunk's user memory (which the stager reads next).
-            const bool has_next = c + 1 < chunks[1] || s + 1 < slices[1];
+            // The next chunk's user memory (which the stager reads next;
+            // NCX gemm: not in the windows).
+            const bool has_next = (c + 1 < chunks[1] || s + 1 < slices[1]) && !plan_.ncx_rows;
             pf.clear();
             if (has_next && plan_.stage_in_kernel) {
                 prefetch_first_call(pf, ts, c + 1, tiles[0], tiles[1] - tiles[0],
@@ -1447,6 +1477,64 @@ ChunkWindow chunk_window(const WeightsPlan& plan, const std::vector<RowPos>& chu
     return w;
 }
 
+std::array<ChunkWindow, 2> gemm_chunk_windows(const WeightsPlan& plan, const std::vector<RowPos>& chunk, int64_t mb,
+                                              std::vector<RowPos>& rows) {
+    if (!plan.pairs) return {chunk_window(plan, chunk), ChunkWindow{}};
+    std::array<ChunkWindow, 2> w;
+    for (int k = 0; k < 2; ++k) {
+        rows.clear();
+        for (RowPos r : chunk) {
+            r.n = 2 * r.n + k;
+            if (r.n < mb) rows.push_back(r);
+        }
+        w[static_cast<size_t>(k)] = chunk_window(plan, rows);
+    }
+    return w;
+}
+
+WindowPieces window_pieces(std::array<int64_t, 2> a, std::array<int64_t, 2> b) {
+    WindowPieces w;
+    if (a[0] >= a[1]) std::swap(a, b);  // a empty: b alone (or nothing)
+    if (a[0] >= a[1]) return w;
+    if (b[0] >= b[1]) {
+        w.lo = a[0];
+        w.hi = a[1];
+        w.piece[0] = a;
+        w.count = 1;
+        return w;
+    }
+    if (b[0] < a[0]) std::swap(a, b);
+    w.lo = a[0];
+    w.hi = std::max(a[1], b[1]);
+    if (a[1] < b[0]) {
+        w.piece = {a, b};
+        w.count = 2;
+    } else {
+        w.piece[0] = {w.lo, w.hi};
+        w.count = 1;
+    }
+    return w;
+}
+
+void JitWeightsExecutor::fill_gemm_windows(ThreadState& ts, const char* src, const char* diff_dst, char* src_win,
+                                           char* dst_win) const {
+    const WeightsGeometry& g = plan_.geo;
+    const std::array<ChunkWindow, 2> w = gemm_chunk_windows(plan_, ts.chunk, p_.mb, ts.pair_rows);
+    const WindowPieces s = window_pieces({w[0].src_lo, w[0].src_hi}, {w[1].src_lo, w[1].src_hi});
+    const WindowPieces d = window_pieces({w[0].dst_lo, w[0].dst_hi}, {w[1].dst_lo, w[1].dst_hi});
+    const int64_t src_row = g.in[2] * src_px_, dst_row = g.out[2] * dst_px_;
+    for (size_t i = 0; i < 2; ++i) {
+        const auto none = std::array<int64_t, 2>{0, 0};
+        const std::array<int64_t, 2> sp = int(i) < s.count ? s.piece[i] : none;
+        const std::array<int64_t, 2> dp = int(i) < d.count ? d.piece[i] : none;
+        if (sp[0] >= sp[1] && dp[0] >= dp[1]) continue;
+        fill_windows(ts, {sp[0], sp[1], dp[0], dp[1]}, {0, p_.ic()}, src, diff_dst,
+                     src_win + (sp[0] - s.lo) * src_row, dst_win + (dp[0] - d.lo) * dst_row, {0, p_.oc()});
+    }
+    ts.src_shift = s.lo * src_row;
+    ts.dst_shift = d.lo * dst_row;
+}
+
 // The channels [c0, c1) of a thread's tiles [t0, t1): one pass over
 // consecutive channel tiles, else all (lane groups: all).
 std::array<int64_t, 2> JitWeightsExecutor::thread_channels(const std::array<int64_t, 2>& tiles) const {
@@ -1457,16 +1545,19 @@ std::array<int64_t, 2> JitWeightsExecutor::thread_channels(const std::array<int6
     return {tiles[0] % nt * width, std::min(p_.ic(), ((tiles[1] - 1) % nt + 1) * width)};
 }
 
+
 // Chunk window w of channels ch from the user's tensors (NCX, or NXC with
 // nxc_windows) into the thread's NXC windows (pixels src_px_ / dst_px_
 // bytes apart).
 void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch,
-                                      const char* src, const char* diff_dst, char* src_win, char* dst_win) const {
+                                      const char* src, const char* diff_dst, char* src_win, char* dst_win,
+                                      const std::array<int64_t, 2>& dst_ch) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t es = user_es_;
     const int e = static_cast<int>(es);
     NcxRows s{e, p_.ic(), g.in[0] * g.in[1], g.in[2], ch[0], ch[1], w.src_lo, w.src_hi};
-    NcxRows d{e, p_.oc(), g.out[0] * g.out[1], g.out[2], ch[0], ch[1], w.dst_lo, w.dst_hi};
+    const std::array<int64_t, 2> dc = dst_ch[0] < 0 ? ch : dst_ch;
+    NcxRows d{e, p_.oc(), g.out[0] * g.out[1], g.out[2], dc[0], dc[1], w.dst_lo, w.dst_hi};
     s.window_px = src_px_ / es;
     d.window_px = dst_px_ / es;
     if (g.segs_per_row > 1) {  // the chunk's segments: their pixels, each in its place
@@ -1709,7 +1800,7 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     const char* diff_dst = static_cast<const char*>(p_.swap_inputs ? input0 : input1);
     const int64_t es = static_cast<int64_t>(dtype_size(p_.dt));
     ScratchLease src_nxc, dst_nxc, padded, target_lease, partials_lease;
-    if (plan_.transpose_inputs && !plan_.ncx_windows) {
+    if (plan_.transpose_inputs && !plan_.ncx_windows && !plan_.ncx_rows) {
         src_nxc = ScratchLease(Scratch::weights_src_nxc, p_.mb * p_.ic() * user_.in_sp() * es);
         dst_nxc = ScratchLease(Scratch::weights_dst_nxc, p_.mb * p_.oc() * p_.out_sp() * es);
         // NCX (n, c, sp) -> dense NXC (n, sp, c)
@@ -1742,17 +1833,20 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
 // NCX windows: the largest chunk's rows. Chunks start every chunk_rows
 // rows, so their windows repeat after lcm(chunk_rows, rows an image) rows
 // (a truncated last chunk reads a subset of a full one's rows): one period.
-void size_windows(WeightsPlan* plan) {
+void size_windows(WeightsPlan* plan, int64_t mb) {
     const WeightsGeometry& g = plan->geo;
     const WeightsReduction& red = plan->red;
     const int64_t image = g.out[0] * g.out[1] * g.segs_per_row;
     const int64_t period = red.chunk_rows / std::gcd(red.chunk_rows, image) * image;
-    std::vector<RowPos> chunk;
+    std::vector<RowPos> chunk, rows;
     for (int64_t q0 = 0; q0 < std::min(red.rows, period); q0 += red.chunk_rows) {
         decode_rows(g, chunk, q0, std::min(red.rows, q0 + red.chunk_rows));
-        const ChunkWindow w = chunk_window(*plan, chunk);
-        plan->window_src_rows = std::max(plan->window_src_rows, w.src_hi - w.src_lo);
-        plan->window_dst_rows = std::max(plan->window_dst_rows, w.dst_hi - w.dst_lo);
+        const std::array<ChunkWindow, 2> w = plan->ncx_rows ? gemm_chunk_windows(*plan, chunk, mb, rows)
+                                                            : std::array<ChunkWindow, 2>{chunk_window(*plan, chunk)};
+        const WindowPieces s = window_pieces({w[0].src_lo, w[0].src_hi}, {w[1].src_lo, w[1].src_hi});
+        const WindowPieces d = window_pieces({w[0].dst_lo, w[0].dst_hi}, {w[1].dst_lo, w[1].dst_hi});
+        plan->window_src_rows = std::max(plan->window_src_rows, s.hi - s.lo);
+        plan->window_dst_rows = std::max(plan->window_dst_rows, d.hi - d.lo);
     }
 }
 
@@ -1769,7 +1863,7 @@ std::unique_ptr<Executor> make_jit_weights_executor(const Problem& p, Isa isa, s
     WeightsPlan plan;
     find_or_make_plan(weights_plan_cache(), "weights", p, isa, threads, &plan, [&](WeightsPlan* made) {
         *made = plan_weights(p, isa, threads);
-        if (made->windows()) size_windows(made);
+        if (made->windows() || made->ncx_rows) size_windows(made, p.mb);
         return true;
     });
     return std::make_unique<JitWeightsExecutor>(p, plan);

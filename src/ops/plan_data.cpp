@@ -577,8 +577,11 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
 void size_scratch(const Problem& p, DataPlan* pl) {
     DataScratch& s = pl->scratch;
     s.wpack_elems = wpack_elems(p, *pl);
-    s.dd_nxc_elems = p.nxc || pl->ncx_windows ? 0 : p.mb * p.oc() * p.out_sp();
-    s.dst_nxc_elems = p.nxc || pl->ncx_windows ? 0 : p.mb * p.ic() * p.in_sp();
+    const bool ncx_col = !p.nxc && pl->path == DataPath::col;
+    s.whole_nxc = !p.nxc && !pl->ncx_windows && !ncx_col;
+    const int64_t images = s.whole_nxc ? p.mb : ncx_col ? 1 : 0;
+    s.dd_nxc_elems = images * p.oc() * p.out_sp();
+    s.dst_nxc_elems = images * p.ic() * p.in_sp();
     const bool narrow_out = p.dt != data_type::f32;
     const int64_t ocg = pl->path == DataPath::depthwise ? 1 : p.ocg;
     if (narrow_out && pl->path != DataPath::col && div_up(ocg, pl->oc_chunk) > 1)
@@ -898,8 +901,14 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         *why = "pixel strides exceed 32-bit displacements";
         return false;
     }
-    pl->ncx_windows = !p.nxc && pl->geo.images_per_row == 1 &&
-                      (pl->path == DataPath::depthwise || (pl->path == DataPath::direct && p.g > 1));
+    // Dense layers of long rows (their taps' diff_dst rows over
+    // kLongRowBytes) keep whole transposes: the NXC plan cuts those rows
+    // into segments of a few dozen pixels, and windows of a segment would
+    // move runs that short of every channel.
+    const DataGeometry& geo = pl->geo;
+    const bool long_dense = p.g == 1 && geo.k[0] * geo.k[1] * geo.out[2] * p.oc() * 4 > kLongRowBytes;
+    pl->ncx_windows = !p.nxc && geo.images_per_row == 1 &&
+                      (pl->path == DataPath::depthwise || (pl->path == DataPath::direct && !long_dense));
     choose_cache_blocking(p, pl);
     size_scratch(p, pl);
     pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];
@@ -950,7 +959,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // Zen 4, one thread, RegNetY 104 channels in groups of 8: 1.35x with
     // stride 2, 1.13x without).
     pl->pf_store = big && pl->path == DataPath::depthwise && !pl->ncx_windows;  // (windows: in cache)
-    pl->window_nt = pl->ncx_windows && out_bytes >= kStreamingOutputBytes;
+    pl->window_nt = (pl->ncx_windows || (!p.nxc && pl->path == DataPath::col)) && out_bytes >= kStreamingOutputBytes;
     // Rows read in place come from DRAM where the tensors exceed L3: the
     // blocks prefetch the row the next diff_src row reads first (AMD Zen 5,
     // 2 threads, mb 32, min of 5, against no prefetch: MobileNetV2 b0 / b2
@@ -1031,6 +1040,9 @@ std::string DataPlan::to_string() const {
     os << " threads " << grid.threads << "\n";
     const char* lane_name = path == DataPath::col ? "(tap, ic) lanes" : "channels";
     if (path == DataPath::col) {
+        if (scratch.dd_nxc_elems > 0 && !scratch.whole_nxc)
+            os << "  NCX: each image's diff_dst to NXC scratch, its diff_src rows back"
+               << (window_nt ? " (streamed)" : "") << ", a thread at a time\n";
         os << "  for row in " << rows << " (n, id, ih) rows, split over threads\n"
            << "    for dd row touching it, g, " << col_pixels << "-pixel chunk\n"
            << "      for lane block in " << cb.per_group << " (" << cb.lanes << " " << lane_name << ", tail "

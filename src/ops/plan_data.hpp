@@ -89,8 +89,13 @@ struct DataThreadGrid {
 // activations of the problem's type, f32 for acc / cvt / col rows.
 struct DataScratch {
     int64_t wpack_elems = 0;    // packed weights, shared
-    int64_t dd_nxc_elems = 0;   // NCX diff_dst transposed
-    int64_t dst_nxc_elems = 0;  // NCX diff_src before the transpose back
+    // NCX: diff_dst transposed, and diff_src before its transpose back;
+    // whole tensors where neither windows nor the col path's images
+    // serve (several images a row), else for col plans an image of each
+    // per thread.
+    int64_t dd_nxc_elems = 0;
+    int64_t dst_nxc_elems = 0;
+    bool whole_nxc = false;  // the whole tensors
     int64_t row_slots = 0;      // per thread: padded diff_dst rows kept
     int64_t row_bytes = 0;      // bytes of one padded row
     int64_t slab_bytes = 0;     // per thread, row blocks: a plane's padded diff_dst rows
@@ -177,12 +182,13 @@ struct DataPlan {
     // Kernels without streaming stores prefetch each block's diff_src lines
     // for writing (DataStore::prefetched).
     bool pf_store = false;
-    // NCX depthwise, lane-group and grouped direct plans (one image a row):
-    // no whole-tensor transposes; each item transposes the diff_dst rows it
-    // reads, for its channels (a direct plan: its groups' output channels),
-    // into a per-thread NXC window, computes its diff_src rows into another
-    // and transposes them back into the user's NCX diff_src. Row groups
-    // are whole images on small planes (see make_data_plan).
+    // NCX depthwise and direct plans (one image a row): no whole-tensor
+    // transposes; each item transposes the diff_dst rows it reads, for its
+    // channels (a direct plan: its groups' output channels, every one when
+    // dense, kept for the row group's next channel block), into a
+    // per-thread NXC window, computes its diff_src rows into another and
+    // transposes them back into the user's NCX diff_src. Row groups are
+    // whole images on small planes (see make_data_plan).
     bool ncx_windows = false;
     bool window_nt = false;  // large outputs: the write-back streams whole lines
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk

@@ -968,7 +968,7 @@ bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
     const WeightsBlocking& b = plan.blk;
     const int64_t per = plan.lane_pairs ? 2 : 1, es = static_cast<int64_t>(dtype_size(p.dt));
     if (plan.staged || p.g < 2 || b.kind != WeightsKernelKind::gemm || !(plan.kw_lanes || plan.kw_phases > 0) ||
-        plan.windows() || plan.prepad || g.merged || g.segs_per_row > 1 || g.k[0] > 1 || g.out[0] > 1)
+        plan.windows() || plan.ncx_rows || plan.prepad || g.merged || g.segs_per_row > 1 || g.k[0] > 1 || g.out[0] > 1)
         return false;
     if (per * g.icg * es > 64 || per * g.ocg * es > 64) return false;
     if (p.ic() * es < Cost::group_prefetch_min_pitch || p.oc() * es < Cost::group_prefetch_min_pitch) return false;
@@ -1272,7 +1272,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     if (pairs_ok && prepad_src(p, isa)) {
         WeightsPlan plan = plan_weights_with(padded_problem(p), isa, nthreads, choices);
         plan.prepad = true;
-        plan.ncx_windows = plan.nxc_windows = false;  // the pad pass reads whole NXC images
+        plan.ncx_windows = plan.nxc_windows = plan.ncx_rows = false;  // the pad pass reads whole NXC images
         plan.window_pad = 0;
         return plan;
     }
@@ -1327,6 +1327,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     plan.blk.vlen = plan.isa == Isa::avx2 ? 8 : 16;
     plan.transpose_inputs = !p.nxc;
     plan.ncx_windows = plan.transpose_inputs && dw;
+    plan.ncx_rows = plan.transpose_inputs && !dw;
     // AVX2 depthwise on pixels a multiple of 2 KiB apart: windows whose
     // pixels are a line further apart (WeightsPlan::nxc_windows). AMD Zen 3,
     // 1 thread, 3x3 at 7x7, mb 8, in place: 1024 channels ran 6-7x slower
@@ -1495,7 +1496,11 @@ std::string WeightsPlan::to_string() const {
        << (fold_kw > 1 ? " fold-kw" : "") << (kw_phases > 0 ? " kw-window" : "")
        << (kw_lanes ? (lane_pairs ? " kw-lanes(group pairs)" : " kw-lanes") : "") << (prepad ? " prepad" : "")
        << (w_pairs ? " W-pairs" : "")
-       << (ncx_windows ? " ncx->nxc(windows)" : transpose_inputs ? " ncx->nxc" : nxc_windows ? " windows" : "")
+       << (ncx_windows        ? std::string(" ncx->nxc(windows)")
+           : ncx_rows         ? std::string(" ncx->nxc(chunk rows)")
+           : transpose_inputs ? std::string(" ncx->nxc")
+           : nxc_windows      ? std::string(" windows")
+                              : std::string())
        << (window_pad ? " window-pixels+" + std::to_string(window_pad) : std::string())
        << (direct_weights ? " direct" : " permute")
        << (pf_lines > 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())

@@ -97,6 +97,12 @@ struct WeightsPlan {
     // transposes a chunk's rows of its channels into an NXC window (per
     // thread scratch) as the chunk starts, and the kernels read the window.
     bool ncx_windows = false;
+    // NCX gemm: no whole-tensor transposes either. Each thread transposes
+    // every channel of the rows its chunk reads into NXC windows as the
+    // chunk starts (bf16 pairs: those rows of both images of each pair, a
+    // window from the first's to the second's), and the kernels and
+    // stagers read the windows as the NXC tensors.
+    bool ncx_rows = false;
     // AVX2 depthwise (and lane groups) in NXC whose pixels are a multiple
     // of 2 KiB apart (512 or 1024 f32 channels, 1024 16-bit ones): each
     // thread copies a chunk's rows of its channels into windows as the

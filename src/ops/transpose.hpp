@@ -94,6 +94,12 @@ struct NcxRows {
     int64_t window_pitch() const { return window_px ? window_px : channels; }
 };
 void ncx_rows_to_window(const char* ncx, char* window, const NcxRows& r, Isa isa);
+// `p` less `bytes`: where a virtual NXC tensor starts whose rows from some
+// row on a window holds, for offsets computed in the whole tensor. Integer
+// arithmetic: the address may lie outside every allocation.
+inline const char* bytes_before(const char* p, int64_t bytes) {
+    return reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(p) - static_cast<uintptr_t>(bytes));
+}
 // The same from an NXC tensor (the rows' pixels `channels` elements apart)
 // into a window of window_px elements a pixel: a copy of each pixel's
 // channels [c0, c1).
