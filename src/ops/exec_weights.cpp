@@ -1372,18 +1372,18 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         ts.src_filled.resize(static_cast<size_t>(g.g * b.m_tiles));
         ts.dst_filled.resize(static_cast<size_t>(g.g * b.n_tiles));
     }
-    // Windows and NCX images: the user's tensors here, the kernels read the
-    // thread's copies.
+    // Windows (depthwise, NCX gemm): the user's tensors here, the kernels
+    // read the thread's copies.
     const char* const user_src = src;
     const char* const user_dst = diff_dst;
     ScratchLease src_win, dst_win;
-    std::array<int64_t, 2> channels{};
+    std::array<int64_t, 2> channels{};  // depthwise: the thread's
     if (plan_.windows() || plan_.ncx_rows) {
         src_win = ScratchLease(Scratch::weights_src_nxc, win_src_bytes_);
         dst_win = ScratchLease(Scratch::weights_dst_nxc, win_dst_bytes_);
         src = src_win.get();
         diff_dst = dst_win.get();
-        channels = thread_channels(tiles);
+        if (plan_.windows()) channels = thread_channels(tiles);
     }
     Prefetch pf;  // the next chunk's memory (group_prefetch: the next group's), while this one runs
     if (plan_.group_prefetch && tiles[1] > tiles[0]) {
