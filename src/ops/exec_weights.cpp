@@ -296,11 +296,6 @@ RowPos row_at(const WeightsGeometry& g, int64_t q);
 // Rows [q0, q1) of the chunk order into out.
 void decode_rows(const WeightsGeometry& g, std::vector<RowPos>& out, int64_t q0, int64_t q1);
 ChunkWindow chunk_window(const WeightsPlan& plan, const std::vector<RowPos>& chunk);
-// NCX gemm: the rows the chunk reads in its images (bf16 pairs: in the
-// pairs' first images, then in their second images; an odd minibatch's
-// last pair has none), each an ordinary chunk window. `rows` for the scratch.
-std::array<ChunkWindow, 2> gemm_chunk_windows(const WeightsPlan& plan, const std::vector<RowPos>& chunk, int64_t mb,
-                                              std::vector<RowPos>& rows);
 // The rows [lo, hi) of one or two pieces: their span, and the pieces as
 // filled (two when apart, else their union).
 struct WindowPieces {
@@ -308,7 +303,15 @@ struct WindowPieces {
     std::array<std::array<int64_t, 2>, 2> piece{};
     int count = 0;
 };
-WindowPieces window_pieces(std::array<int64_t, 2> a, std::array<int64_t, 2> b);
+// The src and diff_dst rows a chunk's windows hold, as pieces: one chunk
+// window, or for bf16 pairs (NCX gemm) one in the pairs' first images and
+// one in their second images (an odd minibatch's last pair has none).
+// `rows` for the scratch.
+struct WindowRows {
+    WindowPieces src, dst;
+};
+WindowRows chunk_window_rows(const WeightsPlan& plan, const std::vector<RowPos>& chunk, int64_t mb,
+                               std::vector<RowPos>& rows);
 
 // Where one tile reads and writes. src / diff_dst: bytes at the tile's first
 // channel, in the user's tensor or in the staged chunk.
@@ -556,10 +559,10 @@ private:
     // windows, whose shifts then put them in virtual NXC tensors.
     void fill_gemm_windows(ThreadState& ts, const char* src, const char* diff_dst, char* src_win,
                            char* dst_win) const;
-    // Channels ch (diff_dst: dst_ch when given, else ch).
-    void fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch, const char* src,
-                      const char* diff_dst, char* src_win, char* dst_win,
-                      const std::array<int64_t, 2>& dst_ch = {-1, -1}) const;
+    // src channels src_ch, diff_dst channels dst_ch.
+    void fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& src_ch,
+                      const std::array<int64_t, 2>& dst_ch, const char* src, const char* diff_dst, char* src_win,
+                      char* dst_win) const;
     int64_t win_src_bytes_ = 0, win_dst_bytes_ = 0;  // the largest chunk's windows
     // Bytes between pixels of the activations as the kernels read them
     // (not staged): the user's tensors, the NXC scratch, or the windows.
@@ -1398,7 +1401,8 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
             decode_rows(ts.chunk, q0, q1);
             if (plan_.windows())
-                fill_windows(ts, chunk_window(ts.chunk), channels, user_src, user_dst, src_win.get(), dst_win.get());
+                fill_windows(ts, chunk_window(ts.chunk), channels, channels, user_src, user_dst, src_win.get(),
+                             dst_win.get());
             if (plan_.ncx_rows) {  // the windows at their places in virtual NXC tensors
                 fill_gemm_windows(ts, user_src, user_dst, src_win.get(), dst_win.get());
                 src = bytes_before(src_win.get(), ts.src_shift);
@@ -1477,21 +1481,6 @@ ChunkWindow chunk_window(const WeightsPlan& plan, const std::vector<RowPos>& chu
     return w;
 }
 
-std::array<ChunkWindow, 2> gemm_chunk_windows(const WeightsPlan& plan, const std::vector<RowPos>& chunk, int64_t mb,
-                                              std::vector<RowPos>& rows) {
-    if (!plan.pairs) return {chunk_window(plan, chunk), ChunkWindow{}};
-    std::array<ChunkWindow, 2> w;
-    for (int k = 0; k < 2; ++k) {
-        rows.clear();
-        for (RowPos r : chunk) {
-            r.n = 2 * r.n + k;
-            if (r.n < mb) rows.push_back(r);
-        }
-        w[static_cast<size_t>(k)] = chunk_window(plan, rows);
-    }
-    return w;
-}
-
 WindowPieces window_pieces(std::array<int64_t, 2> a, std::array<int64_t, 2> b) {
     WindowPieces w;
     if (a[0] >= a[1]) std::swap(a, b);  // a empty: b alone (or nothing)
@@ -1516,20 +1505,34 @@ WindowPieces window_pieces(std::array<int64_t, 2> a, std::array<int64_t, 2> b) {
     return w;
 }
 
+WindowRows chunk_window_rows(const WeightsPlan& plan, const std::vector<RowPos>& chunk, int64_t mb,
+                               std::vector<RowPos>& rows) {
+    std::array<ChunkWindow, 2> w{};
+    if (!plan.pairs) w[0] = chunk_window(plan, chunk);
+    for (int k = 0; k < 2 && plan.pairs; ++k) {
+        rows.clear();
+        for (RowPos r : chunk) {
+            r.n = 2 * r.n + k;
+            if (r.n < mb) rows.push_back(r);
+        }
+        w[static_cast<size_t>(k)] = chunk_window(plan, rows);
+    }
+    return {window_pieces({w[0].src_lo, w[0].src_hi}, {w[1].src_lo, w[1].src_hi}),
+            window_pieces({w[0].dst_lo, w[0].dst_hi}, {w[1].dst_lo, w[1].dst_hi})};
+}
+
 void JitWeightsExecutor::fill_gemm_windows(ThreadState& ts, const char* src, const char* diff_dst, char* src_win,
                                            char* dst_win) const {
     const WeightsGeometry& g = plan_.geo;
-    const std::array<ChunkWindow, 2> w = gemm_chunk_windows(plan_, ts.chunk, p_.mb, ts.pair_rows);
-    const WindowPieces s = window_pieces({w[0].src_lo, w[0].src_hi}, {w[1].src_lo, w[1].src_hi});
-    const WindowPieces d = window_pieces({w[0].dst_lo, w[0].dst_hi}, {w[1].dst_lo, w[1].dst_hi});
+    const auto [s, d] = chunk_window_rows(plan_, ts.chunk, p_.mb, ts.pair_rows);
     const int64_t src_row = g.in[2] * src_px_, dst_row = g.out[2] * dst_px_;
     for (size_t i = 0; i < 2; ++i) {
         const auto none = std::array<int64_t, 2>{0, 0};
         const std::array<int64_t, 2> sp = int(i) < s.count ? s.piece[i] : none;
         const std::array<int64_t, 2> dp = int(i) < d.count ? d.piece[i] : none;
         if (sp[0] >= sp[1] && dp[0] >= dp[1]) continue;
-        fill_windows(ts, {sp[0], sp[1], dp[0], dp[1]}, {0, p_.ic()}, src, diff_dst,
-                     src_win + (sp[0] - s.lo) * src_row, dst_win + (dp[0] - d.lo) * dst_row, {0, p_.oc()});
+        fill_windows(ts, {sp[0], sp[1], dp[0], dp[1]}, {0, p_.ic()}, {0, p_.oc()}, src, diff_dst,
+                     src_win + (sp[0] - s.lo) * src_row, dst_win + (dp[0] - d.lo) * dst_row);
     }
     ts.src_shift = s.lo * src_row;
     ts.dst_shift = d.lo * dst_row;
@@ -1545,19 +1548,17 @@ std::array<int64_t, 2> JitWeightsExecutor::thread_channels(const std::array<int6
     return {tiles[0] % nt * width, std::min(p_.ic(), ((tiles[1] - 1) % nt + 1) * width)};
 }
 
-
-// Chunk window w of channels ch from the user's tensors (NCX, or NXC with
+// Chunk window w of channels src_ch / dst_ch from the user's tensors (NCX, or NXC with
 // nxc_windows) into the thread's NXC windows (pixels src_px_ / dst_px_
 // bytes apart).
-void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& ch,
-                                      const char* src, const char* diff_dst, char* src_win, char* dst_win,
-                                      const std::array<int64_t, 2>& dst_ch) const {
+void JitWeightsExecutor::fill_windows(ThreadState& ts, const ChunkWindow& w, const std::array<int64_t, 2>& src_ch,
+                                      const std::array<int64_t, 2>& dst_ch, const char* src, const char* diff_dst,
+                                      char* src_win, char* dst_win) const {
     const WeightsGeometry& g = plan_.geo;
     const int64_t es = user_es_;
     const int e = static_cast<int>(es);
-    NcxRows s{e, p_.ic(), g.in[0] * g.in[1], g.in[2], ch[0], ch[1], w.src_lo, w.src_hi};
-    const std::array<int64_t, 2> dc = dst_ch[0] < 0 ? ch : dst_ch;
-    NcxRows d{e, p_.oc(), g.out[0] * g.out[1], g.out[2], dc[0], dc[1], w.dst_lo, w.dst_hi};
+    NcxRows s{e, p_.ic(), g.in[0] * g.in[1], g.in[2], src_ch[0], src_ch[1], w.src_lo, w.src_hi};
+    NcxRows d{e, p_.oc(), g.out[0] * g.out[1], g.out[2], dst_ch[0], dst_ch[1], w.dst_lo, w.dst_hi};
     s.window_px = src_px_ / es;
     d.window_px = dst_px_ / es;
     if (g.segs_per_row > 1) {  // the chunk's segments: their pixels, each in its place
@@ -1841,10 +1842,7 @@ void size_windows(WeightsPlan* plan, int64_t mb) {
     std::vector<RowPos> chunk, rows;
     for (int64_t q0 = 0; q0 < std::min(red.rows, period); q0 += red.chunk_rows) {
         decode_rows(g, chunk, q0, std::min(red.rows, q0 + red.chunk_rows));
-        const std::array<ChunkWindow, 2> w = plan->ncx_rows ? gemm_chunk_windows(*plan, chunk, mb, rows)
-                                                            : std::array<ChunkWindow, 2>{chunk_window(*plan, chunk)};
-        const WindowPieces s = window_pieces({w[0].src_lo, w[0].src_hi}, {w[1].src_lo, w[1].src_hi});
-        const WindowPieces d = window_pieces({w[0].dst_lo, w[0].dst_hi}, {w[1].dst_lo, w[1].dst_hi});
+        const auto [s, d] = chunk_window_rows(*plan, chunk, mb, rows);
         plan->window_src_rows = std::max(plan->window_src_rows, s.hi - s.lo);
         plan->window_dst_rows = std::max(plan->window_dst_rows, d.hi - d.lo);
     }
