@@ -1,6 +1,7 @@
 // ops/transpose: per-image transposes of activations, on both paths
-// (AVX-512 register tiles with masked edges, scalar tiles), against the
-// definition, for sizes around the tile edges and 2- and 4-byte elements,
+// (AVX-512 register tiles with masked edges, 16-bit strips of 32 rows and
+// their partial last strips, scalar tiles), against the definition, for
+// sizes around the tile edges and 2- and 4-byte elements,
 // and results whose rows are 1-2 KiB apart (written in blocks of columns).
 #include <catch2/catch.hpp>
 #include <tbb/task_arena.h>
@@ -26,7 +27,7 @@ TEST_CASE("transpose_images equals the definition on every path", "[transpose]")
     const int64_t mb = 3;
     for (const Isa isa : isas)
         for (const int es : {2, 4})
-            for (const int64_t rows : {1, 15, 16, 17, 33, 64, 256, 512})
+            for (const int64_t rows : {1, 15, 16, 17, 31, 33, 48, 64, 256, 512})
                 for (const int64_t cols : {1, 2, 16, 31, 49, 85}) {
                     const int64_t n = mb * rows * cols;
                     std::vector<uint8_t> src(static_cast<size_t>(n * es)), want(src.size());
@@ -63,7 +64,7 @@ TEST_CASE("transpose_block: a block of a larger matrix, nothing around it touche
     const int64_t src_ld = 90, dst_ld = 80, src_rows = 70, dst_rows = 100;
     for (const Isa isa : isas)
         for (const int es : {2, 4})
-            for (const int64_t rows : {1, 15, 16, 17, 33, 64})
+            for (const int64_t rows : {1, 15, 16, 17, 31, 33, 48, 64})
                 for (const int64_t cols : {1, 2, 16, 31, 49, 85}) {
                     std::vector<uint8_t> src(static_cast<size_t>(src_rows * src_ld * es));
                     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + i / 251);
