@@ -27,8 +27,8 @@ TEST_CASE("transpose_images equals the definition on every path", "[transpose]")
     const int64_t mb = 3;
     for (const Isa isa : isas)
         for (const int es : {2, 4})
-            for (const int64_t rows : {1, 15, 16, 17, 31, 33, 48, 64, 256, 512})
-                for (const int64_t cols : {1, 2, 16, 31, 49, 85}) {
+            for (const int64_t rows : {1, 2, 3, 4, 15, 16, 17, 31, 33, 48, 64, 256, 512})
+                for (const int64_t cols : {1, 2, 3, 4, 16, 31, 49, 85}) {
                     const int64_t n = mb * rows * cols;
                     std::vector<uint8_t> src(static_cast<size_t>(n * es)), want(src.size());
                     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + i / 251);
@@ -79,6 +79,60 @@ TEST_CASE("transpose_block: a block of a larger matrix, nothing around it touche
                     INFO("isa " << convgrad::detail::isa_name(isa) << " es " << es << " " << rows << " x " << cols);
                     CHECK(got == want);
                 }
+}
+
+TEST_CASE("transpose: 1-4 channels between planes and packed pixels, nothing around them touched", "[transpose]") {
+    // The narrow forms: rows <= 4 into packed result rows (dst_ld == rows),
+    // and packed rows of cols <= 4 (src_ld == cols) into planes dst_ld
+    // apart, as blocks of larger buffers (guards before and after), and
+    // 16-bit packed rows of 3 of 2.1 M pixels (17 MB: planes streamed).
+    std::vector<Isa> isas{Isa::avx2};
+    if (convgrad::detail::cpu_isa() >= Isa::avx512_core) isas.push_back(Isa::avx512_core);
+    auto fill = [](std::vector<uint8_t>& v) {
+        for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>((i * 2654435761u) >> 11);
+    };
+    for (const Isa isa : isas)
+        for (const int es : {2, 4})
+            for (const int64_t narrow : {1, 2, 3, 4})
+                for (const int64_t wide : {1, 15, 16, 17, 31, 32, 33, 100})
+                    for (const bool planes_out : {false, true}) {
+                        // planes_out: packed rows (wide x narrow) into planes (narrow x wide, 7 extra
+                        // elements a plane); else planes (narrow x wide, 5 extra) into packed rows.
+                        const int64_t rows = planes_out ? wide : narrow, cols = planes_out ? narrow : wide;
+                        const int64_t src_ld = planes_out ? narrow : wide + 5, dst_ld = planes_out ? wide + 7 : narrow;
+                        const int64_t guard = 64;
+                        std::vector<uint8_t> src(static_cast<size_t>((rows * src_ld + 2 * guard) * es));
+                        fill(src);
+                        std::vector<uint8_t> want(static_cast<size_t>((cols * dst_ld + 2 * guard) * es), 0xa5);
+                        std::vector<uint8_t> got = want;
+                        for (int64_t r = 0; r < rows; ++r)
+                            for (int64_t c = 0; c < cols; ++c)
+                                std::memcpy(&want[static_cast<size_t>((guard + c * dst_ld + r) * es)],
+                                            &src[static_cast<size_t>((guard + r * src_ld + c) * es)],
+                                            static_cast<size_t>(es));
+                        convgrad::detail::transpose_block(src.data() + guard * es, src_ld, got.data() + guard * es,
+                                                          dst_ld, es, rows, cols, isa);
+                        INFO("isa " << convgrad::detail::isa_name(isa) << " es " << es << " " << rows << " x "
+                                    << cols << " src_ld " << src_ld << " dst_ld " << dst_ld);
+                        CHECK(got == want);
+                    }
+    if (convgrad::detail::cpu_isa() < Isa::avx512_core) return;
+    const int64_t mb = 2, rows = int64_t(1) << 21, cols = 3, n = mb * rows * cols;
+    std::vector<uint8_t> src(static_cast<size_t>(n * 2));
+    fill(src);
+    std::unique_ptr<char, decltype(&std::free)> buf(static_cast<char*>(std::aligned_alloc(64, n * 2 + 64)),
+                                                    &std::free);
+    std::memset(buf.get(), 0xa5, static_cast<size_t>(n * 2 + 64));
+    tbb::task_arena arena(2);
+    arena.execute([&] { convgrad::detail::transpose_images(src.data(), buf.get(), 2, mb, rows, cols, 2, Isa::avx512_core); });
+    int64_t wrong = 0;
+    for (int64_t img = 0; img < mb; ++img)
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+                wrong += std::memcmp(buf.get() + ((img * cols + c) * rows + r) * 2,
+                                     &src[static_cast<size_t>(((img * rows + r) * cols + c) * 2)], 2) != 0;
+    CHECK(wrong == 0);
+    CHECK(static_cast<unsigned char>(buf.get()[n * 2]) == 0xa5);
 }
 
 TEST_CASE("transpose_images: results of 16 MiB and more, streamed when lines allow", "[transpose]") {
