@@ -1333,6 +1333,10 @@ TEST_CASE("data: NCX dense layers copy per item or per image, never whole tensor
     c = dense(48, 32, {5, 6, 7}, {3, 3, 3});  // 3D
     c.pb = c.pe = {1, 1, 1};
     direct.push_back(c);
+    c = dense(48, 64, {4200}, {3});  // 1D rows over 1 MiB (f32): windows of segments
+    c.pb = c.pe = {1};
+    c.mb = 2;
+    direct.push_back(c);
     for (const DCase& base : direct) check_ncx_case(base, "NCX rows through NXC windows");
     c = dense(3, 32, {30, 29}, {7, 7});  // first layer: columns
     c.s = {2, 2};
@@ -1348,7 +1352,9 @@ TEST_CASE("data: NCX dense layers copy per item or per image, never whole tensor
     DCase first = dense(3, 64, {112, 112}, {7, 7});
     first.s = {2, 2};
     first.pb = first.pe = {3, 3};
-    for (DCase big : {c, first}) {
+    DCase long1d = dense(32, 64, {4200}, {3});
+    long1d.pb = long1d.pe = {1};
+    for (DCase big : {c, first, long1d}) {
         big.mb = 16;
         for (const char* isa : {"avx512_core", "avx2"}) {
             if (!runs(isa)) continue;
