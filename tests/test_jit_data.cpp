@@ -1607,7 +1607,7 @@ TEST_CASE("data: long rows are cut into segments", "[jit][data][dtype]") {
     causal.pb = {3};
     causal.pe = {0};
     cs.push_back(causal);
-    cs.push_back(one_d(1, 32, 1200, 600, 5));  // oc chunks (f32, f16)
+    cs.push_back(one_d(1, 32, 1200, 1100, 5));  // oc chunks (f32, f16); NCX 16-bit windows: runs of 1 KiB
     DCase zeros = one_d(1, 32, 256, 8000, 2);  // phase 0 reads no tap, phase 1 the right pad
     zeros.s = {3};
     zeros.pb = {2};
