@@ -1,6 +1,7 @@
 // Strided 1x1 layers in NCX run at unit stride (ops/exec_unstrided.cpp):
 // src subsampled for weight gradients, diff_src spread back with zeros for
-// data gradients, around the unit-stride problem's executor. Which problems take it,
+// data gradients (a few images a pass), around the unit-stride problem's
+// executor. Which problems take it,
 // and bitwise equality with the reference (every output element, the
 // zeros included) on every ISA and type; thread-count independence; the
 // in-place NCX paths under concurrent calls.
@@ -11,6 +12,7 @@
 #include <vector>
 
 #include "dot_test_util.hpp"
+#include "ops/scratch.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
 
@@ -81,6 +83,32 @@ TEST_CASE("unstrided: strided 1x1 layers in NCX run at unit stride", "[jit][unst
     wtest::Case oix = strided(24, 40, {50, 46}, {2, 2});
     oix.wfmt = "OIX";
     check(oix, true);
+}
+
+TEST_CASE("unstrided: data gradients go a few images a pass, their scratch bounded", "[jit][unstrided]") {
+    // 64 channels at 65x65 unit-stride pixels: 1.08 MB an image in f32 (3
+    // images a pass of 4 MiB: 3 + 3 + 2 at mb 8), half that in 16 bits (7
+    // + 1): every element against the reference, every ISA and type; at mb
+    // 16 the scratch kept stays under half the whole unit-stride diff_src.
+    wtest::Case c = strided(64, 24, {130, 130}, {2, 2});
+    c.mb = 8;
+    dottest::check_exact(
+            [&](data_type dt, const std::string& isa) {
+                c.dt = dt;
+                return data_op(c, isa);
+            },
+            "images a pass", true, {data_type::f32, data_type::bf16, data_type::f16}, 107);
+    c.mb = 16;
+    c.dt = data_type::f32;
+    const convgrad::op o = data_op(c, testutil::vector_isa());
+    INFO(o.describe());
+    const testutil::Buffer dd(data_type::f32, o.input0_elems()), w(data_type::f32, o.input1_elems());
+    const size_t whole = static_cast<size_t>(c.mb * 64 * 65 * 65 * 4);
+    convgrad::detail::release_scratch();
+    (void)testutil::run(o, dd, w);
+    CHECK(convgrad::detail::kept_scratch_bytes() > 0);
+    CHECK(convgrad::detail::kept_scratch_bytes() < whole / 2);
+    convgrad::detail::release_scratch();
 }
 
 TEST_CASE("unstrided: weight gradients of 512+ output pixels subsample src tile by tile", "[jit][unstrided]") {

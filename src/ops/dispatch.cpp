@@ -251,11 +251,13 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
             return x.alg == Alg::weights ? make_jit_weights_executor(x, isa, &why)
                                          : make_jit_data_executor(x, isa, &why);
         };
-        auto jit = make_jit(q);
-        if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold, isa, std::move(jit));
+        std::unique_ptr<Executor> jit;
         if (unstrided) {
-            if (jit) return make_unstrided_executor(p, isa, std::move(jit), q);
-            jit = make_jit(p);  // the strided problem itself
+            jit = make_unstrided_executor(p, q, isa, make_jit);
+            if (!jit) jit = make_jit(p);  // the strided problem itself
+        } else {
+            jit = make_jit(q);
+            if (jit && fold.folded) return std::make_unique<FoldedExecutor>(p, q, fold, isa, std::move(jit));
         }
         if (jit) return jit;
         if (verbose_log())

@@ -234,26 +234,40 @@ void JitDataNcxExecutor::run(const void* in0, const void* in1, void* out) const 
 
 void JitDataNcxExecutor::pack_w(const char* w, char* to, int threads) const {
     const int64_t steps = packed_steps(), wo = p_.wei_str.o, wi = p_.wei_str.i, unit = packed_unit();
-    parallel_static(threads, p_.g * steps, [&](int64_t gs) {
-        const int64_t grp = gs / steps, s = gs % steps;
-        const int64_t o = grp * p_.ocg + s * (plan_.pairs ? 2 : 1);  // the step's first output channel
-        const bool partner = plan_.pairs && s * 2 + 1 < p_.ocg;
-        for (int64_t i0 = 0; i0 < p_.icg; i0 += plan_.m) {
-            const int64_t mt = std::min<int64_t>(plan_.m, p_.icg - i0);
-            char* at = to + (grp * steps * p_.icg + i0 * steps + s * mt) * unit;
-            for (int64_t i = i0; i < i0 + mt; ++i) {
-                const int64_t e = o * wo + i * wi;
-                if (plan_.pairs) {
-                    const uint16_t* from = reinterpret_cast<const uint16_t*>(w);
-                    const uint32_t hi = partner ? from[e + wo] : 0;
-                    reinterpret_cast<uint32_t*>(at)[i - i0] = from[e] | hi << 16;
-                } else if (es_ == 4) {
-                    reinterpret_cast<uint32_t*>(at)[i - i0] = reinterpret_cast<const uint32_t*>(w)[e];
-                } else {
-                    reinterpret_cast<uint16_t*>(at)[i - i0] = reinterpret_cast<const uint16_t*>(w)[e];
-                }
+    const int64_t tiles = div_up(p_.icg, int64_t(plan_.m));
+    // Steps [s0, s1) of group grp's tile of input channels from i0 into
+    // their slots: for each step its mt input channels, one element each.
+    auto copy = [&](int64_t grp, int64_t i0, int64_t s0, int64_t s1) {
+        const int64_t mt = std::min<int64_t>(plan_.m, p_.icg - i0);
+        char* at = to + (grp * steps * p_.icg + i0 * steps + s0 * mt) * unit;
+        for (int64_t s = s0; s < s1; ++s, at += mt * unit) {
+            const int64_t o = grp * p_.ocg + s * (plan_.pairs ? 2 : 1);  // the step's first output channel
+            const int64_t e = o * wo + i0 * wi;
+            if (plan_.pairs) {
+                const uint16_t* from = reinterpret_cast<const uint16_t*>(w) + e;
+                const int64_t hi = s * 2 + 1 < p_.ocg ? wo : -1;
+                for (int64_t i = 0; i < mt; ++i)
+                    reinterpret_cast<uint32_t*>(at)[i] = from[i * wi] | (hi < 0 ? 0u : uint32_t(from[i * wi + hi]) << 16);
+            } else if (es_ == 4) {
+                const uint32_t* from = reinterpret_cast<const uint32_t*>(w) + e;
+                for (int64_t i = 0; i < mt; ++i) reinterpret_cast<uint32_t*>(at)[i] = from[i * wi];
+            } else {
+                const uint16_t* from = reinterpret_cast<const uint16_t*>(w) + e;
+                for (int64_t i = 0; i < mt; ++i) reinterpret_cast<uint16_t*>(at)[i] = from[i * wi];
             }
         }
+    };
+    // Reads run along W's inner axis: output channels (XIO, IOX) a tile of
+    // input channels at a time, else a step's input channels at a time.
+    // (XIO read a step at a time touched a line per element, 4 KiB apart:
+    // 9 % of ResNet-50 res4a_branch1's strided data gradient in NCX, f32,
+    // mb 32.)
+    if (wo < wi) {
+        parallel_static(threads, p_.g * tiles, [&](int64_t gt) { copy(gt / tiles, gt % tiles * plan_.m, 0, steps); });
+        return;
+    }
+    parallel_static(threads, p_.g * steps, [&](int64_t gs) {
+        for (int64_t i0 = 0; i0 < p_.icg; i0 += plan_.m) copy(gs / steps, i0, gs % steps, gs % steps + 1);
     });
 }
 

@@ -2,6 +2,7 @@
 // dispatch.cpp (best ISA first, the reference last).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -131,10 +132,11 @@ double amx_used_share(const Problem& p);
 std::unique_ptr<Executor> make_jit_dw_rows_executor(const Problem& p, Isa isa);
 // A strided 1x1 layer in NCX (no begin padding, every pixel read inside
 // src) as the unit-stride problem *q on subsampled src / spread diff_src
-// (exec_unstrided.cpp): false when p is not one. The executor runs `inner`
-// (made for q) between the two passes.
+// (exec_unstrided.cpp): false when p is not one. The executor runs
+// executors that `make` builds for q (data gradients: for a few images of
+// it at a time) between the two passes; null where `make` declines.
 bool unstride_1x1(const Problem& p, Problem* q);
-std::unique_ptr<Executor> make_unstrided_executor(const Problem& p, Isa isa, std::unique_ptr<Executor> inner,
-                                                  const Problem& q);
+std::unique_ptr<Executor> make_unstrided_executor(const Problem& p, const Problem& q, Isa isa,
+                                                  const std::function<std::unique_ptr<Executor>(const Problem&)>& make);
 
 }  // namespace convgrad::detail
