@@ -124,7 +124,8 @@ TEST_CASE("transpose: 1-4 channels between planes and packed pixels, nothing aro
                                                     &std::free);
     std::memset(buf.get(), 0xa5, static_cast<size_t>(n * 2 + 64));
     tbb::task_arena arena(2);
-    arena.execute([&] { convgrad::detail::transpose_images(src.data(), buf.get(), 2, mb, rows, cols, 2, Isa::avx512_core); });
+    arena.execute(
+            [&] { convgrad::detail::transpose_images(src.data(), buf.get(), 2, mb, rows, cols, 2, Isa::avx512_core); });
     int64_t wrong = 0;
     for (int64_t img = 0; img < mb; ++img)
         for (int64_t r = 0; r < rows; ++r)

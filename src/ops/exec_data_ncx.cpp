@@ -246,8 +246,10 @@ void JitDataNcxExecutor::pack_w(const char* w, char* to, int threads) const {
             if (plan_.pairs) {
                 const uint16_t* from = reinterpret_cast<const uint16_t*>(w) + e;
                 const int64_t hi = s * 2 + 1 < p_.ocg ? wo : -1;
-                for (int64_t i = 0; i < mt; ++i)
-                    reinterpret_cast<uint32_t*>(at)[i] = from[i * wi] | (hi < 0 ? 0u : uint32_t(from[i * wi + hi]) << 16);
+                for (int64_t i = 0; i < mt; ++i) {
+                    const uint32_t partner = hi < 0 ? 0u : from[i * wi + hi];
+                    reinterpret_cast<uint32_t*>(at)[i] = from[i * wi] | partner << 16;
+                }
             } else if (es_ == 4) {
                 const uint32_t* from = reinterpret_cast<const uint32_t*>(w) + e;
                 for (int64_t i = 0; i < mt; ++i) reinterpret_cast<uint32_t*>(at)[i] = from[i * wi];

@@ -171,8 +171,9 @@ bool unstride_1x1(const Problem& p, Problem* q) {
     return true;
 }
 
-std::unique_ptr<Executor> make_unstrided_executor(const Problem& p, const Problem& q, Isa isa,
-                                                  const std::function<std::unique_ptr<Executor>(const Problem&)>& make) {
+std::unique_ptr<Executor> make_unstrided_executor(
+        const Problem& p, const Problem& q, Isa isa,
+        const std::function<std::unique_ptr<Executor>(const Problem&)>& make) {
     int64_t n = p.mb;
     if (p.alg == Alg::data) {
         const int64_t image = p.ic() * q.in_sp() * static_cast<int64_t>(dtype_size(p.dt));

@@ -136,7 +136,8 @@ std::unique_ptr<Executor> make_jit_dw_rows_executor(const Problem& p, Isa isa);
 // executors that `make` builds for q (data gradients: for a few images of
 // it at a time) between the two passes; null where `make` declines.
 bool unstride_1x1(const Problem& p, Problem* q);
-std::unique_ptr<Executor> make_unstrided_executor(const Problem& p, const Problem& q, Isa isa,
-                                                  const std::function<std::unique_ptr<Executor>(const Problem&)>& make);
+std::unique_ptr<Executor> make_unstrided_executor(
+        const Problem& p, const Problem& q, Isa isa,
+        const std::function<std::unique_ptr<Executor>(const Problem&)>& make);
 
 }  // namespace convgrad::detail
