@@ -275,14 +275,12 @@ bool narrow_strip(const char* s, int64_t s_ld, char* d, int64_t d_ld, int es, in
             narrow_interleave<2>(s, s_ld, d, rows, cols);
         return true;
     }
-    if (cols <= kNarrow && s_ld == cols) {
+    if (cols <= kNarrow && s_ld == cols) {  // an AVX-512 strip's rows are one vector of them
         const int64_t r1 = std::min(rows, r0 + strip_rows(es, true));
-        for (int64_t a = r0; a < r1; a += 64 / es) {
-            if (es == 4)
-                narrow_deinterleave<4>(s, d, d_ld, cols, a, std::min(r1, a + 16), stream);
-            else
-                narrow_deinterleave<2>(s, d, d_ld, cols, a, std::min(r1, a + 32), stream);
-        }
+        if (es == 4)
+            narrow_deinterleave<4>(s, d, d_ld, cols, r0, r1, stream);
+        else
+            narrow_deinterleave<2>(s, d, d_ld, cols, r0, r1, stream);
         return true;
     }
     return false;
