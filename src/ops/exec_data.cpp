@@ -1022,6 +1022,7 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
     grid.threads = threads;
     const int64_t nchunks = chunks();
     const bool nt = plan_.nt_store && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
+    ItemQueue queue(grid.items, threads);
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
         ctx.nt = nt;
@@ -1045,8 +1046,7 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
         }
         const char* item_dd = plan_.ncx_windows ? ctx.dd_win.get() : dd;
         char* item_dst = plan_.ncx_windows ? ctx.dst_win.get() : dst;
-        const auto [lo, hi] = grid.range(t);
-        for (int64_t i = lo; i < hi; ++i) {
+        for (int64_t i = 0; queue.next(t, i);) {
             const int64_t seg = i / seg_items, rest = i % seg_items;  // segment-major
             const int64_t r0 = rest / nruns * group, r1 = std::min(rows, r0 + group);
             const auto [cb0, cb1] = plan_.cb_run(rest % nruns);

@@ -207,11 +207,11 @@ void JitDataDotExecutor::run(const void* in0, const void* in1, void* out) const 
             std::memcpy(base + px * dd_pitch_, dd + px * p_.oc() * es_, static_cast<size_t>(p_.oc() * es_));
         dd = base;
     }
+    ItemQueue queue(plan_.spans, threads);
     for_each_thread(threads, [&](int t) {
         std::vector<float> acc(static_cast<size_t>(plan_.pixels * plan_.span));
         alignas(64) float sums[32 * 16];
-        const auto range = spread(plan_.spans, threads, t);
-        for (int64_t s = range[0]; s < range[1]; ++s) run_span(dd, w, dst, s, acc.data(), sums);
+        for (int64_t s = 0; queue.next(t, s);) run_span(dd, w, dst, s, acc.data(), sums);
     });
 }
 

@@ -226,9 +226,9 @@ void JitDataNcxExecutor::run(const void* in0, const void* in1, void* out) const 
     const ScratchLease packed(Scratch::ncx_w, p_.g * packed_steps() * p_.icg * packed_unit());
     pack_w(w, packed.get(), threads);
     w = packed.get();
+    ItemQueue queue(plan_.items, threads);
     for_each_thread(threads, [&](int t) {
-        const auto range = spread(plan_.items, threads, t);
-        for (int64_t it = range[0]; it < range[1]; ++it) run_item(dd, w, dst, it);
+        for (int64_t it = 0; queue.next(t, it);) run_item(dd, w, dst, it);
     });
 }
 

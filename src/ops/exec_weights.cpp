@@ -30,11 +30,13 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <utility>
 #include <vector>
@@ -329,6 +331,177 @@ struct TileCall {
     int64_t wei_tile_step = 0;   // elements
 };
 
+// The threads' work: each thread's tiles (balance over grid.tile_threads)
+// of its slices (over grid.slice_threads), cut into `units` runs of tiles,
+// in the order the static loops ran them: per slice, per chunk, per unit.
+// A unit's chunks of a slice must run in order (the first stores, the
+// later ones accumulate). A thread that runs out takes about half of what
+// another has left: the later half of its whole slices, or else the later
+// half of the units of the slice it is at (or would start) from the chunk
+// it is at on (units it has not started there; their earlier chunks are
+// done, or the one its owner still runs is waited for). A core the host slows then holds the op up by about one
+// item, and whoever runs an item reads and writes the same memory in the
+// same order: results do not depend on the schedule.
+class WeightsWork {
+public:
+    struct Item {
+        int64_t slice = 0, chunk = 0, first_chunk = 0, tile0 = 0, tile1 = 0, chain = 0;
+    };
+
+    WeightsWork(const WeightsReduction& red, const WeightsThreadGrid& grid, int64_t tiles, bool share)
+        : red_(red), share_(share && grid.nthr > 1), threads_(grid.nthr), own_(new Own[static_cast<size_t>(threads_)]) {
+        int64_t longest = 1;
+        for (int tt = 0; tt < grid.tile_threads; ++tt) {
+            const auto r = balance(tiles, grid.tile_threads, tt);
+            longest = std::max(longest, r[1] - r[0]);
+        }
+        units_ = share_ ? std::min<int64_t>(longest, kUnits) : 1;
+        tile_threads_ = grid.tile_threads;
+        const int64_t chains = red.slices * tile_threads_ * units_;
+        done_.reset(new std::atomic<int64_t>[static_cast<size_t>(chains)]);
+        for (int64_t i = 0; i < chains; ++i) done_[i].store(0, std::memory_order_relaxed);
+        for (int t = 0; t < threads_; ++t) {
+            Part& w = own_[t].part;
+            const auto sl = balance(red.slices, grid.slice_threads, t / grid.tile_threads);
+            w.tt = t % grid.tile_threads;
+            w.tiles = balance(tiles, grid.tile_threads, w.tt);
+            w.sn = sl[0];
+            w.se = sl[1];
+        }
+    }
+
+    // The next item for thread t; false when every item is taken. Returns
+    // once the item's previous chunk is done (a part taken while its owner
+    // ran the chunk before: the one wait there is).
+    bool next(int t, Item& item) {
+        if (!take(t, item)) return false;
+        while (done_[item.chain].load(std::memory_order_acquire) < item.chunk - item.first_chunk) _mm_pause();
+        return true;
+    }
+    // Item done: its unit's next chunk may start, and sees its sums.
+    void finish(const Item& item) {
+        done_[item.chain].store(item.chunk - item.first_chunk + 1, std::memory_order_release);
+    }
+
+private:
+    bool take(int t, Item& item) {
+        if (claim(t, item)) return true;
+        while (share_) {
+            int victim = -1;
+            int64_t most = 0;
+            for (int v = 0; v < threads_; ++v) {
+                if (v == t) continue;
+                std::lock_guard<std::mutex> lock(own_[v].m);
+                const Part& w = own_[v].part;
+                const int64_t n = left(w);
+                if (n > most && splittable(w)) most = n, victim = v;
+            }
+            if (victim < 0) return false;
+            Part taken;
+            {
+                std::lock_guard<std::mutex> lock(own_[victim].m);
+                if (!splittable(own_[victim].part)) continue;
+                taken = split(own_[victim].part);
+            }
+            {
+                std::lock_guard<std::mutex> lock(own_[t].m);  // (no nested locks: no thread waits on another's)
+                own_[t].part = taken;
+            }
+            if (claim(t, item)) return true;
+        }
+        return false;
+    }
+
+    static constexpr int64_t kUnits = 8;  // units of a thread's tiles
+    // A run of work: slice s from chunk c (before c_end), units [ua, ub) of
+    // `tiles` from unit u on in chunk c and whole after it; then the whole
+    // slices [sn, se), every unit.
+    struct Part {
+        std::array<int64_t, 2> tiles{};  // of tile thread tt
+        int64_t tt = 0;
+        int64_t s = 0, c = 0, c_end = 0, ua = 0, ub = 0, u = 0, sn = 0, se = 0;
+    };
+    struct Own {
+        std::mutex m;
+        Part part;
+    };
+    int64_t slice_chunks(int64_t s) const {
+        const auto ch = spread(red_.chunks, red_.slices, s);
+        return ch[1] - ch[0];
+    }
+    int64_t left(const Part& w) const {
+        int64_t n = w.c < w.c_end ? (w.c_end - w.c) * (w.ub - w.ua) - (w.u - w.ua) : 0;
+        for (int64_t s = w.sn; s < w.se; ++s) n += slice_chunks(s) * units_;
+        return n;
+    }
+    // Whole slices to give, or units of the current one not started (of
+    // a lone whole slice: its units).
+    bool splittable(const Part& w) const {
+        if (w.se - w.sn >= 2 || (w.se > w.sn && w.c < w.c_end)) return true;
+        if (w.c >= w.c_end) return w.se > w.sn && units_ >= 2;
+        return w.ub - w.ua >= 2 && std::max(w.u, (w.ua + w.ub + 1) / 2) < w.ub;
+    }
+    // w's first whole slice becomes its current part, every unit.
+    void start_slice(Part& w) const {
+        const auto ch = spread(red_.chunks, red_.slices, w.sn);
+        w.s = w.sn++;
+        w.c = ch[0];
+        w.c_end = ch[1];
+        w.ua = w.u = 0;
+        w.ub = units_;
+    }
+    bool claim(int t, Item& item) {
+        std::lock_guard<std::mutex> lock(own_[t].m);
+        Part& w = own_[t].part;
+        while (w.c >= w.c_end) {  // the next whole slice
+            if (w.sn >= w.se) return false;
+            start_slice(w);
+        }
+        const auto ut = spread(w.tiles[1] - w.tiles[0], units_, w.u);
+        item = {w.s, w.c, spread(red_.chunks, red_.slices, w.s)[0], w.tiles[0] + ut[0], w.tiles[0] + ut[1],
+                (w.s * tile_threads_ + w.tt) * units_ + w.u};
+        if (++w.u == w.ub) {
+            w.u = w.ua;
+            ++w.c;
+        }
+        return true;
+    }
+    // About half of w's work, taken from it (splittable(w)).
+    Part split(Part& w) const {
+        Part o;
+        o.tiles = w.tiles;
+        o.tt = w.tt;
+        if (w.se - w.sn >= 2 || (w.se > w.sn && w.c < w.c_end)) {  // the later half of the whole slices
+            o.sn = (w.sn + w.se) / 2;
+            o.se = w.se;
+            w.se = o.sn;
+            return o;
+        }
+        if (w.c >= w.c_end) start_slice(w);  // one whole slice: w's current part, whose units are split
+        // Units [m, ub) from chunk c on: m at the middle, or past the units
+        // w has started in c (then w's part starts at chunk c + 1).
+        const int64_t m = std::max(w.u, (w.ua + w.ub + 1) / 2);
+        o.s = w.s;
+        o.c = w.c;
+        o.c_end = w.c_end;
+        o.ua = o.u = m;
+        o.ub = w.ub;
+        w.ub = m;
+        if (w.u >= w.ub) {
+            w.u = w.ua;
+            ++w.c;
+        }
+        return o;
+    }
+
+    const WeightsReduction& red_;
+    bool share_;
+    int threads_;
+    int64_t units_ = 1, tile_threads_ = 1;
+    std::unique_ptr<Own[]> own_;
+    std::unique_ptr<std::atomic<int64_t>[]> done_;  // per (slice, tile thread, unit): its chunks done
+};
+
 // A thread's staged chunk (16-bit types): the chunk's diff_dst rows in
 // chunk order, and every src row some tap of the chunk reads, each once.
 struct StagedChunk {
@@ -404,8 +577,8 @@ public:
 private:
     void load_kernels();
     const WeightsKernel& kernel(int rows, bool last_n, int stage = 0) const;
-    void compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src, const char* diff_dst,
-                        float* target, float* partials) const;
+    void compute_thread(int64_t tid, const WeightsThreadGrid& grid, WeightsWork& work, const char* src,
+                        const char* diff_dst, float* target, float* partials) const;
     // Runs tile `tile` (blocked plans: with the ic tiles after it, up to
     // `end`, that one call takes) and returns how many tiles it ran.
     int64_t run_gemm_tile(int64_t tile, int64_t end, bool accumulate, float* target, const char* src,
@@ -1341,8 +1514,9 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
     call(*kernels_[kt == b.m_tiles - 1 ? kLast : kFull][last_n][0], c, dw.rows, accumulate, pf);
 }
 
-void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& grid, const char* src,
-                                        const char* diff_dst, float* target, float* partials) const {
+void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& grid, WeightsWork& work,
+                                        const char* src, const char* diff_dst, float* target,
+                                        float* partials) const {
     const WeightsReduction& red = plan_.red;
     const WeightsGeometry& g = plan_.geo;
     const auto tiles = balance(plan_.blk.tiles, grid.tile_threads, tid % grid.tile_threads);
@@ -1394,10 +1568,16 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         ts.first_grp = per * gemm_tile(tiles[0]).grp;
         ts.last_grp = per * gemm_tile(tiles[1] - 1).grp;
     }
-    for (int64_t s = slices[0]; s < slices[1]; ++s) {
-        float* out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
-        const auto chunks = spread(red.chunks, red.slices, s);
-        for (int64_t c = chunks[0]; c < chunks[1]; ++c) {
+    WeightsWork::Item item;
+    int64_t cur_slice = -1, cur_chunk = -1;
+    float* out = nullptr;
+    while (work.next(static_cast<int>(tid), item)) {
+        const int64_t s = item.slice, c = item.chunk;
+        if (s != cur_slice || c != cur_chunk) {  // set the chunk up (the first item, or another's)
+            cur_slice = s;
+            cur_chunk = c;
+            out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
+            const auto chunks = spread(red.chunks, red.slices, s);
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
             decode_rows(ts.chunk, q0, q1);
             if (plan_.windows())
@@ -1446,13 +1626,15 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             ts.tap_built.assign(ts.tap_rows.size(), 0);
             ts.dw.key = -1;
             std::fill(std::begin(ts.tm_built), std::end(ts.tm_built), 0);
-            for (int64_t t = tiles[0]; t < tiles[1];) {
-                if (plan_.blk.kind == WeightsKernelKind::depthwise)
-                    run_dw_tile(t++, c != chunks[0], out, src, diff_dst, ts, pf);
-                else
-                    t += run_gemm_tile(t, tiles[1], c != chunks[0], out, src, diff_dst, ts, pf);
-            }
         }
+        const bool accumulate = c != item.first_chunk;
+        for (int64_t t = item.tile0; t < item.tile1;) {
+            if (plan_.blk.kind == WeightsKernelKind::depthwise)
+                run_dw_tile(t++, accumulate, out, src, diff_dst, ts, pf);
+            else
+                t += run_gemm_tile(t, item.tile1, accumulate, out, src, diff_dst, ts, pf);
+        }
+        work.finish(item);
     }
 }
 
@@ -1827,7 +2009,10 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     }
     if (plan_.red.slices > 1) partials_lease = ScratchLease(Scratch::weights_partials, (plan_.red.slices - 1) * wbytes);
     float* partials = partials_lease.floats();
-    parallel_static(grid.nthr, grid.nthr, [&](int64_t tid) { compute_thread(tid, grid, src, diff_dst, target, partials); });
+    // Depthwise windows hold the thread's own channels: no sharing there.
+    WeightsWork work(plan_.red, grid, plan_.blk.tiles, !plan_.windows());
+    parallel_static(grid.nthr, grid.nthr,
+                    [&](int64_t tid) { compute_thread(tid, grid, work, src, diff_dst, target, partials); });
     if (!plan_.store_rounded) reduce_and_store(target, partials, output, nthreads);
 }
 

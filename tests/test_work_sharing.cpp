@@ -1,0 +1,123 @@
+// Work sharing: a thread that runs out of its own items takes the items
+// other threads have left, and results never depend on who ran what.
+#include <catch2/catch.hpp>
+#include <tbb/global_control.h>
+#include <tbb/task_arena.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "ops/parallel.hpp"
+#include "test_util.hpp"
+#include "weights_case.hpp"
+
+using convgrad::data_type;
+using convgrad::op_kind;
+using testutil::Buffer;
+using wtest::Case;
+using wtest::conv2d;
+
+namespace {
+
+// The op of c: its weight gradient, or (data) its data gradient.
+convgrad::op make(const Case& c, bool data, const std::string& isa) {
+    if (!data) return c.make(isa);
+    convgrad::attributes a = c.attrs();
+    a.weights_shape.clear();
+    a.dst_shape = c.data(c.ic, true);
+    return testutil::make_op(isa, op_kind::conv_bwd_data, c.dt, a, c.data(c.oc, false), c.weights());
+}
+
+// o's output in an arena of `threads`, on the pool's threads or (`one`)
+// with the process held to one thread: the op still plans for `threads`
+// and its tasks run one after another on this thread, so the first takes
+// every item the others were given.
+Buffer run_in_arena(const convgrad::op& o, const Buffer& a, const Buffer& b, int threads, bool one) {
+    std::unique_ptr<tbb::global_control> cap;
+    if (one) cap = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, 1);
+    tbb::task_arena arena(threads);
+    Buffer out;
+    arena.execute([&] {
+        out = testutil::run(o, a, b);
+        CHECK(testutil::threads_used(o) == threads);
+    });
+    return out;
+}
+
+void check_shared(const Case& c, bool data) {
+    const convgrad::op ref = make(c, data, "ref");
+    const Buffer a = testutil::small_ints(c.dt, ref.input0_elems(), 3);
+    const Buffer b = testutil::small_ints(c.dt, ref.input1_elems(), 4);
+    const Buffer want = testutil::run(ref, a, b);
+    const convgrad::op jit = make(c, data, testutil::vector_isa());
+    INFO(wtest::label(c, testutil::vector_isa()) << (data ? " data" : " weights") << "\n" << jit.describe());
+    REQUIRE(jit.describe().rfind("jit:", 0) == 0);
+    for (int t : {2, 3})
+        for (bool one : {false, true}) {
+            INFO("threads " << t << (one ? ", all tasks on one thread" : ""));
+            CHECK(testutil::bitwise_equal(run_in_arena(jit, a, b, t, one), want));
+        }
+}
+
+}  // namespace
+
+TEST_CASE("work sharing: a queue hands out each item once, own items first", "[parallel]") {
+    using convgrad::detail::ItemQueue;
+    ItemQueue q(10, 3);  // ranges [0, 3), [3, 6), [6, 10)
+    std::vector<int64_t> got;
+    for (int64_t i = 0; q.next(1, i);) got.push_back(i);
+    // Thread 1's own items, then the fullest range's front, item by item.
+    REQUIRE(got.size() == 10);
+    CHECK(std::vector<int64_t>(got.begin(), got.begin() + 3) == std::vector<int64_t>{3, 4, 5});
+    CHECK(got[3] == 6);
+    std::vector<int64_t> sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    for (int64_t i = 0; i < 10; ++i) CHECK(sorted[static_cast<size_t>(i)] == i);
+    int64_t none = -1;
+    CHECK_FALSE(q.next(0, none));
+    CHECK_FALSE(q.next(2, none));
+    ItemQueue empty(0, 2);
+    CHECK_FALSE(empty.next(0, none));
+}
+
+TEST_CASE("work sharing: weight gradients give the reference on any schedule", "[parallel][weights]") {
+    Case big = conv2d(40, 70, {12, 12}, {3, 3});  // many tiles: split over tiles
+    big.mb = 3;
+    big.pb = big.pe = {1, 1};
+    Case few = conv2d(3, 8, {40, 40}, {1, 1});  // few tiles: split over slices
+    few.mb = 8;
+    Case wide = conv2d(256, 384, {7, 7}, {1, 1});  // 1x1, many tiles over a few chunks
+    wide.mb = 6;
+    Case strided = conv2d(64, 96, {14, 14}, {1, 1});
+    strided.s = {2, 2};
+    strided.mb = 4;
+    Case dw = conv2d(32, 32, {30, 30}, {3, 3});
+    dw.g = 32;
+    dw.mb = 4;
+    dw.pb = dw.pe = {1, 1};
+    Case ncx = big;
+    ncx.nxc = false;
+    for (data_type dt : {data_type::f32, data_type::bf16})
+        for (Case c : {big, few, wide, strided, dw, ncx}) {
+            c.dt = dt;
+            check_shared(c, false);
+        }
+}
+
+TEST_CASE("work sharing: data gradients give the reference on any schedule", "[parallel][data]") {
+    Case direct = conv2d(48, 64, {14, 14}, {3, 3});
+    direct.mb = 4;
+    direct.pb = direct.pe = {1, 1};
+    Case strided = conv2d(64, 96, {14, 14}, {1, 1});
+    strided.s = {2, 2};
+    strided.mb = 4;
+    Case fc = conv2d(300, 500, {1, 1}, {1, 1});  // one pixel an image
+    fc.mb = 8;
+    Case ncx = direct;
+    ncx.nxc = false;
+    for (data_type dt : {data_type::f32, data_type::bf16})
+        for (Case c : {direct, strided, fc, ncx}) {
+            c.dt = dt;
+            check_shared(c, true);
+        }
+}
