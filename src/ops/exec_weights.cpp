@@ -355,7 +355,7 @@ public:
             const auto r = balance(tiles, grid.tile_threads, tt);
             longest = std::max(longest, r[1] - r[0]);
         }
-        units_ = share_ ? std::min<int64_t>(longest, kUnits) : 1;
+        units_ = share_ ? std::clamp<int64_t>(longest / kUnitTiles, 1, kUnits) : 1;
         tile_threads_ = grid.tile_threads;
         const int64_t chains = red.slices * tile_threads_ * units_;
         done_.reset(new std::atomic<int64_t>[static_cast<size_t>(chains)]);
@@ -412,7 +412,8 @@ private:
         return false;
     }
 
-    static constexpr int64_t kUnits = 8;  // units of a thread's tiles
+    static constexpr int64_t kUnits = 8;       // units of a thread's tiles, at most
+    static constexpr int64_t kUnitTiles = 4;  // tiles of a unit, at least (calls run consecutive ic tiles)
     // A run of work: slice s from chunk c (before c_end), units [ua, ub) of
     // `tiles` from unit u on in chunk c and whole after it; then the whole
     // slices [sn, se), every unit.
