@@ -96,7 +96,7 @@ TEST_CASE("data ncx: the plan names its tile and loop", "[jit][data][ncx]") {
         CHECK(d.substr(0, d.find("  kernels")) ==
               "jit:avx512_core ncx m5n5x16 threads 2 (pixel vectors, NCX read and written in place)\n"
               "  for image in 32, group in 1, strip in 40 of 80 of 3136 pixels (the last: 1 vector)"
-              "  [contiguous ranges over threads]\n"
+              "  [contiguous ranges over threads, then shared]\n"
               "    for tile of 5 of 64 input channels\n"
               "      for oc in 256: 5 diff_dst loads, 5 W broadcasts, 25 FMAs, a line of the next strip prefetched\n"
               "      5 rows of diff_src stored\n"
@@ -139,7 +139,7 @@ TEST_CASE("data ncx: the bf16 pairs plan names its loop", "[jit][data][ncx]") {
               "jit:avx512_core_bf16 ncx m12n2x16 bf16 vdpbf16ps on oc pairs threads 2 (pixel vectors, NCX read and "
               "written in place)\n"
               "  for image in 32, group in 1, strip in 17 of 32 of 529 pixels (the last: 2 vectors, 17 pixels in "
-              "the last 32)  [contiguous ranges over threads]\n"
+              "the last 32)  [contiguous ranges over threads, then shared]\n"
               "    for tile of 12 of 64 input channels\n"
               "      for oc pair in 128 (the last with zeros): 3 diff_dst loads, 2 interleaves, 12 W pair broadcasts, "
               "24 vdpbf16ps, two lines of the next strip prefetched\n"

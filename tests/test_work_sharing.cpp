@@ -66,10 +66,11 @@ TEST_CASE("work sharing: a queue hands out each item once, own items first", "[p
     ItemQueue q(10, 3);  // ranges [0, 3), [3, 6), [6, 10)
     std::vector<int64_t> got;
     for (int64_t i = 0; q.next(1, i);) got.push_back(i);
-    // Thread 1's own items, then the fullest range's front, item by item.
+    // Thread 1's own items, then the later half of the fullest range
+    // ([8, 10) of [6, 10)), then of whichever has most left: [1, 3) of
+    // [0, 3), [7, 8) of [6, 8), then [0, 1) and [6, 7) (ties: the first).
     REQUIRE(got.size() == 10);
-    CHECK(std::vector<int64_t>(got.begin(), got.begin() + 3) == std::vector<int64_t>{3, 4, 5});
-    CHECK(got[3] == 6);
+    CHECK(got == std::vector<int64_t>{3, 4, 5, 8, 9, 1, 2, 7, 0, 6});
     std::vector<int64_t> sorted = got;
     std::sort(sorted.begin(), sorted.end());
     for (int64_t i = 0; i < 10; ++i) CHECK(sorted[static_cast<size_t>(i)] == i);
@@ -78,6 +79,17 @@ TEST_CASE("work sharing: a queue hands out each item once, own items first", "[p
     CHECK_FALSE(q.next(2, none));
     ItemQueue empty(0, 2);
     CHECK_FALSE(empty.next(0, none));
+    // Many items go out in units of several, each unit in order.
+    ItemQueue many(100000, 2);
+    got.clear();
+    for (int64_t i = 0; many.next(0, i);) got.push_back(i);
+    REQUIRE(got.size() == 100000);
+    CHECK(got[0] == 0);
+    CHECK(got[1] == 1);
+    sorted = got;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+    CHECK(sorted.back() == 99999);
 }
 
 TEST_CASE("work sharing: weight gradients give the reference on any schedule", "[parallel][weights]") {
@@ -97,8 +109,12 @@ TEST_CASE("work sharing: weight gradients give the reference on any schedule", "
     dw.pb = dw.pe = {1, 1};
     Case ncx = big;
     ncx.nxc = false;
+    Case rows = conv2d(24, 24, {5000}, {3});  // depthwise rows along W (NCX)
+    rows.g = 24;
+    rows.nxc = false;
+    rows.pb = rows.pe = {1};
     for (data_type dt : {data_type::f32, data_type::bf16})
-        for (Case c : {big, few, wide, strided, dw, ncx}) {
+        for (Case c : {big, few, wide, strided, dw, ncx, rows}) {
             c.dt = dt;
             check_shared(c, false);
         }
@@ -115,8 +131,13 @@ TEST_CASE("work sharing: data gradients give the reference on any schedule", "[p
     fc.mb = 8;
     Case ncx = direct;
     ncx.nxc = false;
+    Case rows = conv2d(24, 24, {5000}, {3});  // depthwise rows along W (NCX)
+    rows.g = 24;
+    rows.nxc = false;
+    rows.pb = rows.pe = {1};
+    rows.mb = 3;
     for (data_type dt : {data_type::f32, data_type::bf16})
-        for (Case c : {direct, strided, fc, ncx}) {
+        for (Case c : {direct, strided, fc, ncx, rows}) {
             c.dt = dt;
             check_shared(c, true);
         }

@@ -15,9 +15,10 @@
 // output channels in pairs, interleaved in registers. The only scratch is
 // W, copied each call in the order the kernels read it (pack_w).
 //
-// Work items are (image, group, strip); threads take contiguous ranges,
-// each item running every input-channel tile of its group against the
-// strip (which stays in L1 / L2 between the tiles). The result does not
+// Work items are (image, group, strip); threads take contiguous ranges
+// (then the items other threads have left), each item running every
+// input-channel tile of its group against the strip (which stays in L1 /
+// L2 between the tiles). The result does not
 // depend on the thread count. Strided 1x1 layers come here and spread
 // the result back with zeros (exec_unstrided.cpp).
 #include <algorithm>
@@ -290,7 +291,7 @@ std::string JitDataNcxExecutor::describe() const {
            << (plan_.tail ? ", " + std::to_string(plan_.tail) + " pixels in the last " + std::to_string(run)
                           : std::string())
            << ")";
-    os << "  [contiguous ranges over threads]\n"
+    os << "  [contiguous ranges over threads, then shared]\n"
        << "    for tile of " << plan_.m << " of " << p_.icg << " input channels\n";
     if (plan_.pairs)
         os << "      for oc pair in " << oc_pairs() << (p_.ocg % 2 ? " (the last with zeros)" : "") << ": "

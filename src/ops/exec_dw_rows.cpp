@@ -21,9 +21,11 @@
 // per-thread copy of their part of the line with the padding as zeros.
 //
 // Data gradient: work items are (diff_src row, piece), or (image, channel)
-// planes, contiguous ranges over the threads; a call sums every (kd, kh)
+// planes, contiguous ranges over the threads that a thread which runs out
+// takes from (ItemQueue); a call sums every (kd, kh)
 // diff_dst row that reaches its row, so each pixel is stored once, final.
-// Weight gradient: work items are channels, run in blocks image by image;
+// Weight gradient: work items are blocks of channels (shared the same way),
+// each run image by image;
 // a call takes the (kd, kh) src rows one diff_dst row reaches (as many as
 // the registers hold) and adds into one f32 vector a tap in a fixed order
 // (image, output row, piece, kd, kh), whose lanes are summed at the end.
@@ -180,8 +182,13 @@ public:
 
 private:
     // nt: diff_src is 64-byte aligned and the plan streams.
-    void run_data(const char* dd, const float* w, char* out, int64_t begin, int64_t end, bool nt) const;
-    void run_weights(const char* src, const char* dd, char* out, int64_t begin, int64_t end) const;
+    void run_data(const char* dd, const float* w, char* out, ItemQueue& items, int t, bool nt) const;
+    void run_weights(const char* src, const char* dd, char* out, ItemQueue& blocks, int t, int64_t block) const;
+    // Weight gradients: channels a block, up to kChannelBlock, and at
+    // least four blocks a thread to share.
+    int64_t weights_block(int threads) const {
+        return std::clamp<int64_t>(div_up(plan_.items, 4 * int64_t(threads)), 1, kChannelBlock);
+    }
     // plane: the channel's src rows copied whole (planes), or null.
     // pairs: room for a (line, tap vectors) pair a (kd, kh) row; copy: for
     // a padded line copy a (kd, kh) row.
@@ -275,7 +282,7 @@ void DwRowExecutor::zero_pads(char* to) const {
 
 // Items [begin, end) of (diff_src row, piece), or of (image, channel) with
 // planes; w: [channel][kd][kh][kw] f32.
-void DwRowExecutor::run_data(const char* dd, const float* w, char* out, int64_t begin, int64_t end, bool nt) const {
+void DwRowExecutor::run_data(const char* dd, const float* w, char* out, ItemQueue& items, int t, bool nt) const {
     const int64_t kdh = p_.k[0] * p_.k[1];
     const ScratchLease lines(Scratch::dw_rows_lines,
                              plan_.planes ? plan_.lines * plan_.line_pitch * es_ : kdh * line_copy_bytes());
@@ -307,7 +314,7 @@ void DwRowExecutor::run_data(const char* dd, const float* w, char* out, int64_t 
     };
     if (plan_.planes) {
         const Piece& pc = plan_.pieces[0];
-        for (int64_t it = begin; it < end; ++it) {
+        for (int64_t it = 0; items.next(t, it);) {
             const int64_t c = it % p_.ic(), img = it / p_.ic();
             copy_plane(row(dd, p_.dst_str, img, c, 0, 0), p_.dst_str, lines.get());
             for (int64_t id = 0; id < p_.in[0]; ++id)
@@ -319,7 +326,7 @@ void DwRowExecutor::run_data(const char* dd, const float* w, char* out, int64_t 
         return;
     }
     const int64_t np = static_cast<int64_t>(plan_.pieces.size());
-    for (int64_t it = begin; it < end; ++it) {
+    for (int64_t it = 0; items.next(t, it);) {
         const Piece& pc = plan_.pieces[static_cast<size_t>(it % np)];
         int64_t r = it / np;
         const int64_t ih = r % p_.in[1], id = r / p_.in[1] % p_.in[0];
@@ -335,23 +342,23 @@ void DwRowExecutor::run_data(const char* dd, const float* w, char* out, int64_t 
     }
 }
 
-// Channels [begin, end) in blocks of kChannelBlock: each channel's taps
+// Blocks of `block` channels, as `blocks` hands them out: each channel's taps
 // summed in f32 vectors in a fixed order (image, diff_dst row, piece, kd,
 // kh), their lanes summed and rounded once into the user's weights. A
 // block runs image by image, so that its channels' rows are read in memory
 // order (channel-major with the images inner jumped a whole image between
 // rows: Mamba-style causal k4, 1536 channels x 2048 samples, f32 0.66x).
-void DwRowExecutor::run_weights(const char* src, const char* dd, char* out, int64_t begin, int64_t end) const {
+void DwRowExecutor::run_weights(const char* src, const char* dd, char* out, ItemQueue& blocks, int t,
+                                int64_t block) const {
     const int64_t taps = p_.k_sp(), vlen = plan_.vlen;
-    const int64_t block = std::min(kChannelBlock, end - begin);
     const ScratchLease acc(Scratch::dw_rows_acc, block * taps * vlen * 4);
     const int64_t kdh = p_.k[0] * p_.k[1];
     const ScratchLease line(Scratch::dw_rows_lines,
                             plan_.planes ? plan_.lines * plan_.line_pitch * es_ : kdh * line_copy_bytes());
     std::vector<const void*> pairs(static_cast<size_t>(2 * kdh));
     if (plan_.planes) zero_pads(line.get());
-    for (int64_t c0 = begin; c0 < end; c0 += block) {
-        const int64_t c1 = std::min(end, c0 + block);
+    for (int64_t b = 0; blocks.next(t, b);) {
+        const int64_t c0 = b * block, c1 = std::min(p_.oc(), c0 + block);
         std::fill(acc.floats(), acc.floats() + (c1 - c0) * taps * vlen, 0.0f);
         for (int64_t img = 0; img < p_.mb; ++img)
             for (int64_t c = c0; c < c1; ++c) {
@@ -424,10 +431,9 @@ void DwRowExecutor::run(const void* in0, const void* in1, void* out) const {
     if (plan_.weights) {
         const char* src = static_cast<const char*>(p_.swap_inputs ? in1 : in0);
         const char* dd = static_cast<const char*>(p_.swap_inputs ? in0 : in1);
-        for_each_thread(threads, [&](int t) {
-            const auto r = spread(plan_.items, threads, t);
-            run_weights(src, dd, o, r[0], r[1]);
-        });
+        const int64_t block = weights_block(threads);
+        ItemQueue blocks(div_up(plan_.items, block), threads);
+        for_each_thread(threads, [&](int t) { run_weights(src, dd, o, blocks, t, block); });
         return;
     }
     // W widened to f32, [channel][kd][kh][kw].
@@ -444,9 +450,9 @@ void DwRowExecutor::run(const void* in0, const void* in1, void* out) const {
                 }
     const char* dd = static_cast<const char*>(in0);
     const bool nt = plan_.stream && reinterpret_cast<uintptr_t>(out) % kCacheLineBytes == 0;
+    ItemQueue items(plan_.items, threads);
     for_each_thread(threads, [&](int t) {
-        const auto r = spread(plan_.items, threads, t);
-        run_data(dd, w, o, r[0], r[1], nt);
+        run_data(dd, w, o, items, t, nt);
         if (nt) _mm_sfence();  // streaming stores visible before the join
     });
 }
@@ -469,7 +475,8 @@ std::string DwRowExecutor::describe() const {
                                " rows copied whole (planes), padded to " + std::to_string(plan_.line_pitch) +
                                " pixels\n";
     if (plan_.weights) {
-        os << "  for block of " << kChannelBlock << " of " << p_.oc() << " channels  [contiguous ranges over threads]\n"
+        os << "  for block of " << weights_block(threads()) << " of " << p_.oc()
+           << " channels  [contiguous ranges over threads, then shared]\n"
            << "    for image in " << p_.mb << ", channel in the block\n"
            << (plan_.planes ? "      " + planes : "") << "      for diff_dst row in " << p_.out[0] * p_.out[1]
            << ", piece in " << pieces << ", call of up to " << plan_.max_rows << " of the " << p_.k[0] * p_.k[1]
@@ -479,12 +486,13 @@ std::string DwRowExecutor::describe() const {
            << "  each channel's lanes summed" << (p_.dt == data_type::f32 ? "" : ", rounded") << " into the weights";
     } else {
         if (plan_.planes)
-            os << "  for image in " << p_.mb << ", channel in " << p_.ic() << "  [contiguous ranges over threads]\n"
+            os << "  for image in " << p_.mb << ", channel in " << p_.ic()
+               << "  [contiguous ranges over threads, then shared]\n"
                << "    " << planes << "    for diff_src row in " << p_.in[0] * p_.in[1] << ", piece in " << pieces
                << "\n";
         else
             os << "  for image in " << p_.mb << ", channel in " << p_.ic() << ", diff_src row in "
-               << p_.in[0] * p_.in[1] << ", piece in " << pieces << "  [contiguous ranges over threads]\n";
+               << p_.in[0] * p_.in[1] << ", piece in " << pieces << "  [contiguous ranges over threads, then shared]\n";
         const std::string in(plan_.planes ? 6 : 4, ' ');
         os << in << "for step of " << step << " pixels: for (kd, kh) diff_dst row that reaches the row: " << p_.k[2]
            << " W broadcasts, " << p_.k[2] * plan_.n << " FMAs\n"

@@ -349,7 +349,8 @@ public:
     };
 
     WeightsWork(const WeightsReduction& red, const WeightsThreadGrid& grid, int64_t tiles, bool share)
-        : red_(red), share_(share && grid.nthr > 1), threads_(grid.nthr), own_(new Own[static_cast<size_t>(threads_)]) {
+        : red_(red), share_(share && grid.nthr > 1), threads_(grid.nthr),
+          own_(new Own[static_cast<size_t>(threads_)]) {
         int64_t longest = 1;
         for (int tt = 0; tt < grid.tile_threads; ++tt) {
             const auto r = balance(tiles, grid.tile_threads, tt);

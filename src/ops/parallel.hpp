@@ -7,6 +7,7 @@
 #include <tbb/parallel_for.h>
 #include <tbb/partitioner.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -48,50 +49,91 @@ void parallel_static(int threads, int64_t n, F&& body) {
 }
 
 // Items [0, n) shared by `threads` threads: thread t takes the items of its
-// contiguous range (spread(n, threads, t)) in order, then helps the others
-// one item at a time from the front of the range with the most left. A
-// core the host slows (a neighbour on its SMT sibling, a preempted vCPU)
-// then holds the op up by one item instead of half of it. Only for items
-// whose results do not depend on which thread runs them or in what order.
+// contiguous range (spread(n, threads, t)) in order, then the later half of
+// what is left of the fullest other range, and so on. A core the host
+// slows (a neighbour on its SMT sibling, a preempted vCPU) then holds the
+// op up by about one unit instead of its whole range. Items go out in units
+// of `grain` (at least 64 units a thread) so that tiny items cost no atomic
+// each, and a thread takes from another only a whole half, not item by item
+// beside it. Only for items whose results do not depend on which thread
+// runs them or in what order.
 class ItemQueue {
 public:
-    ItemQueue(int64_t n, int threads) : threads_(std::max(threads, 1)), ranges_(new Range[static_cast<size_t>(threads_)]) {
+    ItemQueue(int64_t n, int threads)
+        : n_(std::max<int64_t>(n, 0)), threads_(std::max(threads, 1)),
+          grain_(std::max<int64_t>(1, n_ / (int64_t(threads_) * kUnitsPerThread))),
+          ranges_(new Range[static_cast<size_t>(threads_)]), local_(new Local[static_cast<size_t>(threads_)]) {
+        const int64_t units = (n_ + grain_ - 1) / grain_;  // < 2^32: grain_ >= n / 128
         for (int t = 0; t < threads_; ++t) {
-            const auto r = spread(n, threads_, t);
-            ranges_[t].next.store(r[0], std::memory_order_relaxed);
-            ranges_[t].end = r[1];
+            const auto r = spread(units, threads_, t);
+            ranges_[t].units.store(pack(r[0], r[1]), std::memory_order_relaxed);
         }
     }
     // The next item for thread t; false when none is left.
     bool next(int t, int64_t& item) {
-        int64_t i = ranges_[t].next.fetch_add(1, std::memory_order_relaxed);
-        if (i < ranges_[t].end) {
-            item = i;
+        Local& l = local_[t];
+        if (l.next < l.end) {
+            item = l.next++;
             return true;
         }
+        int64_t unit = 0;
+        if (!take_own(t, unit) && !take_other(t, unit)) return false;
+        l.next = unit * grain_;
+        l.end = std::min(n_, l.next + grain_);
+        item = l.next++;
+        return true;
+    }
+
+private:
+    static constexpr int64_t kUnitsPerThread = 64;
+    static uint64_t pack(int64_t begin, int64_t end) { return uint64_t(begin) << 32 | uint64_t(end); }
+    static int64_t begin_of(uint64_t r) { return int64_t(r >> 32); }
+    static int64_t end_of(uint64_t r) { return int64_t(r & 0xffffffffu); }
+    // The first unit of t's range.
+    bool take_own(int t, int64_t& unit) {
+        std::atomic<uint64_t>& a = ranges_[t].units;
+        uint64_t r = a.load(std::memory_order_relaxed);
+        while (begin_of(r) < end_of(r))
+            if (a.compare_exchange_weak(r, pack(begin_of(r) + 1, end_of(r)), std::memory_order_relaxed)) {
+                unit = begin_of(r);
+                return true;
+            }
+        return false;
+    }
+    // The later half of the fullest other range: its first unit now, the
+    // rest as t's range (empty until now, so only t writes it here).
+    bool take_other(int t, int64_t& unit) {
         for (;;) {
             int victim = -1;
             int64_t most = 0;
             for (int v = 0; v < threads_; ++v) {
-                const int64_t left = ranges_[v].end - ranges_[v].next.load(std::memory_order_relaxed);
-                if (left > most) most = left, victim = v;
+                const uint64_t r = ranges_[v].units.load(std::memory_order_relaxed);
+                if (v != t && end_of(r) - begin_of(r) > most) most = end_of(r) - begin_of(r), victim = v;
             }
             if (victim < 0) return false;
-            i = ranges_[victim].next.fetch_add(1, std::memory_order_relaxed);
-            if (i < ranges_[victim].end) {
-                item = i;
-                return true;
-            }
+            std::atomic<uint64_t>& a = ranges_[victim].units;
+            uint64_t r = a.load(std::memory_order_relaxed);
+            const int64_t b = begin_of(r), e = end_of(r);
+            if (b >= e) continue;
+            const int64_t mid = b + (e - b) / 2;
+            if (!a.compare_exchange_weak(r, pack(b, mid), std::memory_order_relaxed)) continue;
+            unit = mid;
+            ranges_[t].units.store(pack(mid + 1, e), std::memory_order_relaxed);
+            return true;
         }
     }
 
-private:
     struct alignas(64) Range {
-        std::atomic<int64_t> next;
-        int64_t end = 0;
+        std::atomic<uint64_t> units;  // [begin, end) packed, 32 bits each
     };
+    struct alignas(64) Local {  // the unit a thread is running through
+        int64_t next = 0, end = 0;
+    };
+    int64_t n_;
     int threads_;
+    int64_t grain_;
     std::unique_ptr<Range[]> ranges_;
+    std::unique_ptr<Local[]> local_;
 };
 
 }  // namespace convgrad::detail
