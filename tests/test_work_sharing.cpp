@@ -5,6 +5,7 @@
 #include <tbb/task_arena.h>
 
 #include <algorithm>
+#include <thread>
 #include <vector>
 
 #include "ops/parallel.hpp"
@@ -141,4 +142,29 @@ TEST_CASE("work sharing: data gradients give the reference on any schedule", "[p
             c.dt = dt;
             check_shared(c, true);
         }
+}
+
+TEST_CASE("work sharing: ops in several arenas at once, more threads than cores", "[parallel]") {
+    Case w = conv2d(40, 70, {12, 12}, {3, 3});
+    w.mb = 3;
+    w.pb = w.pe = {1, 1};
+    const bool data[] = {false, true};
+    for (bool d : data) {
+        const convgrad::op ref = make(w, d, "ref");
+        const Buffer a = testutil::small_ints(w.dt, ref.input0_elems(), 5);
+        const Buffer b = testutil::small_ints(w.dt, ref.input1_elems(), 6);
+        const Buffer want = testutil::run(ref, a, b);
+        const convgrad::op jit = make(w, d, testutil::vector_isa());
+        std::vector<Buffer> outs(6);
+        std::vector<std::thread> callers;
+        for (size_t i = 0; i < outs.size(); ++i)
+            callers.emplace_back([&, i] {
+                tbb::task_arena arena(2);
+                arena.execute([&] {
+                    for (int rep = 0; rep < 4; ++rep) outs[i] = testutil::run(jit, a, b);
+                });
+            });
+        for (std::thread& c : callers) c.join();
+        for (const Buffer& o : outs) CHECK(testutil::bitwise_equal(o, want));
+    }
 }

@@ -38,6 +38,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -376,7 +377,13 @@ public:
     // ran the chunk before: the one wait there is).
     bool next(int t, Item& item) {
         if (!take(t, item)) return false;
-        while (done_[item.chain].load(std::memory_order_acquire) < item.chunk - item.first_chunk) _mm_pause();
+        // (Yielding after a while: with more threads than cores the owner
+        // may be waiting for this core.)
+        for (int spins = 0; done_[item.chain].load(std::memory_order_acquire) < item.chunk - item.first_chunk;)
+            if (++spins < kSpins)
+                _mm_pause();
+            else
+                std::this_thread::yield();
         return true;
     }
     // Item done: its unit's next chunk may start, and sees its sums.
@@ -413,6 +420,7 @@ private:
         return false;
     }
 
+    static constexpr int kSpins = 4096;        // pauses before a waiting thread yields
     static constexpr int64_t kUnits = 8;       // units of a thread's tiles, at most
     static constexpr int64_t kUnitTiles = 4;  // tiles of a unit, at least (calls run consecutive ic tiles)
     // A run of work: slice s from chunk c (before c_end), units [ua, ub) of
