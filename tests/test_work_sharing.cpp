@@ -114,8 +114,11 @@ TEST_CASE("work sharing: weight gradients give the reference on any schedule", "
     rows.g = 24;
     rows.nxc = false;
     rows.pb = rows.pe = {1};
+    Case dw_ncx = dw;  // NCX windows of the channels of a thread's tiles
+    dw_ncx.ic = dw_ncx.oc = dw_ncx.g = 96;
+    dw_ncx.nxc = false;
     for (data_type dt : {data_type::f32, data_type::bf16})
-        for (Case c : {big, few, wide, strided, dw, ncx, rows}) {
+        for (Case c : {big, few, wide, strided, dw, ncx, rows, dw_ncx}) {
             c.dt = dt;
             check_shared(c, false);
         }

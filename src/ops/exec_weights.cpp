@@ -342,15 +342,18 @@ struct TileCall {
 // it is at on (units it has not started there; their earlier chunks are
 // done, or the one its owner still runs is waited for). A core the host slows then holds the op up by about one
 // item, and whoever runs an item reads and writes the same memory in the
-// same order: results do not depend on the schedule.
+// same order: results do not depend on the schedule. (Depthwise NCX
+// windows hold the channels of the tiles a part cuts: a thread that takes
+// another's part fills its windows with those.)
 class WeightsWork {
 public:
     struct Item {
         int64_t slice = 0, chunk = 0, first_chunk = 0, tile0 = 0, tile1 = 0, chain = 0;
+        std::array<int64_t, 2> part{};  // the tiles the item's units cut (its first owner's)
     };
 
-    WeightsWork(const WeightsReduction& red, const WeightsThreadGrid& grid, int64_t tiles, bool share)
-        : red_(red), share_(share && grid.nthr > 1), threads_(grid.nthr),
+    WeightsWork(const WeightsReduction& red, const WeightsThreadGrid& grid, int64_t tiles)
+        : red_(red), share_(grid.nthr > 1), threads_(grid.nthr),
           own_(new Own[static_cast<size_t>(threads_)]) {
         int64_t longest = 1;
         for (int tt = 0; tt < grid.tile_threads; ++tt) {
@@ -469,7 +472,7 @@ private:
         }
         const auto ut = spread(w.tiles[1] - w.tiles[0], units_, w.u);
         item = {w.s, w.c, spread(red_.chunks, red_.slices, w.s)[0], w.tiles[0] + ut[0], w.tiles[0] + ut[1],
-                (w.s * tile_threads_ + w.tt) * units_ + w.u};
+                (w.s * tile_threads_ + w.tt) * units_ + w.u, w.tiles};
         if (++w.u == w.ub) {
             w.u = w.ua;
             ++w.c;
@@ -1564,13 +1567,12 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     const char* const user_src = src;
     const char* const user_dst = diff_dst;
     ScratchLease src_win, dst_win;
-    std::array<int64_t, 2> channels{};  // depthwise: the thread's
+    std::array<int64_t, 2> channels{};  // depthwise: those of the tiles whose items the thread runs
     if (plan_.windows() || plan_.ncx_rows) {
         src_win = ScratchLease(Scratch::weights_src_nxc, win_src_bytes_);
         dst_win = ScratchLease(Scratch::weights_dst_nxc, win_dst_bytes_);
         src = src_win.get();
         diff_dst = dst_win.get();
-        if (plan_.windows()) channels = thread_channels(tiles);
     }
     Prefetch pf;  // the next chunk's memory (group_prefetch: the next group's), while this one runs
     if (plan_.group_prefetch && tiles[1] > tiles[0]) {
@@ -1580,12 +1582,18 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
     }
     WeightsWork::Item item;
     int64_t cur_slice = -1, cur_chunk = -1;
+    std::array<int64_t, 2> cur_part{};
     float* out = nullptr;
     while (work.next(static_cast<int>(tid), item)) {
         const int64_t s = item.slice, c = item.chunk;
-        if (s != cur_slice || c != cur_chunk) {  // set the chunk up (the first item, or another's)
+        // Set the chunk up: the first item, another chunk's, or (depthwise
+        // windows, which hold the channels of a thread's tiles) another
+        // thread's tiles'.
+        if (s != cur_slice || c != cur_chunk || (plan_.windows() && item.part != cur_part)) {
             cur_slice = s;
             cur_chunk = c;
+            cur_part = item.part;
+            if (plan_.windows()) channels = thread_channels(item.part);
             out = s == 0 ? target : partials + (s - 1) * plan_.weights_elems;
             const auto chunks = spread(red.chunks, red.slices, s);
             const int64_t q0 = c * red.chunk_rows, q1 = std::min(red.rows, q0 + red.chunk_rows);
@@ -2019,8 +2027,7 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     }
     if (plan_.red.slices > 1) partials_lease = ScratchLease(Scratch::weights_partials, (plan_.red.slices - 1) * wbytes);
     float* partials = partials_lease.floats();
-    // Depthwise windows hold the thread's own channels: no sharing there.
-    WeightsWork work(plan_.red, grid, plan_.blk.tiles, !plan_.windows());
+    WeightsWork work(plan_.red, grid, plan_.blk.tiles);
     parallel_static(grid.nthr, grid.nthr,
                     [&](int64_t tid) { compute_thread(tid, grid, work, src, diff_dst, target, partials); });
     if (!plan_.store_rounded) reduce_and_store(target, partials, output, nthreads);
