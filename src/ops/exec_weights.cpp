@@ -349,10 +349,11 @@ class WeightsWork {
 public:
     struct Item {
         int64_t slice = 0, chunk = 0, first_chunk = 0, tile0 = 0, tile1 = 0, chain = 0;
-        std::array<int64_t, 2> part{};  // the tiles the item's units cut (its first owner's)
+        std::array<int64_t, 2> part{};  // the tiles of the units of the part it was taken from
     };
 
-    WeightsWork(const WeightsReduction& red, const WeightsThreadGrid& grid, int64_t tiles)
+    // unit_tiles: tiles a unit holds at least.
+    WeightsWork(const WeightsReduction& red, const WeightsThreadGrid& grid, int64_t tiles, int64_t unit_tiles)
         : red_(red), share_(grid.nthr > 1), threads_(grid.nthr),
           own_(new Own[static_cast<size_t>(threads_)]) {
         int64_t longest = 1;
@@ -360,7 +361,7 @@ public:
             const auto r = balance(tiles, grid.tile_threads, tt);
             longest = std::max(longest, r[1] - r[0]);
         }
-        units_ = share_ ? std::clamp<int64_t>(longest / kUnitTiles, 1, kUnits) : 1;
+        units_ = share_ ? std::clamp<int64_t>(longest / unit_tiles, 1, kUnits) : 1;
         tile_threads_ = grid.tile_threads;
         const int64_t chains = red.slices * tile_threads_ * units_;
         done_.reset(new std::atomic<int64_t>[static_cast<size_t>(chains)]);
@@ -425,7 +426,6 @@ private:
 
     static constexpr int kSpins = 4096;        // pauses before a waiting thread yields
     static constexpr int64_t kUnits = 8;       // units of a thread's tiles, at most
-    static constexpr int64_t kUnitTiles = 4;  // tiles of a unit, at least (calls run consecutive ic tiles)
     // A run of work: slice s from chunk c (before c_end), units [ua, ub) of
     // `tiles` from unit u on in chunk c and whole after it; then the whole
     // slices [sn, se), every unit.
@@ -471,8 +471,10 @@ private:
             start_slice(w);
         }
         const auto ut = spread(w.tiles[1] - w.tiles[0], units_, w.u);
+        const int64_t part0 = w.tiles[0] + spread(w.tiles[1] - w.tiles[0], units_, w.ua)[0];
+        const int64_t part1 = w.tiles[0] + spread(w.tiles[1] - w.tiles[0], units_, w.ub - 1)[1];
         item = {w.s, w.c, spread(red_.chunks, red_.slices, w.s)[0], w.tiles[0] + ut[0], w.tiles[0] + ut[1],
-                (w.s * tile_threads_ + w.tt) * units_ + w.u, w.tiles};
+                (w.s * tile_threads_ + w.tt) * units_ + w.u, {part0, part1}};
         if (++w.u == w.ub) {
             w.u = w.ua;
             ++w.c;
@@ -2027,7 +2029,8 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
     }
     if (plan_.red.slices > 1) partials_lease = ScratchLease(Scratch::weights_partials, (plan_.red.slices - 1) * wbytes);
     float* partials = partials_lease.floats();
-    WeightsWork work(plan_.red, grid, plan_.blk.tiles);
+    // Gemm calls run consecutive ic tiles: units of at least 4 tiles there.
+    WeightsWork work(plan_.red, grid, plan_.blk.tiles, plan_.blk.kind == WeightsKernelKind::depthwise ? 1 : 4);
     parallel_static(grid.nthr, grid.nthr,
                     [&](int64_t tid) { compute_thread(tid, grid, work, src, diff_dst, target, partials); });
     if (!plan_.store_rounded) reduce_and_store(target, partials, output, nthreads);
