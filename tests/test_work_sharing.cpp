@@ -29,6 +29,21 @@ convgrad::op make(const Case& c, bool data, const std::string& isa) {
     return testutil::make_op(isa, op_kind::conv_bwd_data, c.dt, a, c.data(c.oc, false), c.weights());
 }
 
+// A strided 1x1 layer and a depthwise one whose rows run along W (NCX).
+Case strided_1x1() {
+    Case c = conv2d(64, 96, {14, 14}, {1, 1});
+    c.s = {2, 2};
+    c.mb = 4;
+    return c;
+}
+Case depthwise_rows() {
+    Case c = conv2d(24, 24, {5000}, {3});
+    c.g = 24;
+    c.nxc = false;
+    c.pb = c.pe = {1};
+    return c;
+}
+
 // o's output in an arena of `threads`, on the pool's threads or (`one`)
 // with the process held to one thread: the op still plans for `threads`
 // and its tasks run one after another on this thread, so the first takes
@@ -101,19 +116,14 @@ TEST_CASE("work sharing: weight gradients give the reference on any schedule", "
     few.mb = 8;
     Case wide = conv2d(256, 384, {7, 7}, {1, 1});  // 1x1, many tiles over a few chunks
     wide.mb = 6;
-    Case strided = conv2d(64, 96, {14, 14}, {1, 1});
-    strided.s = {2, 2};
-    strided.mb = 4;
+    const Case strided = strided_1x1();
     Case dw = conv2d(32, 32, {30, 30}, {3, 3});
     dw.g = 32;
     dw.mb = 4;
     dw.pb = dw.pe = {1, 1};
     Case ncx = big;
     ncx.nxc = false;
-    Case rows = conv2d(24, 24, {5000}, {3});  // depthwise rows along W (NCX)
-    rows.g = 24;
-    rows.nxc = false;
-    rows.pb = rows.pe = {1};
+    const Case rows = depthwise_rows();
     Case dw_ncx = dw;  // NCX windows of the channels of a thread's tiles
     dw_ncx.ic = dw_ncx.oc = dw_ncx.g = 96;
     dw_ncx.nxc = false;
@@ -128,17 +138,12 @@ TEST_CASE("work sharing: data gradients give the reference on any schedule", "[p
     Case direct = conv2d(48, 64, {14, 14}, {3, 3});
     direct.mb = 4;
     direct.pb = direct.pe = {1, 1};
-    Case strided = conv2d(64, 96, {14, 14}, {1, 1});
-    strided.s = {2, 2};
-    strided.mb = 4;
+    const Case strided = strided_1x1();
     Case fc = conv2d(300, 500, {1, 1}, {1, 1});  // one pixel an image
     fc.mb = 8;
     Case ncx = direct;
     ncx.nxc = false;
-    Case rows = conv2d(24, 24, {5000}, {3});  // depthwise rows along W (NCX)
-    rows.g = 24;
-    rows.nxc = false;
-    rows.pb = rows.pe = {1};
+    Case rows = depthwise_rows();
     rows.mb = 3;
     for (data_type dt : {data_type::f32, data_type::bf16})
         for (Case c : {direct, strided, fc, ncx, rows}) {

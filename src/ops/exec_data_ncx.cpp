@@ -18,9 +18,9 @@
 // Work items are (image, group, strip); threads take contiguous ranges
 // (then the items other threads have left), each item running every
 // input-channel tile of its group against the strip (which stays in L1 /
-// L2 between the tiles). The result does not
-// depend on the thread count. Strided 1x1 layers come here and spread
-// the result back with zeros (exec_unstrided.cpp).
+// L2 between the tiles). The result does not depend on the thread count.
+// Strided 1x1 layers come here and spread the result back with zeros
+// (exec_unstrided.cpp).
 #include <algorithm>
 #include <cstdint>
 #include <memory>

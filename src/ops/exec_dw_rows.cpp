@@ -22,13 +22,13 @@
 //
 // Data gradient: work items are (diff_src row, piece), or (image, channel)
 // planes, contiguous ranges over the threads that a thread which runs out
-// takes from (ItemQueue); a call sums every (kd, kh)
-// diff_dst row that reaches its row, so each pixel is stored once, final.
+// takes from (ItemQueue); a call sums every (kd, kh) diff_dst row that
+// reaches its row, so each pixel is stored once, final.
 // Weight gradient: work items are blocks of channels (shared the same way),
-// each run image by image;
-// a call takes the (kd, kh) src rows one diff_dst row reaches (as many as
-// the registers hold) and adds into one f32 vector a tap in a fixed order
-// (image, output row, piece, kd, kh), whose lanes are summed at the end.
+// each run image by image; a call takes the (kd, kh) src rows one diff_dst
+// row reaches (as many as the registers hold) and adds into one f32 vector
+// a tap in a fixed order (image, output row, piece, kd, kh), whose lanes
+// are summed at the end.
 // Neither result depends on the thread count.
 #include <immintrin.h>
 
@@ -280,8 +280,8 @@ void DwRowExecutor::zero_pads(char* to) const {
     }
 }
 
-// Items [begin, end) of (diff_src row, piece), or of (image, channel) with
-// planes; w: [channel][kd][kh][kw] f32.
+// The items `items` hands thread t: (diff_src row, piece), or (image,
+// channel) with planes; w: [channel][kd][kh][kw] f32.
 void DwRowExecutor::run_data(const char* dd, const float* w, char* out, ItemQueue& items, int t, bool nt) const {
     const int64_t kdh = p_.k[0] * p_.k[1];
     const ScratchLease lines(Scratch::dw_rows_lines,

@@ -340,9 +340,10 @@ struct TileCall {
 // another has left: the later half of its whole slices, or else the later
 // half of the units of the slice it is at (or would start) from the chunk
 // it is at on (units it has not started there; their earlier chunks are
-// done, or the one its owner still runs is waited for). A core the host slows then holds the op up by about one
-// item, and whoever runs an item reads and writes the same memory in the
-// same order: results do not depend on the schedule. (Depthwise NCX
+// done, or the one its owner still runs is waited for). A core the host
+// slows then holds the op up by about one item, and whoever runs an item
+// reads and writes the same memory in the same order: results do not
+// depend on the schedule. (Depthwise NCX
 // windows hold the channels of the tiles a part cuts: a thread that takes
 // another's part fills its windows with those.)
 class WeightsWork {
@@ -447,10 +448,12 @@ private:
         for (int64_t s = w.sn; s < w.se; ++s) n += slice_chunks(s) * units_;
         return n;
     }
+    // Whole slices to give: two or more, or one beside a current part.
+    static bool gives_slices(const Part& w) { return w.se - w.sn >= 2 || (w.se > w.sn && w.c < w.c_end); }
     // Whole slices to give, or units of the current one not started (of
     // a lone whole slice: its units).
     bool splittable(const Part& w) const {
-        if (w.se - w.sn >= 2 || (w.se > w.sn && w.c < w.c_end)) return true;
+        if (gives_slices(w)) return true;
         if (w.c >= w.c_end) return w.se > w.sn && units_ >= 2;
         return w.ub - w.ua >= 2 && std::max(w.u, (w.ua + w.ub + 1) / 2) < w.ub;
     }
@@ -486,7 +489,7 @@ private:
         Part o;
         o.tiles = w.tiles;
         o.tt = w.tt;
-        if (w.se - w.sn >= 2 || (w.se > w.sn && w.c < w.c_end)) {  // the later half of the whole slices
+        if (gives_slices(w)) {  // the later half of the whole slices
             o.sn = (w.sn + w.se) / 2;
             o.se = w.se;
             w.se = o.sn;

@@ -1,6 +1,7 @@
-// Static loops over the current task arena's threads (oneTBB): each thread's
-// share of the work is fixed by its index, so per-thread scratch can be
-// indexed by it and results never depend on which worker ran what.
+// Loops over the current task arena's threads (oneTBB): static ones, where
+// each thread's share of the work is fixed by its index, so per-thread
+// scratch can be indexed by it, and ItemQueue, where a thread that runs out
+// takes the others' items. Results never depend on which worker ran what.
 #pragma once
 
 #include <tbb/blocked_range.h>
