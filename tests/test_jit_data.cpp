@@ -1437,7 +1437,9 @@ TEST_CASE("data: strided layers' inserted zeros are written apart from the kerne
 // the groups of a direct plan with one block a group (row blocks too: a
 // plane's rows), a depthwise plan's
 // blocks with a narrower last block alone (lane groups of 8 and 16, the
-// depthwise convolution), and runs cut short so that few rows still give
+// depthwise convolution), a dense layer's blocks (a strided 1x1 on short
+// rows, in NXC and NCX; 3x3 taps, 200 channels whose last block is
+// narrower), and runs cut short so that few rows still give
 // every thread items (mb 1, two rows). 16-bit outputs of a direct plan
 // whose oc comes in several chunks carry f32 partial sums per rep. Bit for
 // bit with small integers on every ISA and on 1, 2 and 3 threads.
@@ -1489,6 +1491,20 @@ TEST_CASE("data: a row's channel blocks run in one call", "[jit][data][dtype]") 
         d.pb = d.pe = {1, 1};
         cs.push_back(d);
     }
+    DCase dense;  // strided 1x1 on 7-pixel rows, 512 channels in blocks
+    dense.mb = 8;
+    dense.ic = 512;
+    dense.oc = 96;
+    set_geometry(dense, {{14, 14}, {1, 1}, {2, 2}, {}, {}, {}});
+    cs.push_back(dense);
+    dense.nxc = false;
+    cs.push_back(dense);
+    DCase narrow_last = dense;  // 3x3 taps, 200 channels: the last block narrower
+    narrow_last.nxc = true;
+    narrow_last.ic = 200;
+    narrow_last.oc = 40;
+    set_geometry(narrow_last, {{5, 9}, {3, 3}, {}, {}, {1, 1}, {1, 1}});
+    cs.push_back(narrow_last);
     DCase cut;  // two rows of 1040 channels: runs cut for the threads
     cut.mb = 1;
     cut.g = cut.ic = cut.oc = 1040;
@@ -1516,7 +1532,8 @@ TEST_CASE("data: a row's channel blocks run in one call", "[jit][data][dtype]") 
                 arena.execute([&] { CHECK(testutil::bitwise_equal(testutil::run(jit, dd, w), expect)); });
             }
         }
-        if (runs("avx512_core")) CHECK(together >= (v.g == 6 || v.g == 4 ? 3 : 1));  // the direct groups: every type
+        // The direct groups and dense layers: every type.
+        if (runs("avx512_core")) CHECK(together >= (v.g == 6 || v.g == 4 || v.g == 1 ? 3 : 1));
     }
 }
 

@@ -107,7 +107,7 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
     CHECK(plan_of(square(1, 64, 64, 56, 3, 1, 1, 56), Isa::avx2, 2).to_string() ==
           "jit:avx2 direct m6 n2x8 threads 2\n"
           "  for row in 1792 (n, id, ih) rows  [items split over threads]\n"
-          "    for cb in 4 (64 channels/group, tail 2 vec 0 lanes)\n"
+          "    for cb in 4 (64 channels/group, tail 2 vec 0 lanes), up to 4 a call\n"
           "      for oc chunk of 64\n"
           "        for W phase in 1, block of 6 pixels (zero-padded rows)\n"
           "          for valid tap (kd, kh, kw): for oc: 2 W loads, 6 bcasts, 12 FMAs\n");
@@ -256,10 +256,16 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             // Runs of channel blocks tile [0, total) in order; a run holds
             // blocks of one group that share a kernel, at most cb_reps: the
             // groups of a direct plan with one block a group, a depthwise
-            // plan's blocks (a narrower last one alone), else single blocks.
+            // plan's blocks (a narrower last one alone), a group's blocks
+            // whose W chunks fit 640 KiB together, else single blocks.
             CHECK(pl.cb_reps >= 1);
-            if (pl.path == DataPath::col || (pl.path == DataPath::direct && (pr.g == 1 || cb.per_group > 1)))
+            if (pl.path == DataPath::col || (pl.path == DataPath::direct && pr.g == 1 && cb.per_group == 1))
                 CHECK(pl.cb_reps == 1);
+            if (pl.path == DataPath::direct && cb.per_group > 1) {
+                const int64_t chunk_bytes = cb.block * pr.k_sp() * std::min(pl.oc_chunk, pl.ocg_w) * pl.w_elem_bytes;
+                CHECK((pl.cb_reps == 1 || pl.cb_reps * chunk_bytes <= 640 * 1024));
+                CHECK(pl.cb_reps <= cb.per_group);
+            }
             int64_t next_cb = 0;
             for (int64_t r = 0; r < pl.cb_runs(); ++r) {
                 const auto [c0, c1] = pl.cb_run(r);

@@ -643,17 +643,28 @@ void choose_segments(const Problem& p, DataPlan* pl) {
 // in the same rep (DataKernelDesc::tail_m) they gain 1.16 / 1.21x.
 // Row blocks (a plane's rows in a call) gained 1.08-1.18x on RegNetX-400MF
 // s4 (16-channel groups at 7x7) and read even (0.98-1.04x) on 14x14 and
-// ResNeXt-50 conv4 / conv5. Direct plans without groups keep one block a
-// call: their calls carry the whole oc reduction. Runs are cut where the
-// row groups alone leave fewer than kItemsPerThread items a thread.
+// ResNeXt-50 conv4 / conv5. A group's blocks (dense layers, and groups of
+// several blocks) run as many a call as keep their W chunks in L2 together
+// (kWChunkBytes): each call carries the whole oc reduction, yet on short
+// rows its set-up still weighed (ResNet-50 res5a_branch2a bf16, 7-pixel
+// rows: 8 % of the samples outside the kernels, 2 % in runs of ten).
+// AMD Zen 5, 2 threads, mb 32, min of 3, against one block a call:
+// ResNet-50 1x1 s2 res4a_branch2a / res5a_branch2a 1.09-1.13x (f32,
+// bf16), res4a_branch1 1.02-1.03x, the other 34 cells 0.97-1.03x
+// (geomean 1.014x over 40). Runs are cut where the row groups alone leave
+// fewer than kItemsPerThread items a thread.
 void choose_cb_reps(const Problem& p, DataPlan* pl) {
     if (pl->path == DataPath::col) return;
     const DataChannelBlocks& cb = pl->cb;
     int64_t run = 1;
-    if (pl->path == DataPath::depthwise)
+    if (pl->path == DataPath::depthwise) {
         run = cb.per_group - pl->last_block_alone();
-    else if (cb.per_group == 1 && p.g > 1)
+    } else if (cb.per_group == 1 && p.g > 1) {
         run = cb.total;
+    } else if (cb.per_group > 1) {
+        const int64_t chunk_bytes = cb.block * p.k_sp() * std::min(pl->oc_chunk, pl->ocg_w) * pl->w_elem_bytes;
+        run = std::clamp<int64_t>(kWChunkBytes / chunk_bytes, 1, cb.per_group - pl->last_block_alone());
+    }
     const int64_t row_groups = div_up(pl->rows, pl->group_rows) * pl->segments;
     const int64_t runs = div_up(kItemsPerThread * pl->grid.threads, row_groups);
     pl->cb_reps = std::max<int64_t>(1, div_up(run, runs));
