@@ -3,10 +3,20 @@
 // evicts only its own entry.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <future>
 #include <stdexcept>
+#include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "jit/kernel_cache.hpp"
 #include "weights_case.hpp"
@@ -122,4 +132,43 @@ TEST_CASE("kernel cache: clears racing with op creation and execution", "[jit][c
     stop = true;
     clearer.join();
     CHECK(wrong.load() == 0);
+}
+
+// CONVGRAD_PERF_MAP: kernels freed (cache cleared, op gone) keep their code,
+// so no two entries of /tmp/perf-<pid>.map overlap and perf names every
+// address after the one kernel that ever lived there. Run in a child process
+// (the variable is read when the first kernel is built): the hidden case
+// builds, runs and frees kernels of a few layers in turn, then reads its map.
+TEST_CASE("kernel cache: perf map child", "[.perf_map_child]") {
+    if (!std::getenv("CONVGRAD_PERF_MAP")) return;
+    const std::string isa = jit_isas(false).front();
+    const std::string map = "/tmp/perf-" + std::to_string(getpid()) + ".map";
+    std::remove(map.c_str());
+    for (int round = 0; round < 3; ++round)
+        for (int64_t ch : {5, 21, 40}) {
+            Case c = conv2d(ch, ch + 3, {6, 7}, {3, 3});
+            c.pb = c.pe = {1, 1};
+            const convgrad::op jit = c.make(isa);
+            const Buffer a = testutil::small_ints(c.dt, jit.input0_elems(), 3);
+            const Buffer b = testutil::small_ints(c.dt, jit.input1_elems(), 4);
+            testutil::run(jit, a, b);
+            convgrad::clear_kernel_cache();  // the op's kernels go with it, at the end of the scope
+        }
+    std::ifstream in(map);
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    std::string addr, size, name;
+    while (in >> addr >> size >> name) ranges.emplace_back(std::stoull(addr, nullptr, 16), std::stoull(size, nullptr, 16));
+    std::sort(ranges.begin(), ranges.end());
+    REQUIRE(ranges.size() >= 9);
+    for (size_t i = 1; i < ranges.size(); ++i) {
+        INFO("entry " << i << " of " << ranges.size());
+        CHECK(ranges[i].first >= ranges[i - 1].first + ranges[i - 1].second);
+    }
+    std::remove(map.c_str());
+}
+
+TEST_CASE("kernel cache: perf map entries never overlap", "[jit][cache]") {
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+    const std::string cmd = "CONVGRAD_PERF_MAP=1 '" + self + "' '[.perf_map_child]' > /dev/null 2>&1";
+    CHECK(std::system(cmd.c_str()) == 0);
 }

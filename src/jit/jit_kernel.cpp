@@ -20,12 +20,46 @@ bool env_on(const char* name) {
     return v && *v && std::string(v) != "0";
 }
 
+// CONVGRAD_PERF_MAP: the map file cannot say that a kernel's code is gone,
+// and perf names an address after the first entry that covers it. A kernel
+// freed (the bf16 probe, a cache cleared or evicted) and its pages reused
+// by another made perf report the second under the first's name. While the
+// map is written, code that has an entry is never freed: an address names
+// one kernel for the life of the process (the memory of freed kernels is
+// the price, in a profiling run only). Buffers that never got an entry
+// (AutoGrow's outgrown ones) are freed as usual.
+class PerfMapAllocator : public Xbyak::Allocator {
+public:
+    void free(uint8_t* p) override {
+        {
+            const std::lock_guard<std::mutex> lock(mu_);
+            if (std::find(kept_.begin(), kept_.end(), p) != kept_.end()) return;
+        }
+        Xbyak::Allocator::free(p);
+    }
+    void keep(const uint8_t* p) {
+        const std::lock_guard<std::mutex> lock(mu_);
+        kept_.push_back(p);
+    }
+
+private:
+    std::mutex mu_;
+    std::vector<const uint8_t*> kept_;
+};
+
+// Never destroyed: kernels in static storage may outlive any static here.
+PerfMapAllocator* perf_map_allocator() {
+    static PerfMapAllocator* a = env_on("CONVGRAD_PERF_MAP") ? new PerfMapAllocator : nullptr;
+    return a;
+}
+
 void register_kernel(const std::string& name, const uint8_t* code, size_t size) {
     if (env_on("CONVGRAD_JIT_DUMP")) {
         std::ofstream(name + ".bin", std::ios::binary)
                 .write(reinterpret_cast<const char*>(code), static_cast<std::streamsize>(size));
     }
-    if (env_on("CONVGRAD_PERF_MAP")) {
+    if (PerfMapAllocator* keep = perf_map_allocator()) {
+        keep->keep(code);
         static std::mutex mu;
         const std::lock_guard<std::mutex> lock(mu);
         const std::string path = "/tmp/perf-" + std::to_string(getpid()) + ".map";
@@ -76,7 +110,7 @@ size_t clear_kernel_caches() {
 }
 
 JitKernel::JitKernel(std::string name)
-    : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow), name_(std::move(name)) {
+    : Xbyak::CodeGenerator(4096, Xbyak::AutoGrow, perf_map_allocator()), name_(std::move(name)) {
     setDefaultJmpNEAR(true);
 }
 
