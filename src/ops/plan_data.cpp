@@ -648,11 +648,12 @@ void choose_segments(const Problem& p, DataPlan* pl) {
 // (kWChunkBytes): each call carries the whole oc reduction, yet on short
 // rows its set-up still weighed (ResNet-50 res5a_branch2a bf16, 7-pixel
 // rows: 8 % of the samples outside the kernels, 2 % in runs of ten).
-// AMD Zen 5, 2 threads, mb 32, min of 3, against one block a call:
-// ResNet-50 1x1 s2 res4a_branch2a / res5a_branch2a 1.09-1.13x (f32,
-// bf16), res4a_branch1 1.02-1.03x, the other 34 cells 0.97-1.03x
-// (geomean 1.014x over 40). Runs are cut where the row groups alone leave
-// fewer than kItemsPerThread items a thread.
+// AMD Zen 5, 2 threads, min of 3, against one block a call: ResNet-50 at
+// mb 32, f32 and bf16, 1.014x over 40 cells (1x1 s2 res5a_branch2a
+// 1.09-1.14x, res4a_branch2a 1.06x, res3a_branch2a 1.02-1.07x; the rest
+// 0.98-1.04x); AVX2 at mb 16 1.024x; 56 layers of seven other networks at
+// mb 16 1.009x over 112 cells (docs/PERFORMANCE.md). Runs are cut where the
+// row groups alone leave fewer than kItemsPerThread items a thread.
 void choose_cb_reps(const Problem& p, DataPlan* pl) {
     if (pl->path == DataPath::col) return;
     const DataChannelBlocks& cb = pl->cb;
