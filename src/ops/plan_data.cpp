@@ -663,7 +663,7 @@ void choose_cb_reps(const Problem& p, DataPlan* pl) {
     } else if (cb.per_group == 1 && p.g > 1) {
         run = cb.total;
     } else if (cb.per_group > 1) {
-        const int64_t chunk_bytes = cb.block * p.k_sp() * std::min(pl->oc_chunk, pl->ocg_w) * pl->w_elem_bytes;
+        const int64_t chunk_bytes = cb.block * p.k_sp() * pl->oc_chunk * pl->w_elem_bytes;
         run = std::clamp<int64_t>(kWChunkBytes / chunk_bytes, 1, cb.per_group - pl->last_block_alone());
     }
     const int64_t row_groups = div_up(pl->rows, pl->group_rows) * pl->segments;
