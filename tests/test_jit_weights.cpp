@@ -1311,10 +1311,12 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
         for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
             Case t = base;
             t.dt = dt;
-            // f32 on 2 / 4 KiB pixels; 16-bit blocks of 2 rows (a line of channels).
+            // f32 on 2 / 4 KiB pixels in NXC (NCX windows widen those pixels
+            // instead); 16-bit blocks of 2 rows (a line of channels).
             // (The AVX2 cases of 128-384 channels: their plans on AVX2 below.)
             const bool avx2_case = base.ic % 128 == 0 && base.ic < 512;
-            const bool blocks = dt == convgrad::data_type::f32 ? base.ic >= 512 : t.out(t.nsp() - 2) % 2 == 0;
+            const bool blocks =
+                    dt == convgrad::data_type::f32 ? base.ic >= 512 && base.nxc : t.out(t.nsp() - 2) % 2 == 0;
             if (avx512 && blocks && !avx2_case) {
                 const std::string d = t.make("avx512_core").describe();
                 INFO(label(t, "avx512_core") << "\n" << d);
@@ -1334,12 +1336,14 @@ TEST_CASE("weights: depthwise row blocks", "[jit][weights]") {
     }
 }
 
-TEST_CASE("weights: AVX2 depthwise on 2 KiB-multiple pixels reads windows of wider pixels", "[jit][weights]") {
-    // 512 / 1024 f32 channels (1024 16-bit ones): AVX2 plans copy each
-    // chunk's rows into per-thread windows whose pixels are a line further
-    // apart (WeightsPlan::nxc_windows, window_pad), in NXC from the user's
-    // tensors, in NCX through the windows' transposes; row blocks stay in
-    // place where they fit. Strides, dilation, pads past the kernel's reach,
+TEST_CASE("weights: depthwise on 2 KiB-multiple pixels reads windows of wider pixels", "[jit][weights]") {
+    // 512 / 1024 f32 channels (1024 16-bit ones): plans copy each chunk's
+    // rows into per-thread windows whose pixels are a line further apart
+    // (WeightsPlan::nxc_windows, window_pad), in NXC from the user's
+    // tensors, in NCX through the windows' transposes. AVX2: row blocks
+    // stay in place where they fit. AVX-512: NCX always; NXC f32 only where
+    // the tiles in place are one or two vectors without row blocks; 16-bit
+    // NXC in place. Strides, dilation, pads past the kernel's reach,
     // 1D / 3D, merged 1x1 rows, ConvTranspose, OIX, lane groups; threads
     // splitting the channel tiles (one image) and the chunks. Run first on
     // NaN inputs, so a window's stale bytes would show; 1-4 threads bitwise
@@ -1350,66 +1354,81 @@ TEST_CASE("weights: AVX2 depthwise on 2 KiB-multiple pixels reads windows of wid
         c.mb = 2;
         return c;
     };
-    enum Expect { windows, row_blocks, none };  // the f32 plan on avx2
-    std::vector<std::pair<Case, Expect>> cases;
+    enum Expect { windows, row_blocks, none };  // the f32 plan
+    struct Expected {
+        Case c;
+        Expect avx2, avx512;
+    };
+    std::vector<Expected> cases;
     Case c = dw(1024, {7, 7}, {3, 3});  // MobileNet v1 conv6/dw
     c.pb = c.pe = {1, 1};
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, row_blocks});
     c.mb = 1;  // one image: threads split the channel tiles
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, row_blocks});
     c = dw(512, {14, 14}, {3, 3});  // row blocks fit: in place
     c.pb = c.pe = {1, 1};
-    cases.push_back({c, row_blocks});
+    cases.push_back({c, row_blocks, row_blocks});
     c = dw(512, {13, 11}, {3, 3});  // H and W stride 2 (MobileNet v1 conv5_6/dw, odd sizes)
     c.s = {2, 2};
     c.pb = c.pe = {1, 1};
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, none});  // (AVX-512: tiles of three vectors in place)
     c = dw(512, {12, 15}, {5, 5});  // dilation, pads past the kernel's reach, OIX
     c.d = {1, 2};
     c.pb = {2, 5};
     c.pe = {3, 5};
     c.wfmt = "OIX";
-    cases.push_back({c, windows});
-    c = dw(1024, {9, 8}, {3, 3});  // NCX
+    cases.push_back({c, windows, windows});
+    c = dw(1024, {9, 8}, {3, 3});  // NCX (row blocks in NXC)
     c.pb = c.pe = {1, 1};
     c.nxc = false;
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, windows});
     c = dw(512, {90}, {5});  // 1D, W stride 2
     c.s = {2};
     c.pb = c.pe = {2};
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, windows});
     c = dw(512, {3, 5, 6}, {3, 3, 3});  // 3D
     c.pb = c.pe = {1, 1, 1};
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, row_blocks});
     c = dw(1024, {6, 7}, {1, 1});  // 1x1: merged rows
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, none});
     c = dw(1536, {5, 6}, {3, 3});  // ConvTranspose, 1536 channels
     c.pb = c.pe = {1, 1};
     c.transpose = true;
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, row_blocks});
+    c.nxc = false;  // ... in NCX
+    cases.push_back({c, windows, windows});
+    c = dw(1024, {14, 14}, {3, 3});  // NCX, AVX-512 16-bit: row blocks on the windows' wider pixels
+    c.pb = c.pe = {1, 1};
+    c.nxc = false;
+    cases.push_back({c, row_blocks, windows});
     c = dw(1000, {7, 7}, {3, 3});  // 4000-byte pixels: in place
     c.pb = c.pe = {1, 1};
-    cases.push_back({c, none});
+    cases.push_back({c, none, none});
     c = dw(1024, {7, 8}, {3, 3});  // lane groups of 4
     c.g = 256;
     c.pb = c.pe = {1, 1};
-    cases.push_back({c, windows});
+    cases.push_back({c, windows, windows});
     const bool avx2 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx2;
-    for (const auto& [base, expect] : cases) {
+    const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    for (const auto& [base, expect, expect512] : cases) {
         for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
             Case t = base;
             t.dt = dt;
-            if (avx2) {
-                const std::string d = t.make("avx2").describe();
-                INFO(label(t, "avx2") << "\n" << d);
-                // 16-bit pixels of 1024 and 1536 channels are 2 KiB multiples, of 512 not.
-                const bool wide = dt == convgrad::data_type::f32 ? base.ic % 512 == 0 : base.ic % 1024 == 0;
+            // 16-bit pixels of 1024 and 1536 channels are 2 KiB multiples, of 512 not.
+            const bool wide = dt == convgrad::data_type::f32 ? base.ic % 512 == 0 : base.ic % 1024 == 0;
+            for (const auto& [isa, f32_plan] : {std::pair{std::string("avx2"), expect}, {"avx512_core", expect512}}) {
+                if (!(isa == "avx2" ? avx2 : avx512)) continue;
+                const std::string d = t.make(isa).describe();
+                INFO(label(t, isa) << "\n" << d);
                 const bool win = d.find(" window-pixels+64") != std::string::npos;
                 if (dt == convgrad::data_type::f32) {
-                    CHECK(win == (expect == windows));
-                    CHECK((d.find(" row-blocks=") != std::string::npos) == (expect == row_blocks));
-                } else if (!wide) {
-                    CHECK_FALSE(win);
+                    CHECK(win == (f32_plan == windows));
+                    CHECK((d.find(" row-blocks=") != std::string::npos) == (f32_plan == row_blocks));
+                } else if (isa == "avx2") {
+                    if (!wide) CHECK_FALSE(win);
+                } else {
+                    CHECK(win == (wide && !base.nxc));  // 16-bit on AVX-512: NCX windows only
+                    if (base.ic == 1024 && base.in[0] == 14) CHECK(d.find(" row-blocks=2") != std::string::npos);
                 }
                 if (win) CHECK(d.find(base.nxc ? " windows" : " ncx->nxc(windows)") != std::string::npos);
             }

@@ -725,8 +725,8 @@ bool choose_row_block(WeightsPlan& plan) {
     };
     const int64_t channels = g.g * g.icg, vecs = div_up(channels, b.vlen);
     b.tail = static_cast<int>(channels % b.vlen);
-    const int64_t row_bytes = g.in[2] * channels * plan.elem_bytes();
-    const int64_t dst_row_bytes = g.out[2] * channels * plan.elem_bytes();
+    const int64_t row_bytes = g.in[2] * dw_pixel_bytes(plan);  // (windows: padded pixels)
+    const int64_t dst_row_bytes = g.out[2] * dw_pixel_bytes(plan);
     double best = 1e300;
     int best_n = 0, best_r = 0;
     const bool rows0 = b.whole_rows;
@@ -1174,7 +1174,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
         d.row_block = u8(blk.row_block, "row_block");
         d.h_stride = u8(geo.stride[1], "h_stride");
         d.row_disp = static_cast<int32_t>(row_disp);
-        d.dst_row_disp = static_cast<int32_t>(geo.out[2] * geo.g * geo.ocg * elem_bytes());
+        d.dst_row_disp = static_cast<int32_t>(geo.out[2] * (geo.g * geo.ocg * elem_bytes() + window_pad));
     }
     d.stage = u8(stage, "stage");
     d.pf_lines = u8(pf_lines, "pf_lines");
@@ -1328,12 +1328,16 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     plan.transpose_inputs = !p.nxc;
     plan.ncx_windows = plan.transpose_inputs && dw;
     plan.ncx_rows = plan.transpose_inputs && !dw;
-    // AVX2 depthwise on pixels a multiple of 2 KiB apart: windows whose
-    // pixels are a line further apart (WeightsPlan::nxc_windows). AMD Zen 3,
+    // Depthwise on pixels a multiple of 2 KiB apart: windows whose pixels
+    // are a line further apart (WeightsPlan::window_pad; in NXC copied from
+    // the user's tensors, nxc_windows; in NCX the transposes write them so).
+    // AVX2 in every type, AVX-512 NCX in every type and NXC f32, where
+    // plan_weights keeps the in-place plan when it reads better. AMD Zen 3,
     // 1 thread, 3x3 at 7x7, mb 8, in place: 1024 channels ran 6-7x slower
     // than 1032 or 1040 (1.0 ms against 0.12-0.16 ms), 512 channels 2.5x
     // slower than 520 or 528.
-    if (choices.pad_windows && dw && plan.isa == Isa::avx2 && pixels_share_l1_sets(p.ic() * plan.elem_bytes())) {
+    const bool pad_isa = plan.isa == Isa::avx2 || plan.ncx_windows || p.dt == data_type::f32;
+    if (choices.pad_windows && dw && pad_isa && pixels_share_l1_sets(p.ic() * plan.elem_bytes())) {
         plan.window_pad = kCacheLineBytes;
         plan.nxc_windows = !plan.ncx_windows;
     }
@@ -1442,18 +1446,36 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
         WeightsPlan widened = plan_weights_with(p, isa, nthreads, {false, true, true});  // no W pairs
         if (widened.dw_stream) return widened;
     }
-    // AVX2 depthwise on pixels a multiple of 2 KiB apart: row blocks in
-    // place where they fit (their measured remedy for those pitches, see
-    // choose_row_block), windows of wider pixels where not. Against in place,
-    // AMD Zen 3, 2 threads, min of 5-7: MobileNet v1 conv6/dw (1024
-    // channels at 7x7) 2.71x at mb 8, 1.58x at mb 32; conv5_6/dw (512,
-    // 14 -> 7) 1.62x at mb 8; 512 channels 5x5 at 28x28 2.23x and a 1D
-    // k5 layer of 400 pixels 1.37x at mb 32. The row-block layers against
-    // windows: 512 / 1024 channels at 14x14 0.86-1.73x, too noisy to
-    // move them.
+    // Depthwise on pixels a multiple of 2 KiB apart (see plan_weights_with):
+    // the windows of wider pixels against the plan in place.
+    // - AVX2: row blocks in place where they fit (their measured remedy for
+    //   those pitches, see choose_row_block), windows where not. Against in
+    //   place, AMD Zen 3, 2 threads, min of 5-7: MobileNet v1 conv6/dw (1024
+    //   channels at 7x7) 2.71x at mb 8, 1.58x at mb 32; conv5_6/dw (512,
+    //   14 -> 7) 1.62x at mb 8; 512 channels 5x5 at 28x28 2.23x and a 1D k5
+    //   layer of 400 pixels 1.37x at mb 32. The row-block layers against
+    //   windows: 512 / 1024 channels at 14x14 0.86-1.73x, too noisy to move
+    //   them.
+    // - AVX-512 NCX: always (its windows are copies either way). Against
+    //   the unpadded windows, AMD Zen 5, 2 threads, min of 5, f32: 5x5 and 1D
+    //   k31 layers of 512-2048 channels 2.6-4.8x at mb 1 and 8, 3x3 s2 and
+    //   dilated ones (MobileNet v1 conv5_6/dw, 1024 / 2048 channels) 2.4-5.1x
+    //   at mb 1, 8 and 32, the row-block layers (conv5_1/dw, conv6/dw, 1024
+    //   channels 3x3x3) 1.9-3.5x; bf16 / f16 at mb 8, 1024 / 2048 channels:
+    //   1.3-3.0x.
+    // - AVX-512 NXC, f32: where the tiles in place are at most two vectors
+    //   wide and take no row blocks (a tile's line of each pixel then sits
+    //   in one or two L1 sets). Same host, mb 1 / 8 / 32: 1024 / 2048
+    //   channels 5x5 (s1, s2) 1.10-1.59x, 1D k31 1.06-1.56x, 1D k5 0.94 /
+    //   1.16 / 1.41x, 512 channels 5x5 at 28x28 0.97 / 1.12 / 1.12x. Against
+    //   three-vector tiles (3x3 s2, dilated) the copy costs what it saves
+    //   (0.68-1.54x, geomean 0.88 over 12 cells), against row blocks too
+    //   (0.56-1.42x, 0.86), and against the 16-bit kernels (0.58-1.27x).
     if (plan.window_pad) {
         WeightsPlan in_place = plan_weights_with(p, isa, nthreads, {true, true, false});  // no windows
-        if (in_place.blk.row_block > 1) return in_place;
+        const bool keep = plan.isa == Isa::avx2 ? in_place.blk.row_block > 1
+                                                : !plan.ncx_windows && (in_place.blk.row_block > 1 || in_place.blk.n > 2);
+        if (keep) return in_place;
     }
     // AVX2's wide 1x1 layers at unit stride: blocked rows where they can be
     // blocked (blocked_ok), not the tile-major pass. AMD Zen 3 (AVX2 only),
