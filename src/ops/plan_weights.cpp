@@ -510,6 +510,8 @@ bool dw_f32_short_windows(const WeightsPlan& plan) {
 // Pixels a multiple of 2 KiB apart: a channel vector's line of every pixel
 // falls in one or two L1 sets.
 bool pixels_share_l1_sets(int64_t pixel_bytes) { return pixel_bytes % (kL1SetSpan / 2) == 0; }
+// ... a multiple of 512 bytes: in at most 8 of the 64 sets.
+bool pixels_in_few_l1_sets(int64_t pixel_bytes) { return pixel_bytes % (kL1SetSpan / 8) == 0; }
 
 // f32 depthwise src vectors shared across taps (windows from 3 taps, whole
 // rows) need src and diff_dst in L3 together and a pixel stride not a
@@ -1331,13 +1333,15 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // Depthwise on pixels a multiple of 2 KiB apart: windows whose pixels
     // are a line further apart (WeightsPlan::window_pad; in NXC copied from
     // the user's tensors, nxc_windows; in NCX the transposes write them so).
-    // AVX2 in every type, AVX-512 NCX in every type and NXC f32, where
-    // plan_weights keeps the in-place plan when it reads better. AMD Zen 3,
-    // 1 thread, 3x3 at 7x7, mb 8, in place: 1024 channels ran 6-7x slower
-    // than 1032 or 1040 (1.0 ms against 0.12-0.16 ms), 512 channels 2.5x
-    // slower than 520 or 528.
-    const bool pad_isa = plan.isa == Isa::avx2 || plan.ncx_windows || p.dt == data_type::f32;
-    if (choices.pad_windows && dw && pad_isa && pixels_share_l1_sets(p.ic() * plan.elem_bytes())) {
+    // AVX2 in every type; AVX-512 NXC f32, where plan_weights keeps the
+    // in-place plan when it reads better, and AVX-512 NCX windows in every
+    // type from pixels a multiple of 512 bytes. AMD Zen 3, 1 thread, 3x3 at
+    // 7x7, mb 8, in place: 1024 channels ran 6-7x slower than 1032 or 1040
+    // (1.0 ms against 0.12-0.16 ms), 512 channels 2.5x slower than 520 or 528.
+    const int64_t pitch = p.ic() * plan.elem_bytes();
+    const bool pad_ncx = plan.isa != Isa::avx2 && plan.ncx_windows && pixels_in_few_l1_sets(pitch);
+    const bool pad = pixels_share_l1_sets(pitch) && (plan.isa == Isa::avx2 || p.dt == data_type::f32);
+    if (choices.pad_windows && dw && (pad || pad_ncx)) {
         plan.window_pad = kCacheLineBytes;
         plan.nxc_windows = !plan.ncx_windows;
     }
@@ -1462,7 +1466,11 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     //   dilated ones (MobileNet v1 conv5_6/dw, 1024 / 2048 channels) 2.4-5.1x
     //   at mb 1, 8 and 32, the row-block layers (conv5_1/dw, conv6/dw, 1024
     //   channels 3x3x3) 1.9-3.5x; bf16 / f16 at mb 8, 1024 / 2048 channels:
-    //   1.3-3.0x.
+    //   1.3-3.0x. Pixels of 512 bytes to 1.5 KiB (min of 3-5, mb 8 / 32):
+    //   f32 MobileNet v1 conv3_x / conv4_x 1.05-1.45x, 256 / 768 channels 5x5
+    //   and 1D k31 1.01-1.55x, ConvNeXt-T s3 1.07x, MobileNetV2 b7 0.94 /
+    //   0.99x; bf16 / f16 at mb 8 1.01-1.12x. (At 256-byte multiples of 16
+    //   sets, MobileNet v1 conv2_2 and 192-960 channels: 0.91-1.16x, left.)
     // - AVX-512 NXC, f32: where the tiles in place are at most two vectors
     //   wide and take no row blocks (a tile's line of each pixel then sits
     //   in one or two L1 sets). Same host, mb 1 / 8 / 32: 1024 / 2048
