@@ -1450,8 +1450,9 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
         WeightsPlan widened = plan_weights_with(p, isa, nthreads, {false, true, true});  // no W pairs
         if (widened.dw_stream) return widened;
     }
-    // Depthwise on pixels a multiple of 2 KiB apart (see plan_weights_with):
-    // the windows of wider pixels against the plan in place.
+    // Depthwise on pixels a multiple of 2 KiB apart (AVX-512 NCX: of 512
+    // bytes; see plan_weights_with): the windows of wider pixels against the
+    // plan in place.
     // - AVX2: row blocks in place where they fit (their measured remedy for
     //   those pitches, see choose_row_block), windows where not. Against in
     //   place, AMD Zen 3, 2 threads, min of 5-7: MobileNet v1 conv6/dw (1024
