@@ -657,14 +657,15 @@ void choose_segments(const Problem& p, DataPlan* pl) {
 void choose_cb_reps(const Problem& p, DataPlan* pl) {
     if (pl->path == DataPath::col) return;
     const DataChannelBlocks& cb = pl->cb;
+    const int64_t shared = cb.per_group - pl->last_block_alone();  // a group's blocks that share a kernel
     int64_t run = 1;
     if (pl->path == DataPath::depthwise) {
-        run = cb.per_group - pl->last_block_alone();
+        run = shared;
     } else if (cb.per_group == 1 && p.g > 1) {
         run = cb.total;
     } else if (cb.per_group > 1) {
         const int64_t chunk_bytes = cb.block * p.k_sp() * pl->oc_chunk * pl->w_elem_bytes;
-        run = std::clamp<int64_t>(kWChunkBytes / chunk_bytes, 1, cb.per_group - pl->last_block_alone());
+        run = std::clamp<int64_t>(kWChunkBytes / chunk_bytes, 1, shared);
     }
     const int64_t row_groups = div_up(pl->rows, pl->group_rows) * pl->segments;
     const int64_t runs = div_up(kItemsPerThread * pl->grid.threads, row_groups);
