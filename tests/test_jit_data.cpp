@@ -1301,6 +1301,52 @@ TEST_CASE("data: NCX depthwise goes through per-item NXC windows", "[jit][data][
     }
 }
 
+TEST_CASE("data: NCX depthwise windows space pixels a multiple of 512 bytes apart a line further", "[jit][data][dtype]") {
+    // DataPlan::window_pad: the windows' pixels one line wider where the
+    // tensor's pixels (channels x element bytes) are a multiple of 512
+    // bytes, on both ISAs and for every type: strides, dilation, lane
+    // groups, 3D; channels between (136) keep the windows unpadded. Each
+    // is checked as the other NCX cases are (every ISA, 1-3 threads, NaN
+    // runs before).
+    struct Case {
+        int64_t g, ch;
+        dims in, k, s, d, p;
+    };
+    const std::vector<Case> cases = {
+            {1024, 1024, {7, 7}, {3, 3}, {1, 1}, {1, 1}, {1, 1}},   // 4 / 2 KiB
+            {512, 512, {9, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}},     // 2 / 1 KiB, W phases
+            {128, 128, {12, 11}, {3, 3}, {1, 1}, {2, 2}, {2, 2}},   // 512 / 256 bytes, dilated
+            {64, 256, {10, 10}, {3, 3}, {1, 1}, {1, 1}, {1, 1}},    // lane groups of 4
+            {256, 256, {3, 4, 5}, {3, 3, 3}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}},
+            {256, 256, {7, 9}, {1, 2}, {2, 3}, {1, 1}, {0, 0}},     // pixels no tap reaches (zeroed apart)
+            {136, 136, {8, 8}, {3, 3}, {1, 1}, {1, 1}, {1, 1}},     // 544 / 272 bytes
+    };
+    for (const Case& e : cases) {
+        DCase c;
+        c.g = e.g;
+        c.ic = c.oc = e.ch;
+        c.in = e.in;
+        c.k = e.k;
+        c.s = e.s;
+        c.d = e.d;
+        c.pb = c.pe = e.p;
+        c.nxc = false;
+        c.mb = 2;
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            c.dt = dt;
+            const bool pad = e.ch * (dt == data_type::f32 ? 4 : 2) % 512 == 0;
+            for (const std::string isa : {"avx2", "avx512_core"}) {
+                if (!runs(isa)) continue;
+                const std::string plan = c.make(isa).describe();
+                INFO(isa << ": " << plan);
+                CHECK(plan.find("NCX rows through NXC windows") != std::string::npos);
+                CHECK((plan.find("windows of pixels +64 bytes") != std::string::npos) == pad);
+            }
+        }
+        check_ncx_case(c, "NCX rows through NXC windows");
+    }
+}
+
 TEST_CASE("data: NCX dense layers copy per item or per image, never whole tensors", "[jit][data][dtype]") {
     // Dense direct plans take the per-item windows too, every output
     // channel of the item's diff_dst rows, kept for the next channel block

@@ -426,7 +426,7 @@ private:
     int es_ = 4;                   // bytes of an activation element (diff_dst and diff_src)
     int64_t w_bytes_ = 0;          // the user's W
     ArrayConverter widen_, round_;  // 16-bit plans: rows to f32, f32 sums to the output type
-    NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements
+    NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements (NCX windows: window_pad wider pixels)
     std::vector<std::vector<PhaseTap>> phases_;
     // Segments: seg_window of each, and the part of it inside the row.
     std::vector<std::pair<int64_t, int64_t>> seg_windows_, seg_inside_;
@@ -440,16 +440,16 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       plan_(plan),
       es_(static_cast<int>(dtype_size(p.dt))),
       w_bytes_(p.input1_elems * static_cast<int64_t>(dtype_size(p.dt))),
-      dd_str_(nxc_strides(plan.geo.out, p.oc())),
-      dst_str_(nxc_strides(plan.geo.in, p.ic())) {
+      dd_str_(nxc_strides(plan.geo.out, p.oc() + plan.window_pad / es_)),
+      dst_str_(nxc_strides(plan.geo.in, p.ic() + plan.window_pad / es_)) {
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
     for (int64_t s = 0; plan_.segments > 1 && s < plan_.segments; ++s) {
         seg_windows_.push_back(seg_window(plan_, s));
         seg_inside_.push_back(seg_window_inside(plan_, s));
     }
-    win_dd_bytes_ = plan_.scratch.window_dd_rows * plan_.scratch.window_dd_px * p_.oc() * es_;
-    win_dst_bytes_ = plan_.scratch.window_dst_rows * plan_.scratch.window_dst_px * p_.ic() * es_;
+    win_dd_bytes_ = plan_.scratch.window_dd_rows * plan_.scratch.window_dd_px * dd_str_.w * es_;
+    win_dst_bytes_ = plan_.scratch.window_dst_rows * plan_.scratch.window_dst_px * dst_str_.w * es_;
     if (p.dt != data_type::f32) {
         widen_ = ArrayConverter(plan_.isa, p.dt, data_type::f32);
         round_ = ArrayConverter(plan_.isa, data_type::f32, p.dt);
@@ -469,7 +469,7 @@ void JitDataExecutor::build_kernels() {
     const bool dw = plan_.path == DataPath::depthwise;
     const int64_t dd_pix = plan_.dd_pitch;
     const int64_t row_px = g.in[2];  // row blocks: a block's rows of row_px pixels
-    const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * p_.ic() * es_;
+    const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * dst_str_.w * es_;
     // mb pixels a block, the last (narrower) channel block or not,
     // streaming stores, an entry's row taps, the pixels of a partial block.
     auto build = [&](int64_t mb, bool last, bool nt, int64_t taps, int64_t tail_m, int64_t r = 0) {
@@ -985,15 +985,15 @@ void JitDataExecutor::open_windows(const char* dd, const ItemWindow& w, ThreadCt
         std::tie(w.dd_lo, w.dd_hi, w.dd_c0, w.dd_c1, w.dd_x0, w.dd_x1))
         ncx_rows_to_window(dd, ctx.dd_win.get(),
                            {es_, p_.oc(), g.out[0] * g.out[1], g.out[2], w.dd_c0, w.dd_c1, w.dd_lo, w.dd_hi, w.dd_x0,
-                            w.dd_x1},
+                            w.dd_x1, false, dd_str_.w},
                            plan_.isa);
     ctx.dd_held = w;
     ctx.dd_row0 = w.dd_lo;
     ctx.dst_row0 = w.dst_lo;
     ctx.dd_px0 = w.dd_x0;
     ctx.dst_px0 = w.dst_x0;
-    ctx.dd_row_elems = (w.dd_x1 ? w.dd_x1 - w.dd_x0 : g.out[2]) * p_.oc();
-    ctx.dst_row_elems = (w.dst_x1 ? w.dst_x1 - w.dst_x0 : g.in[2]) * p_.ic();
+    ctx.dd_row_elems = (w.dd_x1 ? w.dd_x1 - w.dd_x0 : g.out[2]) * dd_str_.w;
+    ctx.dst_row_elems = (w.dst_x1 ? w.dst_x1 - w.dst_x0 : g.in[2]) * dst_str_.w;
     ctx.dd_c0 = w.dd_c0;
     ctx.dd_c1 = w.dd_c1;
     // Copies made from the previous window (row taps point into it).
@@ -1006,7 +1006,7 @@ void JitDataExecutor::close_windows(char* dst, const ItemWindow& w, const Thread
     const DataGeometry& g = plan_.geo;
     window_to_ncx_rows(ctx.dst_win.get(), dst,
                        {es_, p_.ic(), g.in[0] * g.in[1], g.in[2], w.dst_c0, w.dst_c1, w.dst_lo, w.dst_hi, w.dst_x0,
-                        w.dst_x1},
+                        w.dst_x1, false, dst_str_.w},
                        plan_.isa, plan_.window_nt);
 }
 
@@ -1017,7 +1017,7 @@ void JitDataExecutor::close_windows(char* dst, const ItemWindow& w, const Thread
 void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int threads) const {
     const int64_t nruns = plan_.cb_runs(), rows = plan_.rows, group = plan_.group_rows;
     const int64_t seg_items = div_up(rows, group) * nruns;  // items of a segment
-    const int64_t row_elems = plan_.geo.in[2] * p_.ic();
+    const int64_t row_elems = dst_str_.h;
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
     const int64_t nchunks = chunks();
@@ -1194,7 +1194,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
             if (segs > 1) {
                 const auto [a, b] = seg_windows_[static_cast<size_t>(seg)];
                 const int64_t first = seg_inside_[static_cast<size_t>(seg)].first;
-                const char* from = src + (first - ctx.dd_px0) * p_.oc() * es_;
+                const char* from = src + (first - ctx.dd_px0) * dd_str_.w * es_;
                 rts.push_back({tap, ctx.rows.window(dd_row * segs + seg, from, es_, a, b)});
             } else {
                 rts.push_back({tap, plan_.padded_rows ? ctx.rows.get(dd_row, src, es_) : src});
@@ -1237,7 +1237,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     // (NCX windows: every item, into its own window.)
     // (Segments: the segment's pixels, which are those of its phase ranges.)
     if (zeros_apart && (cb == 0 || plan_.ncx_windows) && chunk == 0) {
-        const int64_t px_bytes = p_.ic() * es_;
+        const int64_t px_bytes = dst_str_.w * es_;
         auto zero = [&](int64_t x, int64_t n) {
             zero_bytes(dst + (row_off * es_ + x * px_bytes), n * px_bytes, ctx.nt, plan_.isa);
         };

@@ -933,6 +933,21 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
     choose_segments(p, pl);
+    // NCX windows of depthwise rows read in place, their pixels a multiple
+    // of 512 bytes apart: a channel vector's line of every pixel the taps
+    // read falls into at most 8 of the 64 L1 sets, where they evict each
+    // other (as in the weight gradient's windows, WeightsPlan::window_pad).
+    // The transposes write the windows' pixels a line further apart
+    // instead. AMD Zen 5, 2 threads, min of 3, MobileNet v1 / V2,
+    // EfficientNet-B0, ConvNeXt-T depthwise layers on such pixels against
+    // unpadded windows (docs/PERFORMANCE.md): f32 pixels of 2 and 4 KiB
+    // 1.09-1.84x, 1 KiB 1.05-1.21x, bf16 2 KiB 1.20-1.27x; 512 bytes and
+    // odd multiples of it 0.98-1.03x; AVX2 1.13-1.72x and 0.98-1.04x.
+    if (pl->ncx_windows && pl->path == DataPath::depthwise && !pl->padded_rows && !pl->row_blocks &&
+        pixels_in_few_l1_sets(pl->dd_pitch)) {
+        pl->window_pad = kCacheLineBytes;
+        pl->dd_pitch += kCacheLineBytes;
+    }
     choose_cb_reps(p, pl);
     pl->grid.items = pl->path == DataPath::col ? pl->rows
                                                : pl->segments * div_up(pl->rows, pl->group_rows) * pl->cb_runs();
@@ -1107,7 +1122,10 @@ std::string DataPlan::to_string() const {
                : !padded_rows      ? " (no edges)"
                : dd_pitch_spread ? " (zero-padded rows, pixels spaced out of one L1 set)"
                                  : " (zero-padded rows)")
-           << (ncx_windows ? window_nt ? ", NCX rows through NXC windows (streamed back)" : ", NCX rows through NXC windows" : "")
+           << (!ncx_windows ? ""
+               : window_nt   ? ", NCX rows through NXC windows (streamed back)"
+                             : ", NCX rows through NXC windows")
+           << (window_pad ? " of pixels +" + std::to_string(window_pad) + " bytes" : std::string())
            << (nt_store ? ", streaming stores\n" : pf_store ? ", diff_src lines prefetched for writing\n" : "\n")
            << (direct_row_taps ? "          for valid (kd, kh) row: " : "          for valid tap (kd, kh, kw): ")
            << body_text() << "\n";

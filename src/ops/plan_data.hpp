@@ -191,6 +191,10 @@ struct DataPlan {
     // whole images on small planes (see make_data_plan).
     bool ncx_windows = false;
     bool window_nt = false;  // large outputs: the write-back streams whole lines
+    // Bytes added to the windows' pixels (both windows; 0: channels apart):
+    // Depthwise plans reading their rows in place where pixels a
+    // multiple of 512 bytes apart would crowd a few L1 sets (make_data_plan).
+    int64_t window_pad = 0;
     int64_t col_pixels = 0;    // col: diff_dst pixels per GEMM chunk
     // Channel blocks per kernel call (direct and depthwise paths, row
     // blocks too): consecutive channel blocks that share a kernel and lie a

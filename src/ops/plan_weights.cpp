@@ -507,12 +507,6 @@ bool dw_f32_short_windows(const WeightsPlan& plan) {
     return g.stride[2] == 1 && g.out[2] <= Cost::dw_window_3tap_max_ow && dw_f32_src_shared(plan);
 }
 
-// Pixels a multiple of 2 KiB apart: a channel vector's line of every pixel
-// falls in one or two L1 sets.
-bool pixels_share_l1_sets(int64_t pixel_bytes) { return pixel_bytes % (kL1SetSpan / 2) == 0; }
-// ... a multiple of 512 bytes: in at most 8 of the 64 sets.
-bool pixels_in_few_l1_sets(int64_t pixel_bytes) { return pixel_bytes % (kL1SetSpan / 8) == 0; }
-
 // f32 depthwise src vectors shared across taps (windows from 3 taps, whole
 // rows) need src and diff_dst in L3 together and a pixel stride not a
 // multiple of 2 KiB. Whole rows against pixels one at a time on 3-vector

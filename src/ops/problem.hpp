@@ -155,6 +155,11 @@ constexpr int kL1LinesPerSet = 8;
 // The most distinct lines that m rows `stride` bytes apart, read at one
 // offset, put into one L1 set.
 int lines_per_l1_set(int64_t m, int64_t stride);
+// Pixels a multiple of 2 KiB apart: a channel vector's line of every pixel
+// falls in one or two L1 sets.
+inline bool pixels_share_l1_sets(int64_t pixel_bytes) { return pixel_bytes % (kL1SetSpan / 2) == 0; }
+// ... a multiple of 512 bytes: in at most 8 of the 64 sets.
+inline bool pixels_in_few_l1_sets(int64_t pixel_bytes) { return pixel_bytes % (kL1SetSpan / 8) == 0; }
 
 // a / b rounded up (a >= 0, b > 0).
 inline int64_t div_up(int64_t a, int64_t b) { return (a + b - 1) / b; }
