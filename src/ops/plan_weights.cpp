@@ -1328,12 +1328,15 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // are a line further apart (WeightsPlan::window_pad; in NXC copied from
     // the user's tensors, nxc_windows; in NCX the transposes write them so).
     // AVX2 in every type; AVX-512 NXC f32, where plan_weights keeps the
-    // in-place plan when it reads better, and AVX-512 NCX windows in every
-    // type from pixels a multiple of 512 bytes. AMD Zen 3, 1 thread, 3x3 at
+    // in-place plan when it reads better; and NCX windows on both ISAs in
+    // every type from pixels a multiple of 512 bytes (AVX2 on AMD Zen 5, 2
+    // threads, min of 3-5, 1 KiB and 1.5 KiB pitches: MobileNet v1 conv4_x
+    // / conv5_x 16-bit, ConvNeXt-T s3 / s4 1.03-1.24x; EfficientNet-B0
+    // 1152 channels 5x5 0.88-1.02x by run). AMD Zen 3, 1 thread, 3x3 at
     // 7x7, mb 8, in place: 1024 channels ran 6-7x slower than 1032 or 1040
     // (1.0 ms against 0.12-0.16 ms), 512 channels 2.5x slower than 520 or 528.
     const int64_t pitch = p.ic() * plan.elem_bytes();
-    const bool pad_ncx = plan.isa != Isa::avx2 && plan.ncx_windows && pixels_in_few_l1_sets(pitch);
+    const bool pad_ncx = plan.ncx_windows && pixels_in_few_l1_sets(pitch);
     const bool pad = pixels_share_l1_sets(pitch) && (plan.isa == Isa::avx2 || p.dt == data_type::f32);
     if (choices.pad_windows && dw && (pad || pad_ncx)) {
         plan.window_pad = kCacheLineBytes;
