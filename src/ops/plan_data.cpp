@@ -943,8 +943,13 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // unpadded windows (docs/PERFORMANCE.md): f32 pixels of 2 and 4 KiB
     // 1.09-1.84x, 1 KiB 1.05-1.21x, bf16 2 KiB 1.20-1.27x; 512 bytes and
     // odd multiples of it 0.98-1.03x; AVX2 1.13-1.72x and 0.98-1.04x.
+    // (Only where a block's reach at the wider pitch stays far inside the
+    // kernels' 32-bit displacements, which choose_blocking checked at the
+    // tensor's pitch.)
+    const DataGeometry& wg = pl->geo;
+    const int64_t reach = (pl->blk.m + wg.k[2] * wg.dil[2]) * wg.stride[2] * (pl->dd_pitch + kCacheLineBytes);
     if (pl->ncx_windows && pl->path == DataPath::depthwise && !pl->padded_rows && !pl->row_blocks &&
-        pixels_in_few_l1_sets(pl->dd_pitch)) {
+        pixels_in_few_l1_sets(pl->dd_pitch) && reach < INT32_MAX / 2) {
         pl->window_pad = kCacheLineBytes;
         pl->dd_pitch += kCacheLineBytes;
     }
