@@ -941,13 +941,13 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // instead. AMD Zen 5, 2 threads, min of 3, MobileNet v1 / V2,
     // EfficientNet-B0, ConvNeXt-T depthwise layers on such pixels against
     // unpadded windows (docs/PERFORMANCE.md): f32 pixels of 2 and 4 KiB
-    // 1.09-1.84x, 1 KiB 1.05-1.21x, bf16 2 KiB 1.20-1.27x; 512 bytes and
-    // odd multiples of it 0.98-1.03x; AVX2 1.13-1.72x and 0.98-1.04x.
+    // 1.09-1.84x, 1 KiB 1.05-1.21x, bf16 2 KiB 1.20-1.27x, 1 KiB
+    // 1.02-1.06x; 512 bytes and odd multiples of it 0.98-1.03x; AVX2
+    // 1.13-1.72x and 0.98-1.04x.
     // (Only where a block's reach at the wider pitch stays far inside the
     // kernels' 32-bit displacements, which choose_blocking checked at the
     // tensor's pitch.)
-    const DataGeometry& wg = pl->geo;
-    const int64_t reach = (pl->blk.m + wg.k[2] * wg.dil[2]) * wg.stride[2] * (pl->dd_pitch + kCacheLineBytes);
+    const int64_t reach = (pl->blk.m + geo.k[2] * geo.dil[2]) * geo.stride[2] * (pl->dd_pitch + kCacheLineBytes);
     if (pl->ncx_windows && pl->path == DataPath::depthwise && !pl->padded_rows && !pl->row_blocks &&
         pixels_in_few_l1_sets(pl->dd_pitch) && reach < INT32_MAX / 2) {
         pl->window_pad = kCacheLineBytes;

@@ -1331,7 +1331,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // in-place plan when it reads better; and NCX windows on both ISAs in
     // every type from pixels a multiple of 512 bytes (AVX2 on AMD Zen 5, 2
     // threads, min of 3-5, 1 KiB and 1.5 KiB pitches: MobileNet v1 conv4_x
-    // / conv5_x 16-bit, ConvNeXt-T s3 / s4 1.03-1.24x; EfficientNet-B0
+    // f32 and 16-bit, conv5_x 16-bit, ConvNeXt-T s3 / s4 1.02-1.24x; EfficientNet-B0
     // 1152 channels 5x5 0.88-1.02x by run). AMD Zen 3, 1 thread, 3x3 at
     // 7x7, mb 8, in place: 1024 channels ran 6-7x slower than 1032 or 1040
     // (1.0 ms against 0.12-0.16 ms), 512 channels 2.5x slower than 520 or 528.
