@@ -334,6 +334,58 @@ TEST_CASE("weights: W strides over groups of up to 16 channels run kw lanes", "[
     check_exact(wtest::split_size(cases[10]));
 }
 
+TEST_CASE("weights: few output channels over many input channels run kw lanes at any W stride", "[jit][weights]") {
+    // Heads into 1-8 maps: output channels as broadcast rows, a vector of
+    // input channels a tile (tails of 1 and 4 lanes), every kw tap; W
+    // strides 1-3, pads, rows of edges only, 1D / 2D / 3D, NCX / OIX,
+    // ConvTranspose, thread counts. Not past 8 output channels, 15 taps or
+    // for fewer than 16 input channels.
+    auto make = [](int64_t ic, int64_t oc, dims in, dims k, dims s, dims pad) {
+        Case c = conv2d(ic, oc, std::move(in), std::move(k));
+        c.s = std::move(s);
+        c.pb = c.pe = std::move(pad);
+        c.mb = 3;
+        return c;
+    };
+    std::vector<Case> cases = {
+            make(64, 1, {9, 11}, {3, 3}, {}, {1, 1}),        make(33, 3, {8, 13}, {5, 5}, {}, {2, 2}),
+            make(17, 8, {10, 9}, {3, 3}, {2, 2}, {1, 1}),    make(48, 2, {40}, {7}, {}, {3}),
+            make(20, 4, {5, 6, 7}, {3, 3, 3}, {}, {1, 1, 1}), make(16, 8, {4, 3}, {3, 3}, {}, {1, 1}),
+            make(32, 5, {6, 30}, {1, 15}, {1, 1}, {0, 7}),   make(36, 6, {7, 20}, {2, 4}, {1, 3}, {0, 1})};
+    Case ncx = cases[1];
+    ncx.nxc = false;
+    ncx.wfmt = "OIX";
+    cases.push_back(ncx);
+    Case t = cases[0];  // ConvTranspose: src and diff_dst swapped
+    t.transpose = true;
+    cases.push_back(t);
+    for (const Case& c : cases) {
+        REQUIRE(wtest::few_oc(c));
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = c.make(isa).describe();
+            INFO(label(c, isa) << "\n" << d);
+            CHECK((d.find(" kw-lanes") != std::string::npos) == (isa != "avx2"));
+            CHECK(wtest::laned(c, isa) == (isa != "avx2"));
+        }
+        check_exact(c);
+        check_reals(c);
+    }
+    Case nine = cases[2];  // 9 output channels: their own vectors
+    nine.oc = 9;
+    Case narrow = cases[0];  // 15 input channels
+    narrow.ic = 15;
+    Case wide = make(32, 2, {4, 40}, {1, 16}, {}, {0, 2});  // 16 taps
+    for (const Case& c : {nine, narrow, wide}) {
+        for (const std::string& isa : jit_isas(false)) {
+            INFO(label(c, isa));
+            CHECK(c.make(isa).describe().find(" kw-lanes") == std::string::npos);
+        }
+        check_exact(c);
+    }
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases[1]), false);
+    CHECK(runs.outputs.size() == jit_isas(false).size());
+}
+
 // Infinities in the first and last src pixel of input row (image 1, row 2)
 // of c (NXC f32, 32 channels), at channels 0 and 21, diff_dst small
 // integers of one sign: the JIT equals the reference wherever it is not

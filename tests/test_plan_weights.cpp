@@ -189,8 +189,19 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "(32 chunks, 2744 KiB) slices=8 grid=1x2 kw-lanes direct prefetch next group est=2304cyc/px\n"
           "  parallel slice<8 (2 thr) x tile<192 (1 thr):\n"
           "    for chunk in slice (14 rows):\n"
-          "      for g<32 oc_tile<2 kd<1 kh<3:\n"
+          "      for g<32 kd<1 kh<3 oc_tile<2:\n"
           "        for row, output px t (14 from 0, edges 1+0): acc[3 kw][8 oc][1v ic] += bcast(diff_dst[t][oc]) * "
+          "src[s*t - pad + kw][ic]\n"
+          "  sum slices in order");
+    Case head = resnet(64, 1, 128, 3);  // a head into one map: kw lanes over 4 vectors of input channels
+    head.mb = 8;
+    CHECK(plan_weights(problem(head), Isa::avx512_core, 2).to_string() ==
+          "gemm staged m1n1x16 tiles=12 (oc 1x1 last 1, ic 4x1v last 1v tail 0) rows=1024x128px chunk=16 rows "
+          "(64 chunks, 1544 KiB) slices=8 grid=1x2 kw-lanes direct est=48cyc/px\n"
+          "  parallel slice<8 (2 thr) x tile<12 (1 thr):\n"
+          "    for chunk in slice (16 rows):\n"
+          "      for g<1 ic_tile<4 kd<1 kh<3 oc_tile<1:\n"
+          "        for row, output px t (128 from 0, edges 1+1): acc[3 kw][1 oc][1v ic] += bcast(diff_dst[t][oc]) * "
           "src[s*t - pad + kw][ic]\n"
           "  sum slices in order");
     Case dwc = depthwise(32, {112, 112}, {3, 3});

@@ -254,19 +254,25 @@ inline std::vector<Case> kw_lanes_cases() {
     return cases;
 }
 
-// Where the plan takes kw lanes (WeightsPlan::kw_lanes): AVX-512 (not bf16
-// pairs), W stride 2 or more, W dilation 1, kernels of 2 taps or more, up
-// to 16 input and output channels a group (not the folded single groups
-// of fewer than 16 input channels), and W edges the kernel compiles in:
-// the output pixels with a tap inside src, at most KW of them with taps
-// left of src and KW with taps right of it, none with both.
+// Where the plan takes kw lanes (WeightsPlan::kw_lanes): AVX-512, W
+// dilation 1, kernels of 2-15 taps, and either up to 8 output channels a
+// group over 16 or more input channels at any W stride (few_oc_lanes; bf16
+// widened), or W stride 2 or more (not bf16 pairs) with up to 16 input and
+// output channels a group (not the folded single groups of fewer than 16
+// input channels); and W edges the kernel compiles in: the output pixels
+// with a tap inside src, at most KW of them with taps left of src and KW
+// with taps right of it, none with both.
+// (ic / oc: the Case's, of the convolution form for ConvTranspose too.)
+inline bool few_oc(const Case& c) { return c.oc / c.g <= 8 && c.ic / c.g >= 16; }
 inline bool laned(const Case& c, const std::string& isa) {
-    if (isa.rfind("avx512", 0) != 0 || (c.dt == convgrad::data_type::bf16 && isa == "avx512_core_bf16"))
+    const int64_t icg = c.ic / c.g, ocg = c.oc / c.g;
+    const bool few_oc = wtest::few_oc(c);
+    if (isa.rfind("avx512", 0) != 0 || (c.dt == convgrad::data_type::bf16 && isa == "avx512_core_bf16" && !few_oc))
         return false;
     const size_t w = c.nsp() - 1;
     const int64_t pad = c.at(c.pb, w, 0), kw = c.k[w], s = c.at(c.s, w, 1), ow = c.out(w), in = c.in[w];
-    const int64_t icg = (c.transpose ? c.oc : c.ic) / c.g, ocg = (c.transpose ? c.ic : c.oc) / c.g;
-    if (c.at(c.d, w, 1) != 1 || kw < 2 || s < 2 || icg > 16 || ocg > 16 || (c.g == 1 && icg < 16)) return false;
+    if (c.at(c.d, w, 1) != 1 || kw < 2 || kw > 15 || s < (few_oc ? 1 : 2)) return false;
+    if (!few_oc && (icg > 16 || ocg > 16 || (c.g == 1 && icg < 16))) return false;
     int64_t row = 0, head = 0, tail = 0;
     for (int64_t t = 0; t < ow; ++t) {
         const bool left = s * t - pad < 0, right = s * t - pad + kw > in;

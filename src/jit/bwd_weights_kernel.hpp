@@ -28,7 +28,7 @@
 //    Per pixel: n diff_dst vectors, m broadcast src scalars, m*n FMAs.
 //    With desc.kw_win = KW: m input channels x KW taps of one vector of
 //    output channels; per src pixel one diff_dst vector, m broadcasts,
-//    m*KW FMAs (see kw_win). With desc.kw_lanes turned over (W strides):
+//    m*KW FMAs (see kw_win). With desc.kw_lanes turned over (W strides, few output channels):
 //    m output channels x KW taps of one vector of input channels; per
 //    output pixel KW src vectors, m broadcasts, m*KW FMAs (see kw_lanes).
 //  - depthwise (g == IC == OC; or lane groups of G = IC/g == OC/g channels):
@@ -208,8 +208,8 @@ struct WeightsKernelDesc {
     uint8_t kw_tail = 0;
     uint8_t kw_pad = 0;
     // gemm kw_lanes = 1 (with kw_win = KW, AVX-512, m <= 8): the tile turned
-    // over for W strides > 1, input channels in the vector lanes (one
-    // vector: a group's channels) and m output channels as rows, every kw
+    // over for W strides > 1 or few output channels, input channels in the
+    // vector lanes (one vector of a group's channels) and m output channels as rows, every kw
     // tap. A row entry walks output pixels t (diff_dst pixel t at its
     // dst_offset + t * dst_step; src pixel s * t + k - kw_pad of tap k at
     // its src_offset + t * src_step + k * tap_disp, where w_stride = s):

@@ -1298,8 +1298,8 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
     const WeightsPlan::KwPhase* phase = plan_.kw_phases > 0 ? &plan_.kw_phase[static_cast<size_t>(kw)] : nullptr;
     if (phase && it >= phase->m_tiles) return 1;
     const int64_t tile_m = phase ? phase->m : b.m;
-    // kw lanes: m tile `it` is output channels, over all of the group's inputs.
-    const int64_t ic0 = plan_.kw_lanes ? 0 : it * tile_m;
+    // kw lanes: m tile `it` is output channels, n tile `ot` a vector of the group's inputs.
+    const int64_t ic0 = plan_.kw_lanes ? ot * b.vlen : it * tile_m;
     const int64_t oc0 = grp * g.ocg + (plan_.kw_lanes ? it * tile_m : ot * b.n * b.vlen);
     const int64_t src_tile = grp * b.m_tiles + it, dst_tile = grp * b.n_tiles + ot;
     if (plan_.group_prefetch && ts.pf_grp != grp) {

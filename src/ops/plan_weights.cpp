@@ -57,6 +57,7 @@ using Cost = WeightsCostModel;
 // f32 37 -> 136, bf16 pairs 61 -> 148). Groups of 8 under a W stride on
 // AVX-512 go to kw lanes over pairs of groups (lane_pairs_ok).
 bool lane_pairs_ok(const Problem& p, Isa isa);
+bool few_oc_lanes(const Problem& p, Isa isa);
 
 bool is_depthwise(const Problem& p, Isa isa) {
     const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8, gs = p.icg;
@@ -188,12 +189,12 @@ WeightsPlan::KwLanes kw_lanes_geometry(const WeightsGeometry& g) {
 // m output channels x KW taps of accumulators, KW src vectors and two
 // broadcast registers in 32 zmm; the flush transposes up to 8 channels.
 int64_t kw_lanes_max_m(int64_t kw) { return std::min<int64_t>(8, (32 - kw - 2) / kw); }
-// The W geometry kw lanes take: rows not merged, W strides > 1, W dilation
-// 1, 2 taps or more, edges of at most KW pixels each side that never meet
-// in a pixel.
-bool kw_lanes_w_ok(const WeightsGeometry& g) {
+// The W geometry kw lanes take: rows not merged, W strides of min_stride
+// or more, W dilation 1, 2 taps or more, edges of at most KW pixels each
+// side that never meet in a pixel.
+bool kw_lanes_w_ok(const WeightsGeometry& g, int64_t min_stride = 2) {
     // (The stride is a byte of the kernel desc.)
-    if (g.merged || g.k[2] < 2 || g.stride[2] < 2 || g.stride[2] > UINT8_MAX || g.dil[2] != 1) return false;
+    if (g.merged || g.k[2] < 2 || g.stride[2] < min_stride || g.stride[2] > UINT8_MAX || g.dil[2] != 1) return false;
     const WeightsPlan::KwLanes f = kw_lanes_geometry(g);
     return f.row_px > 0 && f.head + f.tail <= f.row_px && f.head <= g.k[2] && f.tail <= g.k[2];
 }
@@ -211,7 +212,17 @@ bool kw_lanes_w_ok(const WeightsGeometry& g) {
 bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
     if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1)
         return false;
+    if (few_oc_lanes(p, plan.isa)) return kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo, 1);
     return p.icg <= 16 && p.ocg <= 16 && kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo);
+}
+
+// Few output channels a group over a vector or more of input channels
+// (heads into 1-4 maps: segmentation, depth, super-resolution into RGB):
+// output channels in the lanes would leave three quarters of them or more
+// idle, so kw lanes take every stride there, a vector of input channels a
+// tile (blk.n_tiles of them).
+bool few_oc_lanes(const Problem& p, Isa isa) {
+    return isa >= Isa::avx512_core && p.ocg <= Cost::few_oc_max && p.icg >= 16;
 }
 
 // kw lanes over pairs of groups of 8 channels (WeightsPlan::lane_pairs):
@@ -1290,7 +1301,9 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // 5x5 s2 1.25-1.36x, 96 channels at 112x112 (DRAM-bound) 0.90-1.03x
     // (1.35x at mb 1).
     const bool dw = is_depthwise(p, isa);
-    plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
+    // (Not for few output channels over kw lanes: those widen bf16 in the stager.)
+    plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw &&
+                 !(few_oc_lanes(p, isa) && kw_lanes_w_ok(make_geometry(p, false), 1));
     plan.w_pairs = dw && pairs_ok && w_pairs(p, isa);
     // bf16 depthwise without W pairs keeps avx512_core_bf16 where it has
     // it: its kernels of enough accumulators multiply on vdpbf16ps (desc()).
@@ -1401,18 +1414,19 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
         WeightsBlocking& b = plan.blk;
         const WeightsGeometry& g = plan.geo;
         b.n = b.n_last = 1;
-        b.n_tiles = 1;
+        b.n_tiles = plan.lane_pairs ? 1 : div_up(g.icg, b.vlen);  // a vector of input channels a tile
         b.tail = plan.lane_pairs ? 0 : static_cast<int>(g.icg % b.vlen);
         b.m_tiles = div_up(g.ocg, std::min(g.ocg, kw_lanes_max_m(g.k[2])));
         b.m = static_cast<int>(div_up(g.ocg, b.m_tiles));
         b.m_last = static_cast<int>(g.ocg - (b.m_tiles - 1) * b.m);
-        b.tiles = g.k[0] * g.k[1] * b.m_tiles * (plan.lane_pairs ? div_up(g.g, 2) : g.g);
+        b.tiles = g.k[0] * g.k[1] * b.m_tiles * b.n_tiles * (plan.lane_pairs ? div_up(g.g, 2) : g.g);
         // Per output pixel and tile: m * KW FMAs, m broadcasts and KW src loads.
         const double kw = double(g.k[2]);
         auto tile = [&](double m) { return tile_cycles(m * kw, m + kw, m * kw + m + kw + 3, Cost::fma_latency); };
         const double cycles = double(b.m_tiles - 1) * tile(b.m) + tile(b.m_last);
         const int64_t groups = plan.lane_pairs ? div_up(g.g, 2) : g.g;
-        b.cycles_per_pixel = double(g.k[0] * g.k[1] * groups) * cycles * double(plan.lanes.row_px) / double(g.out[2]);
+        b.cycles_per_pixel =
+                double(g.k[0] * g.k[1] * groups * b.n_tiles) * cycles * double(plan.lanes.row_px) / double(g.out[2]);
     }
     finish_plan(plan, p, nthreads);
     // Depthwise whose cost model chose pixels one at a time or windows
@@ -1547,10 +1561,10 @@ std::string WeightsPlan::to_string() const {
            << " * diff_dst[px][ch]\n";
     if (!dw && kw_lanes) {
         os << (lane_pairs ? "      for g_pair<" + std::to_string((geo.g + 1) / 2) : "      for g<" + std::to_string(geo.g))
-           << " oc_tile<" << blk.m_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1]
-           << ":\n        for row, output px t (" << lanes.row_px << " from " << lanes.first << ", edges " << lanes.head
-           << "+" << lanes.tail << "): acc[" << geo.k[2] << " kw][" << blk.m
-           << " oc][1v ic] += bcast(diff_dst[t][oc]) * src[s*t - pad + kw][ic]\n";
+           << (blk.n_tiles > 1 ? " ic_tile<" + std::to_string(blk.n_tiles) : std::string()) << " kd<" << geo.k[0]
+           << " kh<" << geo.k[1] << " oc_tile<" << blk.m_tiles << ":\n        for row, output px t (" << lanes.row_px
+           << " from " << lanes.first << ", edges " << lanes.head << "+" << lanes.tail << "): acc[" << geo.k[2]
+           << " kw][" << blk.m << " oc][1v ic] += bcast(diff_dst[t][oc]) * src[s*t - pad + kw][ic]\n";
     } else if (!dw) {
         os << "      for g<" << geo.g;
         if (blk.m_block < blk.m_tiles) os << " ic_block<" << (blk.m_tiles + blk.m_block - 1) / blk.m_block;

@@ -203,8 +203,9 @@ struct WeightsPlan {
     int64_t kw_phases = 0;
     std::array<KwPhase, kMaxKwPhases> kw_phase{};
     // gemm kw lanes (WeightsKernelDesc::kw_lanes; W strides > 1 on AVX-512,
-    // instead of phases): tiles of m output channels x every kw tap over
-    // one vector of a group's input channels, each diff_dst broadcast
+    // instead of phases, and any W stride for few output channels, see
+    // few_oc_lanes): tiles of m output channels x every kw tap over one
+    // vector of a group's input channels (blk.n_tiles of them), each diff_dst broadcast
     // feeding KW FMAs. A row entry walks the row_px output pixels from
     // `first` (those with a tap inside src); the first `head` lack taps
     // below k = pad - s * t (t from first), the last `tail` above k = last
@@ -346,6 +347,7 @@ struct WeightsCostModel {
     static constexpr double flush_chunk_pixels = 384;
     static constexpr double stage_budget_max = 8 << 20;
     static constexpr int64_t lane_in_place_max_w = 256;  // see lane_tiles_in_place
+    static constexpr int64_t few_oc_max = 8;              // output channels a group for kw lanes (few_oc_lanes)
     static constexpr int64_t group_prefetch_min_pitch = 256;  // bytes a pixel, see group_prefetch_ok
     // Blocked chunks: bytes of one oc tile's diff_dst slice plus one ic
     // tile's src slice (a fraction of L1d: the flushes and the next slice
