@@ -66,10 +66,11 @@ void check(const wtest::Case& c, bool fold, Meet meet = Meet::own) {
                 CHECK((jit.describe().find(kPermuteNote) != std::string::npos) == (meet == Meet::weights));
                 CHECK((jit.describe().find(kImagesNote) != std::string::npos) == (meet == Meet::images));
                 // Weight gradients into weights with c' innermost (the
-                // view's OIX) swap the roles of src and diff_dst.
+                // view's OIX), or of one output channel in the weights'
+                // own order, swap the roles of src and diff_dst.
                 const bool c_inner = w.wfmt == (w.transpose ? "IOX" : "OIX");
                 CHECK((jit.describe().find(kSwapNote) != std::string::npos) ==
-                      (!which && c_inner && meet != Meet::weights));
+                      (!which && ((c_inner && meet != Meet::weights) || (w.oc == 1 && meet == Meet::own))));
                 const auto in0 = testutil::small_ints(dt, ref.input0_elems(), 5);
                 const auto in1 = testutil::small_ints(dt, ref.input1_elems(), 6);
                 CHECK(testutil::bitwise_equal(testutil::run(jit, in0, in1), testutil::run(ref, in0, in1)));
@@ -121,6 +122,25 @@ TEST_CASE("full kernels: run as 1x1 in every layout pair, images transposed or w
             c.wfmt = l.wfmt;
             INFO("ConvTranspose " << (l.nxc ? "NXC " : "NCX ") << l.wfmt);
             check(c, true, l.meet);
+        }
+    }
+    // One output channel (a GAN discriminator's last layer; 33^3 kernels):
+    // where the weights keep the input's order, the roles swapped (the c'
+    // channels in the lanes); elsewhere the weights permuted (as many
+    // images as output channels).
+    for (const wtest::Case& base : {full(24, 1, {4, 4}), full(3, 1, {5, 6, 7})}) {
+        for (const bool transpose : {false, true}) {
+            for (const bool nxc : {true, false}) {
+                for (const bool own : {true, false}) {
+                    wtest::Case c = base;
+                    c.transpose = transpose;
+                    c.nxc = nxc;
+                    c.wfmt = transpose ? (nxc == own ? "XOI" : "IOX") : (nxc == own ? "XIO" : "OIX");
+                    INFO((transpose ? "ConvTranspose " : "") << (nxc ? "NXC " : "NCX ") << c.wfmt << " ic " << c.ic
+                                                             << " rank " << c.nsp());
+                    check(c, true, own ? Meet::own : Meet::weights);
+                }
+            }
         }
     }
     // As many images as output channels or more: the weights are the

@@ -497,9 +497,12 @@ Problem fold_full_kernel(const Problem& p, FullKernelFold* fold) {
         q.wei_str.i = p.oc();
     }
     // A weight gradient into weights with c' innermost (OIX, its rows
+    // dense; or one output channel in the user's own layout, its c'
     // dense): the 1x1 problem with the roles of src and diff_dst swapped
-    // (input channels OC, output channels c') writes them as its XIO.
-    if (p.alg == Alg::weights && q.wei_str.i == 1 && q.wei_str.o == q.icg) {
+    // (input channels OC, output channels c') writes them as its XIO. (One
+    // output channel in the lanes of c' input channels had left 15 of 16
+    // lanes idle.)
+    if (p.alg == Alg::weights && q.wei_str.i == 1 && (q.wei_str.o == q.icg || (own && q.ocg == 1))) {
         std::swap(q.icg, q.ocg);
         std::swap(q.src_str, q.dst_str);
         q.swap_inputs = !q.swap_inputs;
