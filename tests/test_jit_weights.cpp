@@ -359,6 +359,9 @@ TEST_CASE("weights: few output channels over many input channels run kw lanes at
     Case t = cases[0];  // ConvTranspose: src and diff_dst swapped
     t.transpose = true;
     cases.push_back(t);
+    Case grouped = make(40, 6, {7, 10}, {3, 3}, {}, {1, 1});  // two groups of 20 -> 3
+    grouped.g = 2;
+    cases.push_back(grouped);
     for (const Case& c : cases) {
         REQUIRE(wtest::few_oc(c));
         for (const std::string& isa : jit_isas(false)) {
