@@ -300,6 +300,26 @@ TEST_CASE("weights bf16/f16: few output channels run kw lanes on widened rows", 
         c.dt = dt;
         wtest::check_thread_counts(c, true);
     }
+    // Rows long enough to be cut into segments keep the plain tiles, and
+    // bf16 there its image pairs.
+    Case longrow = conv2d(64, 1, {9000}, {9});
+    longrow.pb = longrow.pe = {4};
+    longrow.mb = 3;
+    check_plan_tag(longrow, " kw-lanes", [](data_type, const std::string&) { return false; });
+    check_plan_tag(longrow, " bf16-pairs", [](data_type dt, const std::string& isa) {
+        return dt == data_type::bf16 && isa == "avx512_core_bf16";
+    });
+    for (data_type dt : {data_type::bf16, data_type::f16}) {  // (check_exact's impl model has no cut rows)
+        longrow.dt = dt;
+        const convgrad::op ref = longrow.make("ref");
+        const Buffer x = testutil::small_ints(dt, ref.input0_elems(), 1);
+        const Buffer y = testutil::small_ints(dt, ref.input1_elems(), 8);
+        const Buffer want = testutil::run(ref, x, y);
+        for (const std::string& isa : jit_isas(true)) {
+            INFO(label(longrow, isa));
+            CHECK(testutil::bitwise_equal(testutil::run(longrow.make(isa), x, y), want));
+        }
+    }
 }
 
 TEST_CASE("weights bf16/f16: groups, depthwise, formats", "[jit][weights][lowp]") {

@@ -1272,6 +1272,7 @@ struct PlanChoices {
     bool pairs = true;        // bf16 depthwise W pairs (w_pairs)
     bool tile_major = true;   // the tile-major pass for AVX2's wide 1x1 layers
     bool pad_windows = true;  // AVX2 depthwise windows of wider pixels (WeightsPlan::window_pad)
+    bool few_oc = true;       // bf16 widened for the kw lanes of few output channels (few_oc_lanes)
 };
 
 WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const PlanChoices& choices = {}) {
@@ -1303,7 +1304,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     const bool dw = is_depthwise(p, isa);
     // (Not for few output channels over kw lanes: those widen bf16 in the stager.)
     plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw &&
-                 !(few_oc_lanes(p, isa) && kw_lanes_w_ok(make_geometry(p, false), 1));
+                 !(choices.few_oc && few_oc_lanes(p, isa) && kw_lanes_w_ok(make_geometry(p, false), 1));
     plan.w_pairs = dw && pairs_ok && w_pairs(p, isa);
     // bf16 depthwise without W pairs keeps avx512_core_bf16 where it has
     // it: its kernels of enough accumulators multiply on vdpbf16ps (desc()).
@@ -1450,6 +1451,13 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     WeightsPlan plan = plan_weights_with(p, isa, nthreads);
+    // bf16 of few output channels gave up its image pairs for kw lanes; rows
+    // long enough to be cut into segments do not take those (see
+    // plan_weights_with), and widened plain tiles then ran 0.52-0.53x the
+    // pairs (1D heads of 1-4 output channels on 16000-60000 samples).
+    if (p.dt == data_type::bf16 && plan.blk.kind == WeightsKernelKind::gemm && !plan.pairs && !plan.kw_lanes &&
+        few_oc_lanes(p, isa) && isa >= Isa::avx512_core_bf16)
+        plan = plan_weights_with(p, isa, nthreads, {true, true, true, false});  // image pairs
     // bf16 depthwise W pairs (W stride 1 here, but for kernels of one row:
     // w_pairs) against bf16 widened as it is loaded, where the widened plan
     // streams (WeightsPlan::dw_stream): AMD Zen 5, 2 threads, min of 5, mb 8
@@ -1458,7 +1466,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // 1.49x / 1.29x (measured before widened loads fed vdpbf16ps, which
     // adds to them). One-row kernels of 3 taps at W stride 2 keep pairs.
     if (plan.w_pairs && !plan.prepad && (p.stride[2] == 1 || p.k[2] > 3)) {
-        WeightsPlan widened = plan_weights_with(p, isa, nthreads, {false, true, true});  // no W pairs
+        WeightsPlan widened = plan_weights_with(p, isa, nthreads, {false, true, true, true});  // no W pairs
         if (widened.dw_stream) return widened;
     }
     // Depthwise on pixels a multiple of 2 KiB apart (AVX-512 NCX: of 512
@@ -1492,7 +1500,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     //   (0.68-1.54x, geomean 0.88 over 12 cells), against row blocks too
     //   (0.56-1.42x, 0.86), and against the 16-bit kernels (0.58-1.27x).
     if (plan.window_pad) {
-        WeightsPlan in_place = plan_weights_with(p, isa, nthreads, {true, true, false});  // no windows
+        WeightsPlan in_place = plan_weights_with(p, isa, nthreads, {true, true, false, true});  // no windows
         const bool keep = plan.isa == Isa::avx2 ? in_place.blk.row_block > 1
                                                 : !plan.ncx_windows && (in_place.blk.row_block > 1 || in_place.blk.n > 2);
         if (keep) return in_place;
@@ -1508,7 +1516,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // over 7 rounds).
     const bool unit_stride = p.stride == std::array<int64_t, 3>{1, 1, 1};
     if (plan.tile_major && !plan.stage_in_kernel && unit_stride) {
-        WeightsPlan rows = plan_weights_with(p, isa, nthreads, {true, false, true});  // no tile-major pass
+        WeightsPlan rows = plan_weights_with(p, isa, nthreads, {true, false, true, true});  // no tile-major pass
         if (rows.blocked) return rows;
     }
     return plan;
