@@ -351,7 +351,8 @@ TEST_CASE("weights: few output channels over many input channels run kw lanes at
             make(64, 1, {9, 11}, {3, 3}, {}, {1, 1}),        make(33, 3, {8, 13}, {5, 5}, {}, {2, 2}),
             make(17, 8, {10, 9}, {3, 3}, {2, 2}, {1, 1}),    make(48, 2, {40}, {7}, {}, {3}),
             make(20, 4, {5, 6, 7}, {3, 3, 3}, {}, {1, 1, 1}), make(16, 8, {4, 3}, {3, 3}, {}, {1, 1}),
-            make(32, 5, {6, 30}, {1, 15}, {1, 1}, {0, 7}),   make(36, 6, {7, 20}, {2, 4}, {1, 3}, {0, 1})};
+            make(32, 5, {6, 30}, {1, 15}, {1, 1}, {0, 7}),   make(36, 6, {7, 20}, {2, 4}, {1, 3}, {0, 1}),
+            make(64, 1, {9000}, {9}, {}, {4})};  // a row long enough to be cut: read in place instead
     Case ncx = cases[1];
     ncx.nxc = false;
     ncx.wfmt = "OIX";
@@ -369,6 +370,7 @@ TEST_CASE("weights: few output channels over many input channels run kw lanes at
             INFO(label(c, isa) << "\n" << d);
             CHECK((d.find(" kw-lanes") != std::string::npos) == (isa != "avx2"));
             CHECK(wtest::laned(c, isa) == (isa != "avx2"));
+            if (c.in[0] == 9000 && isa != "avx2") CHECK(d.find(" staged") == std::string::npos);
         }
         check_exact(c);
         check_reals(c);
