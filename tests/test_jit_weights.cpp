@@ -360,6 +360,8 @@ TEST_CASE("weights: few output channels over many input channels run kw lanes at
     Case t = cases[0];  // ConvTranspose: src and diff_dst swapped
     t.transpose = true;
     cases.push_back(t);
+    Case long_ncx = cases[8];  // the long row in NCX: staged segments, no whole-row windows
+    long_ncx.nxc = false;
     Case grouped = make(40, 6, {7, 10}, {3, 3}, {}, {1, 1});  // two groups of 20 -> 3
     grouped.g = 2;
     cases.push_back(grouped);
@@ -380,7 +382,7 @@ TEST_CASE("weights: few output channels over many input channels run kw lanes at
     Case narrow = cases[0];  // 15 input channels
     narrow.ic = 15;
     Case wide = make(32, 2, {4, 40}, {1, 16}, {}, {0, 2});  // 16 taps
-    for (const Case& c : {nine, narrow, wide}) {
+    for (const Case& c : {nine, narrow, wide, long_ncx}) {
         for (const std::string& isa : jit_isas(false)) {
             INFO(label(c, isa));
             CHECK(c.make(isa).describe().find(" kw-lanes") == std::string::npos);

@@ -1368,11 +1368,13 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // keep theirs: without them half the lanes idle (32 groups at 4000
     // samples, s2, 0.91x).
     bool cut = plan.staged && !plan.geo.merged && long_rows(plan.geo, int64_t(chunk_pixels(plan, 1)));
-    // f32 of few output channels on such rows reads them in place instead,
-    // on kw lanes over whole rows (each line of a row is read by one tile
-    // once): AMD Zen 5, 2 threads, mb 8, min of 3, 1D heads of 1-4 output
-    // channels on 16000-60000 samples 1.13-3.46x.
-    if (cut && p.dt == data_type::f32 && few_oc_lanes(p, plan.isa) && kw_lanes_ok(p, plan)) {
+    // f32 of few output channels on such rows in NXC reads them in place
+    // instead, on kw lanes over whole rows (each line of a row is read by
+    // one tile once): AMD Zen 5, 2 threads, mb 8, min of 3, 1D heads of 1-4
+    // output channels on 16000-60000 samples 1.06-3.47x. (Not NCX: its
+    // windows would then hold whole rows, 61 MB a thread at 256 channels x
+    // 60000 samples.)
+    if (cut && p.nxc && p.dt == data_type::f32 && few_oc_lanes(p, plan.isa) && kw_lanes_ok(p, plan)) {
         plan.staged = false;
         cut = false;
     }
