@@ -212,8 +212,9 @@ bool kw_lanes_w_ok(const WeightsGeometry& g, int64_t min_stride = 2) {
 bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
     if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1)
         return false;
-    if (few_oc_lanes(p, plan.isa)) return kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo, 1);
-    return p.icg <= 16 && p.ocg <= 16 && kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo);
+    const bool few_oc = few_oc_lanes(p, plan.isa);  // any width of input channels, any W stride
+    if (!few_oc && (p.icg > 16 || p.ocg > 16)) return false;
+    return kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo, few_oc ? 1 : 2);
 }
 
 // Few output channels a group over a vector or more of input channels
