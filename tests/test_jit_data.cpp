@@ -434,35 +434,35 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     check_col(c, true);
     c.oc = 17;  // an odd last output channel
     check_col(c, true);
-    // Rows of several column chunks (100 pixels in chunks of 48, the last
+    // Rows of several column chunks (115 pixels in chunks of 50, the last
     // partial), three images: each chunk's run list is kept from row to
     // row and image to image, and rebuilt where the rows' (kd, kh) taps
     // change (the top and bottom rows).
     c.mb = 3;
     c.oc = 64;
-    c.in = {13, 200};  // the top and bottom rows reach 4 taps each, not the same
+    c.in = {13, 230};  // the top and bottom rows reach 4 taps each, not the same
     c.pe = {3, 2};
     check_col(c, true);
-    CHECK(c.make("avx512_core").describe().find("48-pixel chunk") != std::string::npos);
+    CHECK(c.make("avx512_core").describe().find("50-pixel chunk") != std::string::npos);
     c.mb = 2;
-    c.g = 2;  // grouped (3 output channels a group), dilated, 3D: a run per group and kw
+    c.g = 2;  // grouped (10 output channels a group), dilated, 3D: a run per group and kw
     c.ic = 4;
-    c.oc = 6;
+    c.oc = 20;
     c.in = {5, 6, 9};
     c.k = {2, 3, 3};
     c.s = {1, 2, 2};
     c.d = {2, 1, 2};
     c.pb = {1, 1, 2};
     c.pe = {0, 2, 1};
-    check_col(c, false);
+    check_col(c, true);
     c.nxc = false;
     c.wfmt = "OIX";
-    check_col(c, false);
+    check_col(c, true);
     // A kernel only in D (3x1x1, a (2+1)D temporal layer): H and W carry no
     // tap, and the col path must still write every (n, id, ih) row.
     DCase t;
     t.ic = 2;
-    t.oc = 16;
+    t.oc = 64;
     t.in = {5, 3, 4};
     t.k = {3, 1, 1};
     t.pb = {1, 0, 0};

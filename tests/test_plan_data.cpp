@@ -43,11 +43,11 @@ TEST_CASE("data plan: golden text", "[jit][data][plan]") {
           "        for W phase in 1, block of 4 pixels (zero-padded rows)\n"
           "          for valid tap (kd, kh, kw): for oc: 4 W loads, 4 bcasts, 16 FMAs\n");
     CHECK(plan_of(square(1, 3, 64, 224, 7, 2, 3, 112), Isa::avx512_core, 2).to_string() ==
-          "jit:avx512_core col m6 n4x16 threads 2\n"
+          "jit:avx512_core col m4 n5x16 threads 2\n"
           "  for row in 7168 (n, id, ih) rows, split over threads\n"
           "    for dd row touching it, g, 48-pixel chunk\n"
-          "      for lane block in 3 (147 (tap, ic) lanes, tail 2 vec)\n"
-          "        for 6-pixel block: for oc in 64: 4 W loads, 6 bcasts, 24 FMAs\n"
+          "      for lane block in 2 (147 (tap, ic) lanes, tail 5 vec)\n"
+          "        for 4-pixel block: for oc in 64: 5 W loads, 4 bcasts, 20 FMAs\n"
           "      col2im: add columns into diff_src rows\n");
     CHECK(plan_of(square(32, 32, 32, 112, 3, 1, 1, 112), Isa::avx512_core, 2).to_string() ==
           "jit:avx512_core depthwise m12 n2x16 threads 2\n"

@@ -50,6 +50,10 @@ constexpr int64_t kL1WBytes = 32 * 1024;
 // budget; wider chunks measured no better).
 constexpr int64_t kRowTapsWBytes = 256 * 1024;
 constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list setup
+// Instructions a core keeps in flight from consecutive blocks of one call
+// (about half a Zen 4 / 5 reorder buffer): a block of few accumulators and
+// a short reduction is not latency-bound when the next block overlaps it.
+constexpr double kOpsInFlight = 200.0;
 constexpr double kEntryCycles = 8.0;         // one kernel entry per block: pointers, W loads issue
 // col2im: a run of one target row (a masked read-modify-write of diff_src
 // and its set-up; measured 11-23 cycles on AMD Zen 4, one thread: RegNetX
@@ -286,9 +290,12 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
             pl.dw_row_pairs() ? double(g.k[0]) / double(g.stride[0]) * std::max(1.0, kh_rows / 2 + 0.5) : rows;
     const double dd_rows = rows / entries;
     double per_row = 0;
+    // Row blocks: a call per run of rows reading the same kh taps, not per row.
+    const double calls_per_row = pl.row_blocks ? double(kh_runs.size()) / double(g.in[1]) : 1.0;
     for (const PhaseSize& ph : phases) {
         const int64_t j = ph.pixels, taps = ph.taps;
         const int64_t full = j / b.m, rem = j % b.m;
+        const double blocks_per_call = double(full + (rem > 0)) / calls_per_row;
         // A group's channel blocks: per_group - 1 of n vectors, the last of tail_n.
         auto channel_block = [&](int n) {
             auto block = [&](int m) {
@@ -308,7 +315,13 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                     const double f = rows_in_blocks(kh_runs, r);  // the rest: one row a block
                     return f * rows_cost(r) + (1 - f) * rows_cost(1);
                 }
-                if (!pl.dw_row_taps) return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat, dd_rows);
+                if (!pl.dw_row_taps) {
+                    // A block's chains overlap the next block's of the same
+                    // call as far as the core keeps both in flight.
+                    const double ops = double(taps) * entries * red * (m * n + m + n);
+                    const double overlap = std::max(1.0, std::min(blocks_per_call, kOpsInFlight / ops));
+                    return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat / overlap, dd_rows);
+                }
                 // One entry for the row's taps: each diff_dst vector loaded
                 // once; the entry's fixed cost (W loads, loop) favours long blocks.
                 const double loads =
@@ -317,7 +330,7 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
             };
             const double blocks = pl.direct_row_taps ? block(b.m)  // per row, whole rows a block
                                                      : full * block(b.m) + (rem ? block(static_cast<int>(rem)) : 0);
-            return blocks * entries * red + 3 * kCallCycles;
+            return blocks * entries * red + 3 * kCallCycles * calls_per_row;
         };
         per_row += double(cb.per_group - 1) * channel_block(b.n) + channel_block(cb.tail_n);
     }
@@ -336,8 +349,15 @@ double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, c
     // Runs per pixel: a target row's taps are one run when they are adjacent
     // in diff_src (one group, no W dilation), else one per kw.
     const double runs = double(p.k[0] * p.k[1] * (p.g == 1 && p.dil[2] == 1 ? 1 : p.k[2]));
-    per_pixel += runs * kScatterCyclesPerRun + cb.lanes * kScatterCyclesPerLane + kCallCycles / 16;
-    return per_pixel * p.g * p.mb * p.out_sp();
+    per_pixel += runs * kScatterCyclesPerRun + cb.lanes * kScatterCyclesPerLane;
+    // Per diff_dst row, group and chunk of col_pixels (choose_cache_blocking):
+    // a scatter, and per lane block a call for the chunk's whole blocks and
+    // one for its leftover pixels. Rows of a few pixels are mostly calls.
+    const int64_t ow = p.out[2], chunk = std::max<int64_t>(b.m, kColBufferBytes / (cb.padded() * 4) / b.m * b.m);
+    const int64_t full_chunks = ow / chunk, last = ow % chunk;
+    const int64_t calls = full_chunks + (last >= b.m) + (last % b.m > 0);
+    const double per_row = double(cb.per_group * calls + div_up(ow, chunk)) * kCallCycles;
+    return (per_pixel * double(ow) + per_row) * double(p.g * p.mb * p.out[0] * p.out[1]);
 }
 
 int vregs(const DataPlan& pl, const DataBlocking& b, int tail, const DataKernelTypes& types) {
