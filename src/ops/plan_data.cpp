@@ -61,6 +61,12 @@ constexpr double kEntryCycles = 8.0;         // one kernel entry per block: poin
 // column value added.
 constexpr double kScatterCyclesPerRun = 12.0;
 constexpr double kScatterCyclesPerLane = 0.2;
+// A scatter call: the row's targets, the run list checked (or rebuilt) and
+// walked. Measured through the col / direct choice on planes of 1-8 pixel
+// rows (AMD Zen 5, 2 threads, shapes_dilated / shapes_basic at mb 8): with one
+// kernel call's cost, col was still taken on 15 of 73 layers where direct ran
+// 1.1-2.1x faster; with three, on 11, none above 1.77x.
+constexpr double kScatterCallCycles = 180.0;
 // Cache budgets: the W chunk of one channel block stays in L2 beside the
 // diff_dst rows it meets; all of W stays resident when it is this small.
 constexpr int64_t kWChunkBytes = 640 * 1024;
@@ -352,11 +358,11 @@ double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, c
     per_pixel += runs * kScatterCyclesPerRun + cb.lanes * kScatterCyclesPerLane;
     // Per diff_dst row, group and chunk of col_pixels (choose_cache_blocking):
     // a scatter, and per lane block a call for the chunk's whole blocks and
-    // one for its leftover pixels. Rows of a few pixels are mostly calls.
+    // one for its leftover pixels. Rows of a few pixels are mostly these.
     const int64_t ow = p.out[2], chunk = std::max<int64_t>(b.m, kColBufferBytes / (cb.padded() * 4) / b.m * b.m);
     const int64_t full_chunks = ow / chunk, last = ow % chunk;
     const int64_t calls = full_chunks + (last >= b.m) + (last % b.m > 0);
-    const double per_row = double(cb.per_group * calls + div_up(ow, chunk)) * kCallCycles;
+    const double per_row = double(cb.per_group * calls) * kCallCycles + double(div_up(ow, chunk)) * kScatterCallCycles;
     return (per_pixel * double(ow) + per_row) * double(p.g * p.mb * p.out[0] * p.out[1]);
 }
 
