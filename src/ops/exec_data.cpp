@@ -368,8 +368,8 @@ private:
     int64_t w_tap_offset(int64_t tap) const;  // elements of the user's W to spatial tap `tap`
     void run_direct(const char* dd, const char* wp, char* dst, int threads) const;
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
-    void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t seg, int64_t cb, int64_t reps,
-                     int64_t chunk, float* acc_row, ThreadCtx& ctx) const;
+    void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t seg, int64_t cb,
+                     const DataKernelArgs& rep, int64_t chunk, float* acc_row, ThreadCtx& ctx) const;
     DataKernelArgs rep_steps(int64_t reps) const;
     DataKernelArgs call_args(const DataKernelArgs& rep, int64_t noc, int64_t chunk, const ThreadCtx& ctx) const;
     void build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const;
@@ -1058,10 +1058,11 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
             if (plan_.row_blocks) {
                 row_block_item(item_dd, wp, item_dst, rest / nruns, cb0, cb1 - cb0, ctx);
             } else {
+                const DataKernelArgs rep = rep_steps(cb1 - cb0);  // once an item: rows of a few pixels add up
                 for (int64_t ch = 0; ch < nchunks; ++ch)
                     for (int64_t row = r0; row < r1; ++row) {
                         float* acc_row = ctx.acc.get() ? ctx.acc.floats() + (row - r0) * row_elems : nullptr;
-                        direct_item(item_dd, wp, item_dst, row, seg, cb0, cb1 - cb0, ch, acc_row, ctx);
+                        direct_item(item_dd, wp, item_dst, row, seg, cb0, rep, ch, acc_row, ctx);
                     }
             }
             if (plan_.ncx_windows) close_windows(dst, w, ctx);
@@ -1178,7 +1179,7 @@ DataKernelArgs JitDataExecutor::call_args(const DataKernelArgs& rep, int64_t noc
 // (or where the kernels leave those taps out: DataPlan::dw_edges), else
 // its zero-padded copy.
 void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t seg, int64_t cb,
-                                  int64_t reps, int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
+                                  const DataKernelArgs& rep, int64_t chunk, float* acc_row, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
     std::vector<RowTap>& rts = ctx.row_taps;
@@ -1216,7 +1217,6 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const int64_t row_off = (row - ctx.dst_row0) * ctx.dst_row_elems - ctx.dst_px0 * dst_str_.w;
     const int64_t chan_off = dw ? blk * cbs.block : grp * p_.icg + blk * cbs.block;
     const int64_t m = plan_.blk.m;
-    const DataKernelArgs rep = rep_steps(reps);
     // 16-bit outputs and AVX2: the W phases no tap reaches (all of them in
     // a row no kernel row reaches: a strided layer's inserted zeros) are
     // written once for every channel, by the row's first channel block and
