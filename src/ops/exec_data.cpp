@@ -1232,7 +1232,12 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     // in f32 against that (AMD Zen 3, 2 threads, tools/sweep_ab.py --min,
     // the six ResNet-50 1x1 s2 layers) 1.07-1.44x at mb 8 (geomean 1.18x,
     // min of 7), 0.93-1.27x at mb 32 (1.15x, min of 5).
-    const bool zeros_apart = es_ == 2 || plan_.isa == Isa::avx2;
+    // Rows no kernel row reaches are zeroed apart in every case: a call per
+    // phase and channel block saves nothing there, and the row's host work
+    // was half a 3D strided 1x1 layer's time (17 channels, 8-pixel rows).
+    // AVX-512 f32, 2 threads, min of 5, NXC: that layer 1.15-1.18x (mb 8 /
+    // 32), ResNet-50's 1x1 s2 layers 0.99-1.05x; NCX 0.99-1.02x.
+    const bool zeros_apart = es_ == 2 || plan_.isa == Isa::avx2 || rts.empty();
     auto zero_phase = [&](int64_t r) { return rts.empty() || phases_[static_cast<size_t>(r)].empty(); };
     // (NCX windows: every item, into its own window.)
     // (Segments: the segment's pixels, which are those of its phase ranges.)
