@@ -344,6 +344,14 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
     return per_row * groups * row_images(p, g) * g.in[0] * g.in[1];
 }
 
+// The col path's chunk of a diff_dst row (DataPlan::col_pixels): whole
+// blocks of m pixels whose columns of `padded` lanes fit kColBufferBytes,
+// at least one block, at most the row's blocks.
+int64_t col_chunk_pixels(int64_t padded, int m, int64_t ow) {
+    const int64_t px = std::max<int64_t>(m, kColBufferBytes / (padded * 4) / m * m);
+    return std::min(px, div_up(ow, m) * m);
+}
+
 // Cost of the col path: a GEMM per diff_dst pixel, then the scatter.
 double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb) {
     const bool l2 = w_block_in_l2(p, pl, b);
@@ -359,7 +367,7 @@ double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, c
     // Per diff_dst row, group and chunk of col_pixels (choose_cache_blocking):
     // a scatter, and per lane block a call for the chunk's whole blocks and
     // one for its leftover pixels. Rows of a few pixels are mostly these.
-    const int64_t ow = p.out[2], chunk = std::max<int64_t>(b.m, kColBufferBytes / (cb.padded() * 4) / b.m * b.m);
+    const int64_t ow = p.out[2], chunk = col_chunk_pixels(cb.padded(), b.m, ow);
     const int64_t full_chunks = ow / chunk, last = ow % chunk;
     const int64_t calls = full_chunks + (last >= b.m) + (last % b.m > 0);
     const double per_row = double(cb.per_group * calls) * kCallCycles + double(div_up(ow, chunk)) * kScatterCallCycles;
@@ -593,11 +601,7 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
         const int64_t trips = std::max<int64_t>(1, pl->oc_chunk / u);
         pl->types.pf_lines = static_cast<int>(std::max<int64_t>(1, div_up(div_up(pl->blk.m * pl->dd_pitch, kCacheLineBytes), trips)));
     }
-    if (pl->path == DataPath::col) {
-        const int64_t px = std::max<int64_t>(1, kColBufferBytes / (pl->cb.padded() * 4));
-        pl->col_pixels = std::max<int64_t>(pl->blk.m, px / pl->blk.m * pl->blk.m);
-        pl->col_pixels = std::min(pl->col_pixels, div_up(p.out[2], pl->blk.m) * pl->blk.m);
-    }
+    if (pl->path == DataPath::col) pl->col_pixels = col_chunk_pixels(pl->cb.padded(), pl->blk.m, p.out[2]);
 }
 
 void size_scratch(const Problem& p, DataPlan* pl) {

@@ -1276,6 +1276,13 @@ struct PlanChoices {
     bool few_oc = true;       // bf16 widened for the kw lanes of few output channels (few_oc_lanes)
 };
 
+// Every choice open but `closed` (named, not a row of positional bools).
+PlanChoices without(bool PlanChoices::*closed) {
+    PlanChoices c;
+    c.*closed = false;
+    return c;
+}
+
 WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const PlanChoices& choices = {}) {
     const bool pairs_ok = choices.pairs, tile_major_ok = choices.tile_major;
     if (pairs_ok && prepad_src(p, isa)) {
@@ -1468,7 +1475,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // pairs (1D heads of 1-4 output channels on 16000-60000 samples).
     if (p.dt == data_type::bf16 && plan.blk.kind == WeightsKernelKind::gemm && !plan.pairs && !plan.kw_lanes &&
         few_oc_lanes(p, isa) && isa >= Isa::avx512_core_bf16)
-        plan = plan_weights_with(p, isa, nthreads, {true, true, true, false});  // image pairs
+        plan = plan_weights_with(p, isa, nthreads, without(&PlanChoices::few_oc));  // image pairs
     // bf16 depthwise W pairs (W stride 1 here, but for kernels of one row:
     // w_pairs) against bf16 widened as it is loaded, where the widened plan
     // streams (WeightsPlan::dw_stream): AMD Zen 5, 2 threads, min of 5, mb 8
@@ -1477,7 +1484,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // 1.49x / 1.29x (measured before widened loads fed vdpbf16ps, which
     // adds to them). One-row kernels of 3 taps at W stride 2 keep pairs.
     if (plan.w_pairs && !plan.prepad && (p.stride[2] == 1 || p.k[2] > 3)) {
-        WeightsPlan widened = plan_weights_with(p, isa, nthreads, {false, true, true, true});  // no W pairs
+        WeightsPlan widened = plan_weights_with(p, isa, nthreads, without(&PlanChoices::pairs));
         if (widened.dw_stream) return widened;
     }
     // Depthwise on pixels a multiple of 2 KiB apart (AVX-512 NCX: of 512
@@ -1511,7 +1518,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     //   (0.68-1.54x, geomean 0.88 over 12 cells), against row blocks too
     //   (0.56-1.42x, 0.86), and against the 16-bit kernels (0.58-1.27x).
     if (plan.window_pad) {
-        WeightsPlan in_place = plan_weights_with(p, isa, nthreads, {true, true, false, true});  // no windows
+        WeightsPlan in_place = plan_weights_with(p, isa, nthreads, without(&PlanChoices::pad_windows));
         const bool keep = plan.isa == Isa::avx2 ? in_place.blk.row_block > 1
                                                 : !plan.ncx_windows && (in_place.blk.row_block > 1 || in_place.blk.n > 2);
         if (keep) return in_place;
@@ -1527,7 +1534,7 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     // over 7 rounds).
     const bool unit_stride = p.stride == std::array<int64_t, 3>{1, 1, 1};
     if (plan.tile_major && !plan.stage_in_kernel && unit_stride) {
-        WeightsPlan rows = plan_weights_with(p, isa, nthreads, {true, false, true, true});  // no tile-major pass
+        WeightsPlan rows = plan_weights_with(p, isa, nthreads, without(&PlanChoices::tile_major));
         if (rows.blocked) return rows;
     }
     return plan;
