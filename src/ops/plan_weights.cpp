@@ -408,10 +408,19 @@ double chunk_pixels(const WeightsPlan& plan, int v) {
         const WeightsGeometry& g = plan.geo;
         const double px_bytes = 4.0 * g.g * (g.ocg + g.icg * src_pixels_per_output_pixel(plan));
         const double weights_bytes = 4.0 * double(plan.weights_elems);
-        double budget = Cost::stage_budget;
+        double pixels = Cost::stage_budget / px_bytes;
+        if (!plan.stage_in_kernel) {
+            // While the kernels read this chunk's staged bytes, the walk
+            // (prefetch_chunk) brings the next chunk's user rows into L2:
+            // whole input rows, the pixels a W stride skips included.
+            const double rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
+            const double walk_px = double(dtype_size(plan.dt)) * (plan.pairs ? 2 : 1) * g.g *
+                                   (g.ocg + g.icg * rows * double(g.in[2]) / double(g.out[2]));
+            pixels = std::min(pixels, Cost::stage_walk_budget / (px_bytes + walk_px));
+        }
         if (weights_bytes > Cost::l2_weights_bytes)
-            budget = std::min(std::max(budget, Cost::flush_chunk_pixels * px_bytes), Cost::stage_budget_max);
-        return std::max(16.0, budget / px_bytes);
+            pixels = std::min(std::max(pixels, Cost::flush_chunk_pixels), Cost::stage_budget_max / px_bytes);
+        return std::max(16.0, pixels);
     }
     const double vbytes = 4.0 * plan.blk.vlen * v;
     return std::max(16.0, (fold_kw_halo(plan) ? Cost::fold_halo_budget : Cost::l1_budget) / (vbytes + 64.0));

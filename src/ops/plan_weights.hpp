@@ -340,6 +340,14 @@ struct WeightsCostModel {
     // about as much as 1/32 of a pixel per weight: chunks of at least
     // flush_chunk_pixels kernel pixels keep it below ~10 %.
     static constexpr double stage_budget = 512 << 10;
+    // A staged chunk and the next chunk's user rows, which the kernels
+    // prefetch while they read it, within L2. Binds where the walk reads
+    // more than is staged: 16-bit 1x1 at W stride 2 (every other src pixel
+    // staged, whole rows walked). ResNet-50 res3a_branch2a bf16 (256 -> 128,
+    // s2) 12 -> 8 rows a chunk: 1.11x at mb 32, 1.00x at mb 8 (2 threads,
+    // min of 5); its stager had waited on src lines that a walk of 860 KB
+    // next to 840 KiB staged had pushed out of L2.
+    static constexpr double stage_walk_budget = 1 << 20;
     static constexpr double l2_weights_bytes = 256 << 10;
     // gemm: the src of one chunk for one block of input channels, which
     // every oc tile of a thread then reads, stays within this (L2) budget.
