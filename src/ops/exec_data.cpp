@@ -717,18 +717,19 @@ void JitDataExecutor::pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t 
     const DataChannelBlocks& cb = plan_.cb;
     src.assign(static_cast<size_t>(width), -1);
     const int64_t tap_x = plan_.path == DataPath::col ? 0 : w_tap_offset(x);  // once: it divides
-    for (int64_t l = 0; l < width; ++l) {
-        const int64_t lane = b * cb.block + l;
-        if (lane >= cb.lanes) break;
-        if (plan_.path == DataPath::depthwise && plan_.lane_group == 1)
-            src[l] = lane * ws.o + tap_x;
-        else if (plan_.path == DataPath::depthwise)  // oc row o adds o·ws.o
-            src[l] = (lane - lane % plan_.lane_group) * ws.o + lane % plan_.lane_group * ws.i + tap_x;
-        else if (plan_.path == DataPath::col)
+    const int64_t lane0 = b * cb.block, lanes = std::clamp<int64_t>(cb.lanes - lane0, 0, width);
+    const int64_t G = plan_.lane_group;
+    // (one loop per path: the lanes of a pack row are its inner loop)
+    if (plan_.path == DataPath::depthwise && G == 1)
+        for (int64_t l = 0, lane = lane0; l < lanes; ++l, ++lane) src[l] = lane * ws.o + tap_x;
+    else if (plan_.path == DataPath::depthwise)  // oc row o adds o·ws.o
+        for (int64_t l = 0, lane = lane0; l < lanes; ++l, ++lane)
+            src[l] = (lane - lane % G) * ws.o + lane % G * ws.i + tap_x;
+    else if (plan_.path == DataPath::col)
+        for (int64_t l = 0, lane = lane0; l < lanes; ++l, ++lane)
             src[l] = g * p_.ocg * ws.o + lane % p_.icg * ws.i + w_tap_offset(lane / p_.icg);
-        else
-            src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_x;
-    }
+    else
+        for (int64_t l = 0, lane = lane0; l < lanes; ++l, ++lane) src[l] = g * p_.ocg * ws.o + lane * ws.i + tap_x;
 }
 
 template <typename T>
@@ -759,12 +760,16 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
         auto set_lanes = [&](int64_t width, int64_t back, int per) {
             int64_t first_lane = -1;
             offsets.resize(static_cast<size_t>(width));
-            live.assign(static_cast<size_t>(width / per), 0);
-            for (int64_t l = 0; l < width; ++l) {
-                const int64_t i = src[static_cast<size_t>(l)], at = i * int64_t(sizeof(T)) - back;
-                offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(at, 0));
-                if (i >= 0 && at >= 0) live[static_cast<size_t>(l / per)] |= static_cast<uint16_t>(1u << (l % per));
-                if (i == 0 && back) first_lane = l;
+            live.resize(static_cast<size_t>(width / per));
+            for (int64_t l0 = 0; l0 < width; l0 += per) {  // (a mask's bits in a register: no store chain)
+                uint32_t bits = 0;
+                for (int64_t l = l0; l < l0 + per; ++l) {
+                    const int64_t i = src[static_cast<size_t>(l)], at = i * int64_t(sizeof(T)) - back;
+                    offsets[static_cast<size_t>(l)] = static_cast<int32_t>(std::max<int64_t>(at, 0));
+                    if (i >= 0 && at >= 0) bits |= 1u << (l - l0);
+                    if (i == 0 && back) first_lane = l;
+                }
+                live[static_cast<size_t>(l0 / per)] = static_cast<uint16_t>(bits);
             }
             return first_lane;
         };
@@ -801,9 +806,12 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             int64_t first_lane = -1;  // 16-bit gathers: the lane of W's first element, copied below
             const bool gather = plan_.isa >= Isa::avx512_core && width % 16 == 0 && w_bytes_ < (int64_t(1) << 31);
             // Runs: each lane's oc rows are adjacent elements (oc pairs:
-            // dwords), enough of them for a transpose to beat gathers.
+            // dwords), transposed even when few: gathers of 1-7 rows had
+            // cost small heads 4-36 % (1024 -> 5 fc, EfficientNet-B0's SE
+            // 240 -> 10; f32 / bf16, mb 8, 2 threads, min of 7); layers of
+            // a few MB 0.96-1.01x.
             const int64_t rows = pairs ? real_reps / 2 : real_reps;
-            const bool runs = gather && ws.o == 1 && rows >= 8;
+            const bool runs = gather && ws.o == 1 && rows >= 1;
             if (gather) {
                 const bool halves = (widen16 || pairs) && !runs;  // 16-bit elements gathered
                 first_lane = set_lanes(width, halves ? 2 : 0, 16);
