@@ -193,8 +193,8 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             const int nregs = isa == Isa::avx2 ? 16 : 32;
             const auto kind = pl.path == DataPath::depthwise ? DataKernelKind::depthwise : DataKernelKind::direct;
             // Equal channels per group of 1, 2, 4 or 8 always take the lane
-            // groups; 16 on AVX-512 with a W stride.
-            const bool g16 = icg == 16 && isa == Isa::avx512_core && s > 1;
+            // groups; 16 only for bf16 oc pairs with a W stride.
+            const bool g16 = icg == 16 && s > 1 && isa >= Isa::avx512_core_bf16 && pr.dt == data_type::bf16;
             const bool lanes = icg == ocg && (icg == 1 || (groups > 1 && (icg == 2 || icg == 4 || icg == 8 || g16)));
             CHECK(lanes == (pl.path == DataPath::depthwise));
             CHECK(pl.lane_group == (lanes ? icg : 1));

@@ -816,14 +816,16 @@ int64_t DataChannelBlocks::padded() const {
 }
 
 // Lane groups (G > 1 only for grouped layers): one vector holds 16 / G
-// groups (AVX2: 8 / G). A group of 16 on AVX-512 only with a W stride:
-// with unit strides the direct path ran 3-8 % faster (ResNeXt-50 512 ch,
-// 32 groups, 14x14; bf16 oc pairs 7 %), with stride 2 about half as fast
-// (28x28 -> 14x14, 2 threads: f32 121 (its column path) vs 240 GFLOP/s,
-// f16 90 vs 125, bf16 oc pairs 250 vs 365).
+// groups (AVX2: 8 / G). A group of 16 on AVX-512 only for bf16 oc pairs
+// with a W stride: with unit strides the direct path ran 3-8 % faster
+// (ResNeXt-50 512 ch, 32 groups, 14x14; bf16 oc pairs 7 %). Under a W
+// stride, once the direct path's row blocks and its col / direct choice
+// came (2026-12-05), it led in f32 and f16 (RegNet-X and ResNeXt-50
+// 3x3 s2 groups of 16, AMD Zen 5, 2 threads, min of 5: f32 1.02-1.25x at
+// mb 8 / 32, f16 1.75-2.10x, NCX f32 0.99-1.10x), not bf16 (0.82-1.10x).
 bool data_depthwise_path(const Problem& p, Isa isa) {
     const bool pow2 = (p.icg & (p.icg - 1)) == 0;
-    const bool g16 = isa >= Isa::avx512_core && p.icg == 16 && p.stride.back() > 1;
+    const bool g16 = isa >= Isa::avx512_core_bf16 && p.dt == data_type::bf16 && p.icg == 16 && p.stride.back() > 1;
     return p.icg == p.ocg && pow2 && (p.icg == 1 || (p.g > 1 && (p.icg <= 8 || g16)));
 }
 
