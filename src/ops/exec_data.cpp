@@ -850,17 +850,30 @@ void JitDataExecutor::pack_weights_as(const T* w, char* wp, int threads) const {
             }
             // oc outer, lanes inner: the output is written in order, and the
             // lanes' reads come back to the same lines for the next oc.
-            for (int64_t o = o_start; o < reps; o += pairs ? 2 : 1)
-                for (int64_t l = 0; l < width; ++l) {
-                    const int64_t i = src[static_cast<size_t>(l)];
-                    if (pairs) {
-                        const uint32_t lo = i < 0 || o >= real_reps ? 0 : static_cast<uint16_t>(w[i + o * ws.o]);
-                        const uint32_t hi = i < 0 || o + 1 >= real_reps ? 0 : static_cast<uint16_t>(w[i + (o + 1) * ws.o]);
-                        out_pairs[o / 2 * width + l] = lo | hi << 16;
-                    } else {
-                        out32[o * width + l] = i < 0 || o >= real_reps ? 0.f : weight_f32(w, i + o * ws.o, p_.dt);
+            // (Rows whose oc are all past W: zeros; the lanes' sources and
+            // W in locals, which the stores would otherwise reload.)
+            const int64_t* lane_src = src.data();
+            const T* wt = w;
+            for (int64_t o = o_start; o < reps; o += pairs ? 2 : 1) {
+                const int64_t live_oc = std::clamp<int64_t>(real_reps - o, 0, pairs ? 2 : 1);
+                const T* w0 = wt + o * ws.o;
+                const T* w1 = w0 + ws.o;
+                if (pairs) {
+                    uint32_t* row = out_pairs + o / 2 * width;
+                    for (int64_t l = 0; l < width; ++l) {
+                        const int64_t i = lane_src[l];
+                        const uint32_t lo = i < 0 || live_oc < 1 ? 0 : static_cast<uint16_t>(w0[i]);
+                        const uint32_t hi = i < 0 || live_oc < 2 ? 0 : static_cast<uint16_t>(w1[i]);
+                        row[l] = lo | hi << 16;
+                    }
+                } else {
+                    float* row = out32 + o * width;
+                    for (int64_t l = 0; l < width; ++l) {
+                        const int64_t i = lane_src[l];
+                        row[l] = i < 0 || live_oc < 1 ? 0.f : weight_f32(w0, i, p_.dt);
                     }
                 }
+            }
         }
     });
 }
