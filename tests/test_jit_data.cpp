@@ -1580,9 +1580,9 @@ TEST_CASE("data: a row's channel blocks run in one call", "[jit][data][dtype]") 
                 arena.execute([&] { CHECK(testutil::bitwise_equal(testutil::run(jit, dd, w), expect)); });
             }
         }
-        // The direct groups and dense layers: every type. (Groups of 16
-        // take lane groups in bf16 only, whose calls run a block each.)
-        if (runs("avx512_core")) CHECK(together >= (v.g == 6 || v.g == 4 || v.g == 1 ? 3 : v.g == 9 ? 0 : 1));
+        // The direct groups and dense layers: every type. Not the groups of
+        // 16 (g 9): lane groups in bf16 only, whose calls run a block each.
+        if (runs("avx512_core") && v.g != 9) CHECK(together >= (v.g == 6 || v.g == 4 || v.g == 1 ? 3 : 1));
     }
 }
 

@@ -559,8 +559,9 @@ struct ThreadState {
     } dw;
     // fold_kw: zero-padded src runs of the W edges, a slot per input row
     // segment of the chunk (edge_slot: the slot of key - edge_key0, -1 none
-    // yet; edge_used -1: not set up for this chunk), or per (row, kd, kh)
-    // where the chunk's keys span more than kEdgeKeySpan.
+    // yet; edge_used slots taken, -1 before the chunk's first tap), or,
+    // edge_slot empty, per (row, kd, kh) (no overlap, or keys spanning more
+    // than kEdgeKeySpan).
     static constexpr int64_t kEdgeKeySpan = 1 << 16;
     std::vector<float> edges;
     std::vector<int32_t> edge_slot;
@@ -1046,11 +1047,14 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
     // next; 1D rows and patch kernels never do). conv_basic_3d:1st (3 ->
     // 16 channels, 3x3x3 on 5x5x5) made 9 copies of each edge, 29 % of its
     // time (AMD Zen 5, f32, mb 8, 2 threads, min of 5: 1.32x).
+    // (src_key leaves the segment out where rows are read in place; the
+    // edges of segments differ.)
     auto key_of = [&](const RowPos& r, int64_t id, int64_t ih) {
         return ((r.n * g.in[0] + id) * g.in[1] + ih) * g.segs_per_row + r.seg;
     };
-    const bool overlap = (g.k[0] - 1) * g.dil[0] + 1 > g.stride[0] || (g.k[1] - 1) * g.dil[1] + 1 > g.stride[1];
     if (ts.edge_used < 0) {  // the chunk's first tap
+        const bool overlap =
+                (g.k[0] - 1) * g.dil[0] + 1 > g.stride[0] || (g.k[1] - 1) * g.dil[1] + 1 > g.stride[1];
         int64_t lo = INT64_MAX, hi = -1;
         if (overlap)
             for (const RowPos& r : ts.chunk)
@@ -1058,10 +1062,10 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
                     lo = std::min(lo, key_of(r, id, ih));
                     hi = std::max(hi, key_of(r, id, ih));
                 });
-        const bool cached = hi >= lo && hi - lo < ThreadState::kEdgeKeySpan;
         ts.edge_key0 = lo;
-        if (cached) ts.edge_slot.assign(static_cast<size_t>(hi - lo + 1), -1);
-        ts.edge_used = cached ? 0 : INT32_MAX;
+        ts.edge_slot.clear();
+        if (hi >= lo && hi - lo < ThreadState::kEdgeKeySpan) ts.edge_slot.assign(static_cast<size_t>(hi - lo + 1), -1);
+        ts.edge_used = 0;
     }
     for (size_t j = 0; j < ts.chunk.size(); ++j) {
         const RowPos& r = ts.chunk[j];
@@ -1071,7 +1075,7 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
         const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * oc * 4;
         bool copy = true;
         int64_t index = (static_cast<int64_t>(j) * g.k[0] + kd) * g.k[1] + kh;
-        if (ts.edge_used != INT32_MAX) {
+        if (!ts.edge_slot.empty()) {
             int32_t& known = ts.edge_slot[static_cast<size_t>(key_of(r, id, ih) - ts.edge_key0)];
             copy = known < 0;
             if (copy) known = ts.edge_used++;

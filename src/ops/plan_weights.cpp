@@ -374,13 +374,20 @@ double tile_cycles(double fmas, double loads, double instrs, double latency) {
 // Depthwise has no channel reduction to keep in L1; each call runs over a
 // whole chunk of every channel instead, so chunks are L2-sized to amortise
 // the per-call and per-edge work.
-// Staged src pixels per output pixel: the src rows a long run of output
-// rows adds (min(stride, kernel) per row and axis) times their width ratio
-// (one pixel per output pixel when strided 1x1 rows are compressed).
+// Src pixels of whole input rows per output pixel: the src rows a long run
+// of output rows adds (min(stride, kernel) per row and axis) times their
+// width ratio.
+double src_row_pixels_per_output_pixel(const WeightsGeometry& g) {
+    const double src_rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
+    return src_rows * (double(g.in[2]) / double(g.out[2]));
+}
+
+// Staged src pixels per output pixel: those rows' pixels, or one pixel per
+// output pixel when strided 1x1 rows are compressed.
 double src_pixels_per_output_pixel(const WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
-    const double src_rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
-    return src_rows * (plan.compress_w ? 1.0 : double(g.in[2]) / double(g.out[2]));
+    if (!plan.compress_w) return src_row_pixels_per_output_pixel(g);
+    return double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
 }
 
 // fold-kw plans whose kernel rows overlap from one output row to
@@ -413,9 +420,8 @@ double chunk_pixels(const WeightsPlan& plan, int v) {
             // While the kernels read this chunk's staged bytes, the walk
             // (prefetch_chunk) brings the next chunk's user rows into L2:
             // whole input rows, the pixels a W stride skips included.
-            const double rows = double(std::min(g.stride[0], g.k[0]) * std::min(g.stride[1], g.k[1]));
             const double walk_px = double(dtype_size(plan.dt)) * (plan.pairs ? 2 : 1) * g.g *
-                                   (g.ocg + g.icg * rows * double(g.in[2]) / double(g.out[2]));
+                                   (g.ocg + g.icg * src_row_pixels_per_output_pixel(g));
             pixels = std::min(pixels, Cost::stage_walk_budget / (px_bytes + walk_px));
         }
         if (weights_bytes > Cost::l2_weights_bytes)
