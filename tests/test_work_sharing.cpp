@@ -116,6 +116,11 @@ TEST_CASE("work sharing: weight gradients give the reference on any schedule", "
     few.mb = 8;
     Case wide = conv2d(256, 384, {7, 7}, {1, 1});  // 1x1, many tiles over a few chunks
     wide.mb = 6;
+    // 1x1 staged in the kernels whose tiles of a thread end inside the first
+    // pass over the ic tiles (2 oc tiles): a thread that takes a later range of
+    // the chunk runs ic tiles it has not copied yet apart from those it has.
+    Case long_pass = conv2d(1024, 96, {7, 7}, {1, 1});
+    long_pass.mb = 6;
     const Case strided = strided_1x1();
     Case dw = conv2d(32, 32, {30, 30}, {3, 3});
     dw.g = 32;
@@ -128,7 +133,7 @@ TEST_CASE("work sharing: weight gradients give the reference on any schedule", "
     dw_ncx.ic = dw_ncx.oc = dw_ncx.g = 96;
     dw_ncx.nxc = false;
     for (data_type dt : {data_type::f32, data_type::bf16})
-        for (Case c : {big, few, wide, strided, dw, ncx, rows, dw_ncx}) {
+        for (Case c : {big, few, wide, long_pass, strided, dw, ncx, rows, dw_ncx}) {
             c.dt = dt;
             check_shared(c, false);
         }

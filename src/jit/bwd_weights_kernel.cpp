@@ -147,8 +147,8 @@ void WeightsSkeleton::generate() {
         throw error("JIT kernel " + name() + ": whole rows need a depthwise kernel without pairs, groups or windows");
     if (desc_.row_block > 1 && (!desc_.row_px || desc_.row_disp <= 0 || desc_.dst_row_disp <= 0))
         throw error("JIT kernel " + name() + ": row blocks need whole rows and both row displacements");
-    if (desc_.ic_loop && (dw() || desc_.stage || desc_.kw_win || desc_.edges || desc_.row_px || dot()))
-        throw error("JIT kernel " + name() + ": ic tile loops need an f32 gemm kernel without copies or windows");
+    if (desc_.ic_loop && (dw() || desc_.stage || desc_.kw_win || desc_.edges || desc_.row_px))
+        throw error("JIT kernel " + name() + ": ic tile loops need a gemm kernel without copies or windows");
     if (store16() && (!vec_.avx512() || dw() || desc_.kw_lanes || desc_.ic_loop ||
                       (desc_.store_dt != static_cast<uint8_t>(data_type::bf16) &&
                        desc_.store_dt != static_cast<uint8_t>(data_type::f16))))

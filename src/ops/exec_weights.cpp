@@ -546,6 +546,9 @@ struct ThreadState {
     std::vector<WeightsRow> tm_rows[4];
     uint8_t tm_built[4] = {};
     std::vector<uint8_t> src_filled, dst_filled;
+    // stage_in_kernel: the thread's calls on its current chunk and on the
+    // one before (0: none yet), for handing out the next chunk's walk.
+    int64_t chunk_calls = 0, last_chunk_calls = 0;
     std::vector<RowPos> next_chunk;  // stage_in_kernel prefetch: the next chunk's rows
     std::vector<RowPos> pair_rows;   // NCX gemm windows of bf16 pairs: one image's rows of the chunk
     std::vector<WeightsRow> next_rows;
@@ -1370,6 +1373,7 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         if (!ts.src_filled[src_tile]) stage |= kCopySrc;
         if (!ts.dst_filled[dst_tile]) stage |= kCopyDst;
         ts.src_filled[src_tile] = ts.dst_filled[dst_tile] = 1;
+        ++ts.chunk_calls;
     }
     // Rows: per tap, or for tile-major chunks (one tap) per user-read set.
     std::vector<WeightsRow>& rows = plan_.tile_major ? ts.tm_rows[stage] : ts.tap_rows[static_cast<size_t>(tap)];
@@ -1429,7 +1433,12 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         c.dst_step = stage & kCopyDst ? user_dst_step() : dst_step_bytes();
         c.src_stage = stage & kCopySrc ? src_slice : nullptr;
         c.dst_stage = stage & kCopyDst ? dst_slice : nullptr;
-        if (plan_.ic_runs()) ic_run(src_slice_bytes());
+        if (plan_.ic_runs() || (plan_.ic_runs_after_copies() && stage == 0)) ic_run(src_slice_bytes());
+        if (plan_.stage_in_kernel) {  // up to the first ic tile this thread has not copied yet (its call copies it)
+            int64_t filled = 1;
+            while (filled < run && ts.src_filled[static_cast<size_t>(src_tile + filled)]) ++filled;
+            run = c.ic_tiles = filled;
+        }
     }
     const int m = phase ? static_cast<int>(it == phase->m_tiles - 1 ? phase->m_last : phase->m)
                         : it == b.m_tiles - 1 ? b.m_last : b.m;
@@ -1672,9 +1681,13 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
             // NCX gemm: not in the windows).
             const bool has_next = (c + 1 < chunks[1] || s + 1 < slices[1]) && !plan_.ncx_rows;
             pf.clear();
+            if (ts.chunk_calls > 0) ts.last_chunk_calls = ts.chunk_calls;
+            ts.chunk_calls = 0;
             if (has_next && plan_.stage_in_kernel) {
-                prefetch_first_call(pf, ts, c + 1, tiles[0], tiles[1] - tiles[0],
-                                    (q1 - q0) * g.segment, src, diff_dst);
+                // Calls on this chunk: as many as on the last (ic runs
+                // merge calls), or at most one a tile.
+                const int64_t calls = ts.last_chunk_calls > 0 ? ts.last_chunk_calls : tiles[1] - tiles[0];
+                prefetch_first_call(pf, ts, c + 1, tiles[0], calls, (q1 - q0) * g.segment, src, diff_dst);
             } else if (plan_.group_prefetch) {
                 ts.win_cur = chunk_window(ts.chunk);
                 ts.has_next = has_next;

@@ -1207,7 +1207,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
         d.la_dst = static_cast<int32_t>(la_dst);
         d.h_stride = u8(geo.stride[1], "h_stride");
     }
-    d.ic_loop = ic_runs() ? 1 : 0;
+    d.ic_loop = ic_runs() || (ic_runs_after_copies() && stage == 0) ? 1 : 0;
     d.store_dt = static_cast<uint8_t>(store_rounded ? dt : data_type::f32);
     if (blk.kind == WeightsKernelKind::gemm && kw_phases > 0) {
         const KwPhase& f = kw_phase[static_cast<size_t>(phase)];
@@ -1627,7 +1627,8 @@ std::string WeightsPlan::to_string() const {
                    << (r + 1 < kw_phases ? ";" : ")\n");
             }
         } else
-            os << (fold ? " kw.ic_tile<" : " ic_tile<") << blk.m_block << (ic_runs() ? " (one call)" : "")
+            os << (fold ? " kw.ic_tile<" : " ic_tile<") << blk.m_block
+               << (ic_runs() ? " (one call)" : ic_runs_after_copies() ? " (one call once copied)" : "")
                << ":\n        for row, px: acc[" << blk.m
                << (fold ? " kw.ic][" : " ic][") << blk.n << "v] += bcast(src[px+tap]["
                << (fold ? "kw.ic]) (W edges: zero-padded copies)" : "ic])") << " * diff_dst[px][oc]\n";

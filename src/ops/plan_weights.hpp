@@ -169,6 +169,11 @@ struct WeightsPlan {
     // chunks, and tile-major ones staged by a copy pass (AVX2), whose ic
     // tiles of a tap read the same rows from slices a fixed step apart.
     bool ic_runs() const { return blocked || (tile_major && !stage_in_kernel && !store_rounded); }
+    // stage_in_kernel: the calls that copy nothing (every ic tile's slice
+    // after a thread's first oc tile of the chunk) run an ic block's filled
+    // tiles as one call too, so the host sets up a call per oc tile and ic
+    // block, not one per (oc, ic) tile.
+    bool ic_runs_after_copies() const { return stage_in_kernel && !store_rounded; }
     // kw taps folded into the tile rows (gemm, one group, few input
     // channels, no W dilation): 1, or KW. In NXC src a pixel's KW taps read
     // KW*IC consecutive elements, and XIO diff_weights hold rows (kw, ic)
