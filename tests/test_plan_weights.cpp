@@ -130,7 +130,7 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "(100 chunks, 1008 KiB) slices=2 grid=1x2 direct est=1161cyc/px\n"
           "  parallel slice<2 (2 thr) x tile<90 (1 thr):\n"
           "    for chunk in slice (18 rows):\n"
-          "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5:\n"
+          "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5 (one call):\n"
           "        for row, px: acc[13 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
           "  sum slices in order");
     Case bf = resnet(64, 64, 56, 3);
@@ -140,7 +140,7 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "(50 chunks, 1008 KiB) slices=2 grid=1x2 direct est=1161cyc/px\n"
           "  parallel slice<2 (2 thr) x tile<90 (1 thr):\n"
           "    for chunk in slice (18 rows):\n"
-          "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5:\n"
+          "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5 (one call):\n"
           "        for row, px: acc[13 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
           "  sum slices in order");
     const Problem c = problem(resnet(256, 64, 56, 1));
@@ -149,7 +149,7 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "(608 chunks, 213 KiB) slices=8 grid=1x2 direct est=534cyc/px\n"
           "  parallel slice<8 (2 thr) x tile<38 (1 thr):\n"
           "    for chunk in slice (1 rows):\n"
-          "      for g<1 oc_tile<2 kd<1 kh<1 kw<1 ic_tile<19:\n"
+          "      for g<1 oc_tile<2 kd<1 kh<1 kw<1 ic_tile<19 (one call):\n"
           "        for row, px: acc[14 ic][2v] += bcast(src[px+tap][ic]) * diff_dst[px][oc]\n"
           "  sum slices in order");
     const Problem first = problem(resnet(3, 64, 224, 7, 2));  // AVX2: two-vector tiles (choose_blocking)

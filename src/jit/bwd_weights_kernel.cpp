@@ -167,8 +167,8 @@ void WeightsSkeleton::generate() {
             mov(reg_scratch_, qword[reg_args_ + field]);
             mov(qword[rsp + slot], reg_scratch_);
         }
-        mov(reg_prefetch_, qword[reg_args_ + offsetof(WeightsKernelArgs, prefetch)]);
-        mov(reg_prefetch_step_, qword[reg_args_ + offsetof(WeightsKernelArgs, prefetch_step)]);
+        mov(reg_dst_pair_, qword[reg_args_ + offsetof(WeightsKernelArgs, prefetch_walks)]);
+        next_walk();
         L(tile);
     }
     prefetch_tile();
@@ -330,7 +330,7 @@ void WeightsSkeleton::prefetch_pixels(int count) {
     for (int p = 0; p < count; ++p) {
         for (int line = 0; line < desc_.pf_lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
         add(reg_prefetch_, reg_prefetch_step_);
-        if (dw()) {  // the walk's last step: on to the next walk
+        if (dw() || desc_.ic_loop) {  // the walk's last step: on to the next walk
             Xbyak::Label same_walk;
             dec(reg_src_pair_);
             jnz(same_walk);

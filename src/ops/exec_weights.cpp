@@ -241,6 +241,11 @@ struct Prefetch {
     // The list's entries are written field by field in place: a braced
     // Walk pushed back went through a stack temporary whose reload missed
     // store forwarding (7 % of a 7x7-plane depthwise layer, 1 thread).
+    const Walk* one_walk(const char* pos, int64_t step) {
+        if (call_walks.empty()) call_walks.resize(1);
+        call_walks[0] = {pos, step, std::numeric_limits<int64_t>::max()};
+        return call_walks.data();
+    }
     const Walk* take_walks(int64_t pixels, const char* idle) {
         size_t k = 0;
         auto put = [&](const char* pos, int64_t step, int64_t count) {
@@ -328,6 +333,7 @@ struct TileCall {
     int64_t wei_kh_stride = 0;   // elements (depthwise tiles of several kernel rows)
     char* src_stage = nullptr;   // the kernel's WeightsStage copies, if any
     char* dst_stage = nullptr;
+    bool ic_loop = false;        // the kernel's desc.ic_loop
     int64_t ic_tiles = 1;        // desc.ic_loop: tiles run by the call, and the bytes between them
     int64_t src_tile_step = 0;
     int64_t wei_tile_step = 0;   // elements
@@ -1280,8 +1286,13 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               const std::vector<WeightsRow>& rows, bool accumulate, Prefetch& pf) const {
     int64_t pixels = 0;
     for (const WeightsRow& r : rows) pixels += r.pixels;
-    const bool dw = plan_.blk.kind == WeightsKernelKind::depthwise;
-    const auto [at, step] = dw ? std::pair<const char*, int64_t>{} : pf.take(pixels * c.ic_tiles);
+    // Depthwise and ic-loop kernels step through a list of walks (an ic
+    // loop's pixels can span several: the next chunk's diff_dst rows, then
+    // its src rows); the others step through one. stage_in_kernel hands
+    // its walks out one a call over the chunk's last calls (skip): a list
+    // of that one.
+    const bool walks = plan_.blk.kind == WeightsKernelKind::depthwise || (c.ic_loop && !plan_.stage_in_kernel);
+    const auto [at, step] = walks ? std::pair<const char*, int64_t>{} : pf.take(pixels * c.ic_tiles);
     // Every field, in declaration order (a default-initialised struct is
     // cleared first: a rep stos per call).
     const WeightsKernelArgs a{reinterpret_cast<const float*>(c.src),
@@ -1296,7 +1307,9 @@ void JitWeightsExecutor::call(const WeightsKernel& k, const TileCall& c,
                               accumulate ? 1 : 0,
                               at ? at : c.diff_dst,
                               at ? step : 0,
-                              dw ? pf.take_walks(pixels, c.diff_dst) : nullptr,
+                              walks       ? pf.take_walks(pixels * c.ic_tiles, c.diff_dst)
+                              : c.ic_loop ? pf.one_walk(at ? at : c.diff_dst, at ? step : 0)
+                                          : nullptr,
                               reinterpret_cast<float*>(c.src_stage),
                               reinterpret_cast<float*>(c.dst_stage),
                               src_step_bytes(),  // a tile-major slice's slot
@@ -1424,6 +1437,7 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         c.diff_dst = ts.view ? ts.view->diff_dst + oc0 * 4 : user_dst;
         c.src_step = src_step_bytes();
         c.dst_step = dst_step_bytes();
+        if (plan_.ic_runs()) ic_run(b.m * (ts.view ? 4 : user_elem_bytes()));
     } else {
         char* src_slice = ts.staged.src + src_tile * src_slice_bytes();
         char* dst_slice = ts.staged.diff_dst + dst_tile * dst_slice_bytes();
@@ -1442,6 +1456,7 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
     }
     const int m = phase ? static_cast<int>(it == phase->m_tiles - 1 ? phase->m_last : phase->m)
                         : it == b.m_tiles - 1 ? b.m_last : b.m;
+    c.ic_loop = plan_.ic_loop(plan_.kw_phases > 0 ? 0 : stage);
     const bool lone = plan_.lane_pairs && grp + 1 == g.g;
     call(lone ? *lone_ : kernel(m, ot == b.n_tiles - 1, plan_.kw_phases > 0 ? static_cast<int>(kw) : stage), c, rows,
          accumulate, pf);

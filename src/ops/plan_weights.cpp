@@ -1207,7 +1207,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
         d.la_dst = static_cast<int32_t>(la_dst);
         d.h_stride = u8(geo.stride[1], "h_stride");
     }
-    d.ic_loop = ic_runs() || (ic_runs_after_copies() && stage == 0) ? 1 : 0;
+    d.ic_loop = ic_loop(stage) ? 1 : 0;
     d.store_dt = static_cast<uint8_t>(store_rounded ? dt : data_type::f32);
     if (blk.kind == WeightsKernelKind::gemm && kw_phases > 0) {
         const KwPhase& f = kw_phase[static_cast<size_t>(phase)];

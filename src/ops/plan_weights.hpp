@@ -168,12 +168,25 @@ struct WeightsPlan {
     // One call runs consecutive ic tiles of a tap (desc.ic_loop): blocked
     // chunks, and tile-major ones staged by a copy pass (AVX2), whose ic
     // tiles of a tap read the same rows from slices a fixed step apart.
-    bool ic_runs() const { return blocked || (tile_major && !stage_in_kernel && !store_rounded); }
+    bool ic_runs() const {
+        if (blocked || (tile_major && !stage_in_kernel && !store_rounded)) return true;
+        return rows_ic_runs();
+    }
+    // Gemm rows, staged or in place (NXC), read by a tap's consecutive ic
+    // tiles m channels apart with the same row list: one call runs them
+    // too. Not kw windows or lanes, folded kw taps, NCX rows or lane pairs,
+    // whose tiles lay their channels out otherwise.
+    bool rows_ic_runs() const {
+        return blk.kind == WeightsKernelKind::gemm && !tile_major && !blocked && !store_rounded && kw_phases == 0 &&
+               !kw_lanes && fold_kw <= 1 && !ncx_rows && !lane_pairs;
+    }
     // stage_in_kernel: the calls that copy nothing (every ic tile's slice
     // after a thread's first oc tile of the chunk) run an ic block's filled
     // tiles as one call too, so the host sets up a call per oc tile and ic
     // block, not one per (oc, ic) tile.
     bool ic_runs_after_copies() const { return stage_in_kernel && !store_rounded; }
+    // Whether the kernels of a stage (WeightsStage bits) loop over ic tiles.
+    bool ic_loop(int stage) const { return ic_runs() || (ic_runs_after_copies() && stage == 0); }
     // kw taps folded into the tile rows (gemm, one group, few input
     // channels, no W dilation): 1, or KW. In NXC src a pixel's KW taps read
     // KW*IC consecutive elements, and XIO diff_weights hold rows (kw, ic)
