@@ -172,8 +172,8 @@ void copy_row_run(const char* row, int64_t iw0, int64_t width, int64_t in_w, int
 // walks, each `count` steps of `step` bytes (a contiguous range steps by
 // its lines; stage_in_kernel walks a pixel stride, one line a pixel). A
 // call takes the steps of its pixels from the current walk (all of a walk
-// shorter than that, its step shrunk to match); the first `skip` calls
-// take nothing.
+// shorter than that, its step shrunk to match), or, depthwise and ic-loop
+// kernels, across walks (take_walks); the first `skip` calls take nothing.
 struct Prefetch {
     using Walk = PrefetchWalk;
     std::vector<Walk> walks;  // reused from chunk to chunk
@@ -236,25 +236,11 @@ struct Prefetch {
         w.count -= pixels;
         return r;
     }
-    // The next call's `pixels` steps across walks (depthwise kernels), and
-    // after them a walk of step 0 at `idle` that never ends.
-    // The list's entries are written field by field in place: a braced
-    // Walk pushed back went through a stack temporary whose reload missed
-    // store forwarding (7 % of a 7x7-plane depthwise layer, 1 thread).
-    const Walk* one_walk(const char* pos, int64_t step) {
-        if (call_walks.empty()) call_walks.resize(1);
-        call_walks[0] = {pos, step, std::numeric_limits<int64_t>::max()};
-        return call_walks.data();
-    }
+    // The next call's `pixels` steps across walks (depthwise and ic-loop
+    // kernels), and after them a walk of step 0 at `idle` that never ends.
     const Walk* take_walks(int64_t pixels, const char* idle) {
         size_t k = 0;
-        auto put = [&](const char* pos, int64_t step, int64_t count) {
-            if (call_walks.size() <= k) call_walks.resize(k + 1);
-            Walk& to = call_walks[k++];
-            to.pos = pos;
-            to.step = step;
-            to.count = count;
-        };
+        auto put = [&](const char* pos, int64_t step, int64_t count) { put_walk(k++, pos, step, count); };
         if (skip > 0) {
             --skip;
             pixels = 0;
@@ -271,6 +257,22 @@ struct Prefetch {
         }
         put(idle, 0, std::numeric_limits<int64_t>::max());
         return call_walks.data();
+    }
+    // A list of one walk that never ends: take()'s (pos, step) for a kernel
+    // that reads a list (ic loops of stage_in_kernel plans).
+    const Walk* one_walk(const char* pos, int64_t step) {
+        put_walk(0, pos, step, std::numeric_limits<int64_t>::max());
+        return call_walks.data();
+    }
+    // The list's entries are written field by field in place: a braced
+    // Walk pushed back went through a stack temporary whose reload missed
+    // store forwarding (7 % of a 7x7-plane depthwise layer, 1 thread).
+    void put_walk(size_t k, const char* pos, int64_t step, int64_t count) {
+        if (call_walks.size() <= k) call_walks.resize(k + 1);
+        Walk& to = call_walks[k];
+        to.pos = pos;
+        to.step = step;
+        to.count = count;
     }
 };
 
@@ -1414,8 +1416,9 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
     c.wei_kh_stride = plan_.kw_phases > 0 ? g.stride[2] * wei_str_.k[2] : plan_.kw_lanes ? wei_str_.k[2] : 0;
     const char* user_src = src + (grp * g.icg + ic0) * user_elem_bytes();
     const char* user_dst = diff_dst + oc0 * user_elem_bytes();
+    c.ic_loop = plan_.ic_loop(plan_.kw_phases > 0 ? 0 : stage);
     int64_t run = 1;
-    // ic runs (WeightsPlan::ic_runs): the full ic tiles that follow in the
+    // ic runs (WeightsPlan::ic_loop): the full ic tiles that follow in the
     // tap's run (and in its ic block) share the call, their src slices
     // `slice` bytes apart.
     auto ic_run = [&](int64_t slice) {
@@ -1437,7 +1440,7 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         c.diff_dst = ts.view ? ts.view->diff_dst + oc0 * 4 : user_dst;
         c.src_step = src_step_bytes();
         c.dst_step = dst_step_bytes();
-        if (plan_.ic_runs()) ic_run(b.m * (ts.view ? 4 : user_elem_bytes()));
+        if (c.ic_loop) ic_run(b.m * (ts.view ? 4 : user_elem_bytes()));
     } else {
         char* src_slice = ts.staged.src + src_tile * src_slice_bytes();
         char* dst_slice = ts.staged.diff_dst + dst_tile * dst_slice_bytes();
@@ -1447,8 +1450,10 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         c.dst_step = stage & kCopyDst ? user_dst_step() : dst_step_bytes();
         c.src_stage = stage & kCopySrc ? src_slice : nullptr;
         c.dst_stage = stage & kCopyDst ? dst_slice : nullptr;
-        if (plan_.ic_runs() || (plan_.ic_runs_after_copies() && stage == 0)) ic_run(src_slice_bytes());
-        if (plan_.stage_in_kernel) {  // up to the first ic tile this thread has not copied yet (its call copies it)
+        if (c.ic_loop) ic_run(src_slice_bytes());
+        // Copies in the kernels: up to the first ic tile this thread has not
+        // copied yet (its call copies it).
+        if (c.ic_loop && plan_.stage_in_kernel) {
             int64_t filled = 1;
             while (filled < run && ts.src_filled[static_cast<size_t>(src_tile + filled)]) ++filled;
             run = c.ic_tiles = filled;
@@ -1456,7 +1461,6 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
     }
     const int m = phase ? static_cast<int>(it == phase->m_tiles - 1 ? phase->m_last : phase->m)
                         : it == b.m_tiles - 1 ? b.m_last : b.m;
-    c.ic_loop = plan_.ic_loop(plan_.kw_phases > 0 ? 0 : stage);
     const bool lone = plan_.lane_pairs && grp + 1 == g.g;
     call(lone ? *lone_ : kernel(m, ot == b.n_tiles - 1, plan_.kw_phases > 0 ? static_cast<int>(kw) : stage), c, rows,
          accumulate, pf);

@@ -167,7 +167,8 @@ struct WeightsPlan {
     bool blocked = false;
     // One call runs consecutive ic tiles of a tap (desc.ic_loop): blocked
     // chunks, and tile-major ones staged by a copy pass (AVX2), whose ic
-    // tiles of a tap read the same rows from slices a fixed step apart.
+    // tiles of a tap read the same rows from slices a fixed step apart, and
+    // rows (rows_ic_runs).
     bool ic_runs() const {
         if (blocked || (tile_major && !stage_in_kernel && !store_rounded)) return true;
         return rows_ic_runs();
