@@ -10,6 +10,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "dot_test_util.hpp"
 #include "jit/isa.hpp"
 #include "test_util.hpp"
 #include "weights_case.hpp"
@@ -123,6 +124,64 @@ TEST_CASE("weights bf16/f16: channel block boundaries, odd minibatch", "[jit][we
     Case c = conv2d(33, 129, {2, 3}, {1, 1});
     c.mb = 1;
     check_exact(c);
+}
+
+TEST_CASE("weights bf16: staged image pairs read diff_dst in place, paired in registers", "[jit][weights][lowp]") {
+    // Row-staged bf16 pairs (NXC) stage src only; the kernels pair the two
+    // images' diff_dst in registers: whole vector pairs (64 channels), a
+    // lone vector and a tail (40: 2 + 8 lanes; 48: 3 vectors), one lane
+    // (the embedded broadcast's tile), an odd minibatch (the lone image's
+    // chunks stage both, the others not), 1x1 at a W stride (compressed src
+    // rows), groups, ConvTranspose. NCX rows and tile-major chunks keep
+    // staged (or copied) pairs.
+    struct Want {
+        Case c;
+        bool in_regs;
+    };
+    std::vector<Want> cases;
+    auto add = [&](Case c, bool in_regs) { cases.push_back({c, in_regs}); };
+    Case c = conv2d(24, 64, {6, 7}, {3, 3});
+    c.pb = c.pe = {1, 1};
+    add(c, true);
+    for (int64_t oc : {40, 48, 1}) {
+        Case o = conv2d(33, oc, {5, 9}, {3, 1});  // (kw 1: few output channels would take kw lanes)
+        o.mb = 3;
+        add(o, true);
+    }
+    Case strided = conv2d(40, 96, {9, 9}, {1, 1});
+    strided.s = {2, 2};
+    add(strided, true);
+    Case grouped = conv2d(2 * 20, 2 * 40, {5, 6}, {3, 3});
+    grouped.g = 2;
+    add(grouped, true);
+    Case transposed = conv2d(48, 36, {5, 6}, {3, 3});
+    transposed.transpose = true;
+    transposed.mb = 5;
+    add(transposed, true);
+    Case ncx = c;
+    ncx.nxc = false;
+    add(ncx, false);
+    add(conv2d(33, 1030, {3, 5}, {1, 1}), false);  // tile-major
+    const char* tag = "bf16-pairs(diff_dst in registers)";
+    for (const Want& w : cases) {
+        check_plan_tag(w.c, tag,
+                       [&](data_type dt, const std::string& isa) {
+                           return w.in_regs && dt == data_type::bf16 && isa == "avx512_core_bf16";
+                       });
+        check_exact(w.c);
+        // The partner image's reads stay inside diff_dst: both inputs end
+        // where an inaccessible page begins.
+        if (!dottest::runs("avx512_core_bf16")) continue;
+        Case b = w.c;
+        b.dt = data_type::bf16;
+        const convgrad::op ref = b.make("ref");
+        const Buffer x = testutil::small_ints(b.dt, ref.input0_elems(), 31);
+        const Buffer y = testutil::small_ints(b.dt, ref.input1_elems(), 32);
+        const dottest::Guarded gx(x), gy(y);
+        INFO(label(b, "avx512_core_bf16"));
+        CHECK(testutil::bitwise_equal(dottest::run_guarded(b.make("avx512_core_bf16"), gx, gy),
+                                      testutil::run(ref, x, y)));
+    }
 }
 
 TEST_CASE("weights bf16/f16: wide layers in input-channel blocks, with groups", "[jit][weights][lowp]") {

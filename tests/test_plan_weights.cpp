@@ -136,8 +136,8 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
     Case bf = resnet(64, 64, 56, 3);
     bf.dt = convgrad::data_type::bf16;
     CHECK(plan_weights(problem(bf), Isa::avx512_core_bf16, 2).to_string() ==
-          "gemm bf16-pairs m13n2x16 tiles=90 (ic 5x13 last 12, oc 2x2v last 2v tail 0) rows=896x56px chunk=18 rows "
-          "(50 chunks, 1008 KiB) slices=2 grid=1x2 direct est=1161cyc/px\n"
+          "gemm bf16-pairs(diff_dst in registers) m13n2x16 tiles=90 (ic 5x13 last 12, oc 2x2v last 2v tail 0) "
+          "rows=896x56px chunk=18 rows (50 chunks, 1008 KiB) slices=2 grid=1x2 direct est=1161cyc/px\n"
           "  parallel slice<2 (2 thr) x tile<90 (1 thr):\n"
           "    for chunk in slice (18 rows):\n"
           "      for g<1 oc_tile<2 kd<1 kh<3 kw<3 ic_tile<5 (one call):\n"
@@ -241,10 +241,12 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             CHECK(b.lane_group == (dw ? p.icg : 1));
             // Register budget of every kernel the executor may build.
             const int budget = isa == Isa::avx2 ? 16 : 32;
+            // (pair_dst: variant 1 pairs diff_dst in registers.)
             for (int m : {b.m, b.m_last, 1})
                 for (int n : {b.n, b.n_last})
                     for (int kh : {b.kh, 1})
-                        CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh)) <= budget);
+                        for (int variant = 0; variant <= (base.pair_dst ? 1 : 0); ++variant)
+                            CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh, 0, variant)) <= budget);
             if (dw) CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).m == b.m * b.lane_group);  // rows (tap, ic)
             // Prefetch distance: staged gemm one line a pixel, depthwise 2-16
             // (its calls read a few lines of each pixel; streamed passes

@@ -23,7 +23,7 @@ bool avx512(const WeightsKernelDesc& d) { return static_cast<Isa>(d.isa) >= Isa:
 int gemm_temps(const WeightsKernelDesc& d) {
     if (d.kw_win > 0) return d.kw_win + 2;  // the diff_dst window, two broadcast registers
     const bool embedded = avx512(d) && d.n == 1;
-    return d.n + (embedded ? 0 : 1) + (embedded && d.stage && d.dot ? 1 : 0);
+    return d.n + (embedded ? 0 : 1) + (embedded && (d.stage || d.pair_dst) && d.dot ? 1 : 0);
 }
 // depthwise: n diff_dst vectors + one src register (AVX2 loads through it)
 // + the permutation index of a lane group of 8.
@@ -71,6 +71,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.la_dst) os << "_la" << d.la_src << '_' << d.la_dst << 'h' << std::max<int>(1, d.h_stride);
     if (d.ic_loop) os << "_icl";
     if (d.store_dt) os << "_to" << dtype_name(static_cast<data_type>(d.store_dt));
+    if (d.pair_dst) os << "_pd";
     return os.str();
 }
 
@@ -153,7 +154,14 @@ void WeightsSkeleton::generate() {
                       (desc_.store_dt != static_cast<uint8_t>(data_type::bf16) &&
                        desc_.store_dt != static_cast<uint8_t>(data_type::f16))))
         throw error("JIT kernel " + name() + ": 16-bit tile stores need a bf16 / f16 gemm kernel on AVX-512");
-    preamble(desc_.stage || desc_.edges ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
+    if (weights_kernel_vregs(desc_) > vec_.num_vregs())
+        throw error("JIT kernel " + name() + ": needs " + std::to_string(weights_kernel_vregs(desc_)) +
+                    " vector registers, the ISA has " + std::to_string(vec_.num_vregs()));
+    if (desc_.pair_dst && (dw() || !vec_.avx512() || !dot() || in_dt() != data_type::bf16 || desc_.stage ||
+                           desc_.kw_win || desc_.edges))
+        throw error("JIT kernel " + name() + ": diff_dst paired in registers needs a bf16 pair gemm kernel on "
+                    "AVX-512 without copies or windows");
+    preamble(desc_.stage || desc_.edges || desc_.pair_dst ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
     if (stage_src() && desc_.m % vec_.vlen()) {
         mov(reg_scratch_.cvt32(), (1u << (desc_.m % vec_.vlen())) - 1);
@@ -213,6 +221,7 @@ void WeightsSkeleton::load_args() {
         mov(reg_prefetch_, field(offsetof(WeightsKernelArgs, prefetch)));
         mov(reg_prefetch_step_, field(offsetof(WeightsKernelArgs, prefetch_step)));
     }
+    if (desc_.pair_dst) mov(reg_dst_partner_, field(offsetof(WeightsKernelArgs, dst_pair)));
     if (stage_src()) mov(reg_src_stage_, field(offsetof(WeightsKernelArgs, src_stage)));
     if (stage_dst()) mov(reg_dst_stage_, field(offsetof(WeightsKernelArgs, dst_stage)));
 }
@@ -425,6 +434,7 @@ void WeightsSkeleton::prefetch_tile() {
 // Clobbers r12, rcx, r8 and the temporaries.
 void WeightsSkeleton::flush_tile() {
     Xbyak::Label store_only, done;
+    if (desc_.pair_dst) unpair_lanes();
     mov(reg_scratch_, tile_weights());
     mov(reg_row_, qword[reg_args_ + offsetof(WeightsKernelArgs, wei_row_stride)]);
     if (store16()) {  // one call per tile: always a store
@@ -438,6 +448,22 @@ void WeightsSkeleton::flush_tile() {
     L(store_only);
     flush_rows(false);
     L(done);
+}
+
+// desc.pair_dst: vectors v, v + 1 of a row hold 128-bit blocks (4 output
+// channels) lo = {0, 2, 4, 6}, hi = {1, 3, 5, 7} of their 32 channels; in
+// order, v = (lo 0, hi 0, lo 1, hi 1) and v + 1 = (lo 2, hi 2, lo 3, hi 3).
+void WeightsSkeleton::unpair_lanes() {
+    const Xbyak::Zmm t(temp(0).getIdx());
+    for (int r = 0; r < rows(); ++r)
+        for (int v = 0; v + 1 < vecs(); v += 2) {
+            if (!dst_pair_vecs(v)) continue;
+            const Xbyak::Zmm lo(acc(r, v).getIdx()), hi(acc(r, v + 1).getIdx());
+            vshuff32x4(t, lo, hi, 0x44);  // lo 0, lo 1, hi 0, hi 1
+            vshuff32x4(hi, lo, hi, 0xEE);  // lo 2, lo 3, hi 2, hi 3
+            vshuff32x4(lo, t, t, 0xD8);
+            vshuff32x4(hi, hi, hi, 0xD8);
+        }
 }
 
 void WeightsSkeleton::flush_rows(bool accumulate) {
@@ -630,18 +656,27 @@ private:
             copy_src();
         }
         // diff_dst: the user's (in_dt) when this call copies it, else a slice.
-        const int dd_vbytes = stage_dst() ? in_vbytes() : vec_.vbytes();
+        const int dd_vbytes = stage_dst() || desc_.pair_dst ? in_vbytes() : vec_.vbytes();
         if (stage_dst()) prefetch_user(reg_dst_, vecs() * dd_vbytes, (vecs() * dd_vbytes + 63) / 64, reg_dst_pair_);
         for (int v = 0; v < vecs(); ++v) {
             const Xbyak::Xmm d = temp(first_dd + v);
             const Xbyak::Address a = ptr[reg_dst_ + v * dd_vbytes];
-            if (stage_dst() && stage_pairs())
-                load_pair(d, a, ptr[reg_dst_ + reg_dst_pair_ + v * dd_vbytes],
-                          is_tail(v) ? Xbyak::util::k1 : Xbyak::Opmask(), embedded ? temp(1) : temp(0));
-            else if (stage_dst())
+            if (desc_.pair_dst && dst_pair_vecs(v)) {  // (v + 1 too; temp(0) is free until the broadcasts)
+                const Xbyak::Zmm lo(d.getIdx()), hi(temp(first_dd + v + 1).getIdx()), other(temp(0).getIdx());
+                vmovdqu16(lo, a);
+                vmovdqu16(other, ptr[reg_dst_ + reg_dst_partner_ + v * dd_vbytes]);
+                vpunpckhwd(hi, lo, other);
+                vpunpcklwd(lo, lo, other);
+                ++v;
+            } else if (desc_.pair_dst || (stage_dst() && stage_pairs())) {
+                const Xbyak::Reg64 partner = desc_.pair_dst ? reg_dst_partner_ : reg_dst_pair_;
+                load_pair(d, a, ptr[reg_dst_ + partner + v * dd_vbytes], is_tail(v) ? Xbyak::util::k1 : Xbyak::Opmask(),
+                          embedded ? temp(1) : temp(0));
+            } else if (stage_dst()) {
                 load_vec(d, a, v);
-            else
+            } else {
                 load_slice_vec(d, a, v);
+            }
             if (stage_dst()) vec_.store(ptr[reg_dst_stage_ + v * vec_.vbytes()], d);
         }
         // 16-bit src is broadcast from its copy (32-bit elements).

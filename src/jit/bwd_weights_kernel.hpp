@@ -115,8 +115,8 @@ struct WeightsKernelArgs {
     float* dst_stage = nullptr;
     int64_t src_stage_step = 0;
     int64_t dst_stage_step = 0;
-    // bf16 pairs, copying calls: bytes from an image's src / diff_dst to the
-    // same place in its partner image.
+    // bf16 pairs, copying calls (and desc.pair_dst: dst_pair): bytes from
+    // an image's src / diff_dst to the same place in its partner image.
     int64_t src_pair = 0;
     int64_t dst_pair = 0;
     // desc.ic_loop: tiles to run (>= 1) and the bytes from one to the next.
@@ -268,8 +268,19 @@ struct WeightsKernelDesc {
     // pf_lines is then 0.
     int32_t la_src = 0;
     int32_t la_dst = 0;
+    // gemm bf16 pairs (dot 1, in_dt bf16, AVX-512, no copies): 1 = diff_dst
+    // read in place, the user's bf16 of an image (rows' dst_offset) and of
+    // its partner args.dst_pair bytes on, paired in registers. Vectors 2j
+    // and 2j + 1 (both whole) come from one 64-byte load of each image and
+    // vpunpcklwd / vpunpckhwd, so their lanes hold output channels {0-3,
+    // 8-11, 16-19, 24-27} and {4-7, ...} of the 32; the flush puts them back
+    // in order. A lone vector (odd n, or a tail) pairs by zero-extension.
+    // What the staged pairs cost otherwise: a pass writing 4 bytes per
+    // channel, pixel and image pair that the kernels then read.
+    uint8_t pair_dst = 0;
+    uint8_t unused[3] = {};  // (explicit, so the key has no padding)
 };
-static_assert(sizeof(WeightsKernelDesc) == 48, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 52, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);

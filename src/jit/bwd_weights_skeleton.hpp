@@ -13,7 +13,8 @@
 //   depthwise: rsi the walk's steps left, rdx the next PrefetchWalk
 //   desc.stage: r15 src stage ptr, r12 diff_dst stage ptr (during the
 //   loops), k2 the mask of a copied src pixel's last vector; desc.edges:
-//   r15 the row's mask (WeightsRow::mask); bf16 pairs:
+//   r15 the row's mask (WeightsRow::mask); desc.pair_dst: r15 the bytes
+//   from an image's diff_dst to its partner's; bf16 pairs:
 //   rsi / rdx the bytes from an image's src / diff_dst to its partner's
 //   desc.ic_loop: the tile's src, diff_weights and the tiles left in the
 //   red zone (kIcSrc, kIcWeights, kIcLeft); r13 / r14 loaded once a call
@@ -148,6 +149,12 @@ protected:
     bool stage_dst() const { return (desc_.stage & kCopyDst) != 0; }
     // Copies build bf16 pairs from two images (dot kernels read pairs).
     bool stage_pairs() const { return desc_.stage && dot(); }
+    // desc.pair_dst: r15 = bytes from an image's diff_dst to its partner's;
+    // vectors v and v + 1 are paired in one pass (interleaved lanes).
+    const Xbyak::Reg64 reg_dst_partner_ = r15;
+    bool dst_pair_vecs(int v) const {
+        return desc_.pair_dst && v % 2 == 0 && v + 1 < vecs() && !is_tail(v + 1);
+    }
     const Xbyak::Reg64 reg_mask_ = r15;
     Gate gate_ = Gate::none;
     int gate_a_ = 0, gate_b_ = 0;  // Gate::taps: the taps [a, b) emitted
@@ -169,6 +176,7 @@ private:
     void partial_taps_loops(const Xbyak::Label& next);
     void pixel_loop();
     void flush_tile();
+    void unpair_lanes();
     void prefetch_tile();
     // desc.ic_loop: red-zone slots (below rsp; the kernels call nothing)
     // of the current tile's src, its diff_weights and the tiles left.

@@ -583,6 +583,9 @@ struct ThreadState {
     int64_t src_shift = 0, dst_shift = 0;
     StagedChunk staged;
     const StagedChunk* view = nullptr;  // staged chunk, or nullptr: user tensors
+    // WeightsPlan::pair_dst: this chunk's kernels read the user's diff_dst
+    // (no lone image in it), staging src only.
+    bool dst_in_regs = false;
 };
 
 class JitWeightsExecutor final : public Executor {
@@ -732,7 +735,7 @@ private:
     // Blocked plans scatter each pixel run into the tile slices (16-bit
     // runs widened in row_buf first).
     void stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
-                     const uint16_t* diff_dst, float* row_buf) const;
+                     const uint16_t* diff_dst, float* row_buf, bool dst_in_regs = false) const;
     // `count` pixels from `pixel` of image (pair) n as f32: the user's, or
     // widened / paired into row_buf.
     const float* f32_pixels(const uint16_t* tensor, int64_t channels, int64_t image_pixels, int64_t n,
@@ -868,8 +871,12 @@ void JitWeightsExecutor::load_kernels() {
             if (!last && b.n_tiles == 1) continue;  // the only n tile is the last
             const int n = last ? b.n_last : b.n;
             const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
-            // The last index: WeightsStage bits, or the W phase of kw windows.
-            const int variants = plan_.stage_in_kernel ? 4 : plan_.kw_phases > 0 ? static_cast<int>(plan_.kw_phases) : 1;
+            // The last index: WeightsStage bits, the W phase of kw windows,
+            // or (pair_dst) 1 for diff_dst paired in registers.
+            const int variants = plan_.stage_in_kernel ? 4
+                                 : plan_.kw_phases > 0 ? static_cast<int>(plan_.kw_phases)
+                                 : plan_.pair_dst      ? 2
+                                                       : 1;
             for (int stage = 0; stage < variants; ++stage) {
                 int rows = row_kinds[r];
                 if (plan_.kw_phases > 0) {  // a phase's own channel tiles
@@ -995,7 +1002,7 @@ void JitWeightsExecutor::build_rows(std::vector<WeightsRow>& out, const std::vec
         const int64_t seg0 = plan_.staged_segments() ? r.seg * g.segment : 0;  // compressed: slot ow - seg0
         const int64_t src_pix = staged_src_row(*st, r, id, ih) + (plan_.compress_w ? a - seg0 : iw - src_row_first(r.seg));
         const int64_t dst_pix = static_cast<int64_t>(j) * g.segment + a - r.seg * g.segment;
-        add_row(out, src_pix * plan_.src_pitch, dst_pix * plan_.dst_pitch, b - a);
+        add_row(out, src_pix * plan_.src_pitch, user & kCopyDst ? user_dst : dst_pix * plan_.dst_pitch, b - a);
     }
 }
 
@@ -1130,7 +1137,7 @@ void JitWeightsExecutor::stage_pixels(const uint16_t* tensor, int64_t channels, 
 }
 
 void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>& chunk, const uint16_t* src,
-                                     const uint16_t* diff_dst, float* row_buf) const {
+                                     const uint16_t* diff_dst, float* row_buf, bool dst_in_regs) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const int64_t ic = p_.ic(), oc = p_.oc();
@@ -1144,7 +1151,7 @@ void JitWeightsExecutor::stage_chunk(StagedChunk& st, const std::vector<RowPos>&
             scatter_tiles(f32_pixels(diff_dst, oc, out_pixels, r.n, pixel, count, row_buf), count, oc, g.ocg,
                           b.n_tiles, b.n * b.vlen, blocked_dst_slice_bytes(), st.diff_dst,
                           static_cast<int64_t>(j) * g.segment);
-        else
+        else if (!dst_in_regs)
             stage_pixels(diff_dst, oc, out_pixels, r.n, pixel, count,
                          st.diff_dst + static_cast<int64_t>(j) * g.segment * plan_.dst_pitch, plan_.dst_pitch);
         for_each_src_row(r, [&](int64_t id, int64_t ih) { st.src_keys.push_back(src_key(r, id, ih)); });
@@ -1405,7 +1412,7 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         else if (plan_.fold_kw > 1)  // staged rows hold the W padding: every pixel reads inside them
             build_rows(rows, ts.chunk, ts.view, kd, kh, 0, 0, g.out[2]);
         else
-            build_rows(rows, ts.chunk, ts.view, kd, kh, kw, ow[0], ow[1], stage);
+            build_rows(rows, ts.chunk, ts.view, kd, kh, kw, ow[0], ow[1], ts.dst_in_regs ? kCopyDst : stage);
         built = 1;
     }
     TileCall c{};
@@ -1437,9 +1444,9 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
         ic_run(blocked_src_slice_bytes());
     } else if (!plan_.tile_major) {
         c.src = ts.view ? ts.view->src + (grp * g.icg + ic0) * 4 : user_src;
-        c.diff_dst = ts.view ? ts.view->diff_dst + oc0 * 4 : user_dst;
+        c.diff_dst = ts.view && !ts.dst_in_regs ? ts.view->diff_dst + oc0 * 4 : user_dst;
         c.src_step = src_step_bytes();
-        c.dst_step = dst_step_bytes();
+        c.dst_step = ts.dst_in_regs ? user_dst_step() : dst_step_bytes();
         if (c.ic_loop) ic_run(b.m * (ts.view ? 4 : user_elem_bytes()));
     } else {
         char* src_slice = ts.staged.src + src_tile * src_slice_bytes();
@@ -1462,8 +1469,8 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
     const int m = phase ? static_cast<int>(it == phase->m_tiles - 1 ? phase->m_last : phase->m)
                         : it == b.m_tiles - 1 ? b.m_last : b.m;
     const bool lone = plan_.lane_pairs && grp + 1 == g.g;
-    call(lone ? *lone_ : kernel(m, ot == b.n_tiles - 1, plan_.kw_phases > 0 ? static_cast<int>(kw) : stage), c, rows,
-         accumulate, pf);
+    const int variant = plan_.kw_phases > 0 ? static_cast<int>(kw) : ts.dst_in_regs ? 1 : stage;
+    call(lone ? *lone_ : kernel(m, ot == b.n_tiles - 1, variant), c, rows, accumulate, pf);
     return run;
 }
 
@@ -1690,12 +1697,13 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
                 std::fill(ts.src_filled.begin(), ts.src_filled.end(), copy_pass ? 1 : 0);
                 std::fill(ts.dst_filled.begin(), ts.dst_filled.end(), copy_pass ? 1 : 0);
             }
+            ts.dst_in_regs = plan_.pair_dst && !has_lone_image(ts.chunk);
             if (copy_pass && plan_.tile_major)
                 stage_tile_major(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
                                  reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data());
             else if (copy_pass)
                 stage_chunk(ts.staged, ts.chunk, reinterpret_cast<const uint16_t*>(src),
-                            reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data());
+                            reinterpret_cast<const uint16_t*>(diff_dst), row_buf.data(), ts.dst_in_regs);
             // The next chunk's user memory (which the stager reads next;
             // NCX gemm: not in the windows).
             const bool has_next = (c + 1 < chunks[1] || s + 1 < slices[1]) && !plan_.ncx_rows;

@@ -483,7 +483,8 @@ int widest_fitting_n(const WeightsPlan& plan, int m, int tail, int kh, int max_n
     // A depthwise tile's taps x lane group are one byte of the desc (and
     // past 255 far more registers than there are).
     if (plan.blk.kind == WeightsKernelKind::depthwise && m * plan.blk.lane_group > UINT8_MAX) return 0;
-    WeightsKernelDesc d = plan.desc(m, 1, tail, 0, kh, 0, plan.stage_in_kernel ? kCopySrc | kCopyDst : 0);
+    // (The variant of the most registers: copies in the kernels, or diff_dst paired in registers.)
+    WeightsKernelDesc d = plan.desc(m, 1, tail, 0, kh, 0, plan.stage_in_kernel ? kCopySrc | kCopyDst : plan.pair_dst ? 1 : 0);
     const int regs = plan.isa >= Isa::avx512_core ? 32 : 16;
     int n = 0;
     for (; n < max_n; ++n) {
@@ -1157,9 +1158,11 @@ inline uint8_t u8(int64_t v, const char* field) {
 
 WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp, int kh, int64_t row_disp,
                                     int stage) const {
-    // kw windows: the last argument names the W phase (no stage copies there).
+    // kw windows: the last argument names the W phase (no stage copies
+    // there); pair_dst plans: 1 = diff_dst paired in registers.
     const int phase = kw_phases > 0 ? stage : 0;
-    if (kw_phases > 0) stage = 0;
+    const bool in_regs = pair_dst && stage == 1;
+    if (kw_phases > 0 || pair_dst) stage = 0;
     WeightsKernelDesc d{};  // every byte is a field (static_assert on its size): no padding to clear
     d.isa = static_cast<uint8_t>(isa);
     d.kind = static_cast<uint8_t>(blk.kind);
@@ -1178,7 +1181,8 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
         d.dot = 2;
     // The kernels read 32-bit elements (f32, staged, pairs), or widen 16-bit
     // ones as they load them (depthwise in place; gemm stage copies).
-    d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 && !stage ? data_type::f32 : dt);
+    d.in_dt = static_cast<uint8_t>(elem_bytes() == 4 && !stage && !in_regs ? data_type::f32 : dt);
+    d.pair_dst = in_regs ? 1 : 0;
     d.window = u8(blk.kind == WeightsKernelKind::depthwise ? blk.window : 1, "window");
     if (blk.kind == WeightsKernelKind::depthwise && blk.whole_rows) {
         const WholeRowEdges e = whole_row_edges(geo);
@@ -1413,6 +1417,11 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     }
     plan.src_pitch = staged_pitch(plan, p, p.ic() * 4);
     plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4);
+    // Row-staged bf16 pairs in NXC pair diff_dst in the kernels (set before
+    // the blocking, which then counts the kernels' registers; pairs are
+    // never blocked, that is AVX2's) on chunks of up to an L2: see below.
+    plan.pair_dst = plan.pairs && plan.staged && p.nxc && !plan.tile_major && plan.kw_phases == 0 && !plan.kw_lanes &&
+                    plan.fold_kw <= 1 && !plan.ncx_rows;
     const WeightsPlan before_blocking = plan;
     if (!dw || !choose_row_block(plan)) choose_blocking(plan);
     if (plan.kw_phases > 0) {  // the taps of a W phase in the tile, the channels split evenly
@@ -1463,6 +1472,17 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
                 double(g.k[0] * g.k[1] * groups * b.n_tiles) * cycles * double(plan.lanes.row_px) / double(g.out[2]);
     }
     finish_plan(plan, p, nthreads);
+    // diff_dst paired in registers instead of staged pairs: the kernels
+    // read both images' bf16 and interleave them (two loads and two
+    // shuffles per pair of vectors, where staged pairs are two loads), and
+    // no pass writes 4 bytes per channel and pixel pair for them to read
+    // back. AMD Zen 5, 2 threads, tools/sweep_ab.py --min against staging
+    // both: 80 such layers of the shape sets at mb 8 1.045x (chunks of up
+    // to 1 MiB 1.056x, larger ones 1.008x); ResNet-50 at mb 32 (5 rounds)
+    // res2a_branch2a 1.18x, res2a_branch1 1.11x, res3a_branch2c 1.08x, the
+    // others on chunks of up to 1 MiB 0.98-1.02x, but those on chunks past
+    // L2 (1.5-3 MiB, W stride 2) 0.89-0.93x.
+    if (plan.red.chunk_bytes > Cost::pair_dst_max_chunk) plan.pair_dst = false;
     // Depthwise whose cost model chose pixels one at a time or windows
     // where whole rows would stream: whole rows. Against those (AMD Zen 5,
     // 2 threads, min of 3-5): MobileNetV2 b13 (576 channels 14 -> 7) f32 at
@@ -1560,7 +1580,8 @@ std::string WeightsPlan::to_string() const {
     const bool dw = blk.kind == WeightsKernelKind::depthwise;
     os << (dw ? "depthwise" : "gemm")
        << (blk.lane_group > 1 ? " (lane groups of " + std::to_string(blk.lane_group) + ")" : std::string())
-       << (pairs     ? " bf16-pairs"
+       << (pair_dst  ? " bf16-pairs(diff_dst in registers)"
+           : pairs     ? " bf16-pairs"
                                                    : staged    ? (rounded() ? " widened" : " staged")
                                                    : w_pairs   ? " paired-in-kernel"
                                                    : rounded() ? " widened-in-kernel"

@@ -154,6 +154,12 @@ struct WeightsPlan {
     // overlaps the FMAs and the chunk is read from memory once; later calls
     // read the slices.
     bool stage_in_kernel = false;
+    // bf16 pairs on staged rows (not tile-major or blocked, NXC, no kw
+    // windows, lanes or folds): only src is staged; the kernels read the
+    // user's diff_dst of both images of a pair and pair it in registers
+    // (WeightsKernelDesc::pair_dst, kernel variant 1). A chunk holding a
+    // lone image (odd minibatch) stages both as before (variant 0).
+    bool pair_dst = false;
     // Blocked staging (AVX2 gemm plans that stage rows; see blocked_ok): each
     // chunk is staged per tile, every ic tile's src as [staged pixel][m]
     // (the staged rows of src_pitch = m*4 bytes a pixel) and every oc tile's
@@ -367,6 +373,9 @@ struct WeightsCostModel {
     // min of 5); its stager had waited on src lines that a walk of 860 KB
     // next to 840 KiB staged had pushed out of L2.
     static constexpr double stage_walk_budget = 1 << 20;
+    // bf16 pairs pair diff_dst in registers (WeightsPlan::pair_dst) on
+    // chunks of at most this many bytes (as staged): see plan_weights_with.
+    static constexpr int64_t pair_dst_max_chunk = 1 << 20;
     static constexpr double l2_weights_bytes = 256 << 10;
     // gemm: the src of one chunk for one block of input channels, which
     // every oc tile of a thread then reads, stays within this (L2) budget.
