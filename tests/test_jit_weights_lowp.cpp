@@ -132,8 +132,8 @@ TEST_CASE("weights bf16: staged image pairs read diff_dst in place, paired in re
     // lone vector and a tail (40: 2 + 8 lanes; 48: 3 vectors), one lane
     // (the embedded broadcast's tile), an odd minibatch (the lone image's
     // chunks stage both, the others not), 1x1 at a W stride (compressed src
-    // rows), groups, ConvTranspose. NCX rows and tile-major chunks keep
-    // staged (or copied) pairs.
+    // rows), groups, ConvTranspose. NCX rows, tile-major chunks and tiles of
+    // one vector read by many taps keep staged (or copied) pairs.
     struct Want {
         Case c;
         bool in_regs;
@@ -144,10 +144,15 @@ TEST_CASE("weights bf16: staged image pairs read diff_dst in place, paired in re
     c.pb = c.pe = {1, 1};
     add(c, true);
     for (int64_t oc : {40, 48, 1}) {
-        Case o = conv2d(33, oc, {5, 9}, {3, 1});  // (kw 1: few output channels would take kw lanes)
+        // (kw 1: few output channels would take kw lanes; one vector: a
+        // 1x1, whose two ic tiles read a diff_dst vector twice)
+        Case o = conv2d(33, oc, {5, 9}, oc == 1 ? dims{1, 1} : dims{3, 1});
         o.mb = 3;
         add(o, true);
     }
+    Case lone9 = conv2d(4 * 8, 4 * 8, {6, 7}, {3, 3});  // one vector read by 9 taps: staged
+    lone9.g = 4;
+    add(lone9, false);
     Case strided = conv2d(40, 96, {9, 9}, {1, 1});
     strided.s = {2, 2};
     add(strided, true);

@@ -1482,6 +1482,13 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // res2a_branch2a 1.18x, res2a_branch1 1.11x, res3a_branch2c 1.08x, the
     // others on chunks of up to 1 MiB 0.98-1.02x, but those on chunks past
     // L2 (1.5-3 MiB, W stride 2) 0.89-0.93x.
+    // Tiles of one vector pair it by zero-extension (two loads, a shift and
+    // an or per read), against staging once: only where each diff_dst
+    // vector is read a few times (taps x ic tiles). One-vector layers, same
+    // runs at mb 32, 5 rounds: grouped 3x3 of 8 channels a group
+    // (RegNetY s3, ResNeXt-50 conv3) 0.92-0.97x, 16 -> 16 3x3x3 0.95x;
+    // 1D kernels of 2-5 taps at mb 8 1.04-1.42x.
+    if (plan.blk.n == 1 && p.k_sp() * plan.blk.m_tiles > Cost::pair_dst_max_lone_reads) plan.pair_dst = false;
     if (plan.red.chunk_bytes > Cost::pair_dst_max_chunk) plan.pair_dst = false;
     // Depthwise whose cost model chose pixels one at a time or windows
     // where whole rows would stream: whole rows. Against those (AMD Zen 5,

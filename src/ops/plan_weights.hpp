@@ -376,6 +376,9 @@ struct WeightsCostModel {
     // bf16 pairs pair diff_dst in registers (WeightsPlan::pair_dst) on
     // chunks of at most this many bytes (as staged): see plan_weights_with.
     static constexpr int64_t pair_dst_max_chunk = 1 << 20;
+    // ... and, for tiles of one vector, where a diff_dst vector is read at
+    // most this many times (taps x ic tiles).
+    static constexpr int64_t pair_dst_max_lone_reads = 5;
     static constexpr double l2_weights_bytes = 256 << 10;
     // gemm: the src of one chunk for one block of input channels, which
     // every oc tile of a thread then reads, stays within this (L2) budget.
