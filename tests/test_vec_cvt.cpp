@@ -7,6 +7,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "jit/isa.hpp"
@@ -224,4 +225,17 @@ TEST_CASE("vec_cvt: streaming stores equal ordinary ones", "[vec_cvt]") {
             }
             CHECK(bad == 0);
         }
+}
+
+TEST_CASE("vec_isa: a register past the ISA's count is an error, not a wrapped encoding", "[vec_cvt]") {
+    // Xbyak would encode zmm32 as zmm0 (ymm16 on AVX2 as an EVEX register):
+    // a generator that miscounts its registers must fail when it names one.
+    Xbyak::CodeGenerator cg;
+    for (const auto& [isa, count] : {std::pair{Isa::avx2, 16}, std::pair{Isa::avx512_core, 32}}) {
+        const VecIsa vi(cg, isa);
+        CHECK(vi.num_vregs() == count);
+        CHECK(vi.vreg(count - 1).getIdx() == count - 1);
+        CHECK_THROWS_WITH(vi.vreg(count), Catch::Contains("vector register " + std::to_string(count) + " requested"));
+        CHECK_THROWS_AS(vi.vreg(-1), convgrad::error);
+    }
 }

@@ -484,7 +484,9 @@ void DataKernel::oc_step(int i) {
     const int w_oc_bytes = d_.n * vi_.vbytes();
     for (int v = 0; v < d_.n; ++v)
         vi_.load(vi_.vreg(mn + v), ptr[kW + i * w_oc_bytes + v * vi_.vbytes()]);
-    const Xbyak::Xmm bc = vi_.vreg(mn + d_.n);
+    // The broadcast register: AVX-512 broadcasts inside the FMA instead (its
+    // tiles count no register for it; the first W register stands in).
+    const Xbyak::Xmm bc = vi_.vreg(d_.bcast_in_fma && vi_.avx512() ? mn : mn + d_.n);
     for (int j = 0; j < d_.m; ++j) {
         const auto a = ptr[kDd + static_cast<int>(j * bcast_pix_bytes() + i * 4)];
         for (int v = 0; v < d_.n && d_.bcast_in_fma; ++v) {
@@ -728,7 +730,8 @@ void DataKernel::load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail
         if (g == 1) return;
     }
     const Xbyak::Operand& src = from_mem ? static_cast<const Xbyak::Operand&>(a) : t;
-    vi_.permute_lane_group(t, src, g, o, index_vreg());
+    // (Groups of up to 4 permute by an immediate: no index register to name.)
+    vi_.permute_lane_group(t, src, g, o, VecIsa::lane_group_needs_index(g) ? index_vreg() : t);
 }
 
 // PREFETCHW of the block's diff_src lines: the first and last byte of each

@@ -404,12 +404,14 @@ private:
     // temp(0) := src vector v at s, widened, permuted to the group's channel
     // i: whole f32 vectors straight from memory, others loaded first.
     void load_src(const Xbyak::Address& s, int v, int i) {
+        // (Groups of up to 4 permute by an immediate: no index register to name.)
+        const Xbyak::Xmm index = VecIsa::lane_group_needs_index(group()) ? index_reg() : temp(0);
         if (group() > 1 && in_dt() == data_type::f32 && !is_tail(v)) {
-            vec_.permute_lane_group(temp(0), s, group(), i, index_reg());
+            vec_.permute_lane_group(temp(0), s, group(), i, index);
             return;
         }
         load_vec(temp(0), s, v);
-        if (group() > 1) vec_.permute_lane_group(temp(0), temp(0), group(), i, index_reg());
+        if (group() > 1) vec_.permute_lane_group(temp(0), temp(0), group(), i, index);
     }
 };
 

@@ -1,5 +1,9 @@
 #include "jit/vec_isa.hpp"
 
+#include <string>
+
+#include "convgrad/convgrad.hpp"
+
 namespace convgrad::detail {
 
 using Xbyak::Address;
@@ -9,7 +13,14 @@ using Xbyak::Zmm;
 
 VecIsa::VecIsa(Xbyak::CodeGenerator& cg, Isa isa) : cg_(cg), avx512_(isa >= Isa::avx512_core) {}
 
-Xmm VecIsa::vreg(int i) const { return avx512_ ? Xmm(Zmm(i)) : Xmm(Ymm(i)); }
+// Out of range, Xbyak would encode the register's low bits (zmm32 as zmm0):
+// a generator that miscounts its registers fails here, not in its results.
+Xmm VecIsa::vreg(int i) const {
+    if (i < 0 || i >= num_vregs())
+        throw error("JIT: vector register " + std::to_string(i) + " requested, the ISA has " +
+                    std::to_string(num_vregs()));
+    return avx512_ ? Xmm(Zmm(i)) : Xmm(Ymm(i));
+}
 
 void VecIsa::zero(const Xmm& v) { cg_.vxorps(v, v, v); }
 
