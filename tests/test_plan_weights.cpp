@@ -241,11 +241,12 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             CHECK(b.lane_group == (dw ? p.icg : 1));
             // Register budget of every kernel the executor may build.
             const int budget = isa == Isa::avx2 ? 16 : 32;
-            // (pair_dst: variant 1 pairs diff_dst in registers.)
+            // (pair_dst: variant kDstInRegs pairs diff_dst in registers.)
             for (int m : {b.m, b.m_last, 1})
                 for (int n : {b.n, b.n_last})
                     for (int kh : {b.kh, 1})
-                        for (int variant = 0; variant <= (base.pair_dst ? 1 : 0); ++variant)
+                        for (int variant = 0;
+                             variant <= (base.pair_dst ? WeightsPlan::kDstInRegs : 0); ++variant)
                             CHECK(weights_kernel_vregs(base.desc(m, n, b.tail, 0, kh, 0, variant)) <= budget);
             if (dw) CHECK(base.desc(b.m, b.n, b.tail, 0, b.kh).m == b.m * b.lane_group);  // rows (tap, ic)
             // Prefetch distance: staged gemm one line a pixel, depthwise 2-16

@@ -661,7 +661,7 @@ private:
         for (int v = 0; v < vecs(); ++v) {
             const Xbyak::Xmm d = temp(first_dd + v);
             const Xbyak::Address a = ptr[reg_dst_ + v * dd_vbytes];
-            if (desc_.pair_dst && dst_pair_vecs(v)) {  // (v + 1 too; temp(0) is free until the broadcasts)
+            if (dst_pair_vecs(v)) {  // (v + 1 too; temp(0) is free until the broadcasts)
                 const Xbyak::Zmm lo(d.getIdx()), hi(temp(first_dd + v + 1).getIdx()), other(temp(0).getIdx());
                 vmovdqu16(lo, a);
                 vmovdqu16(other, ptr[reg_dst_ + reg_dst_partner_ + v * dd_vbytes]);

@@ -872,10 +872,10 @@ void JitWeightsExecutor::load_kernels() {
             const int n = last ? b.n_last : b.n;
             const int tail = (last || b.n_tiles == 1) ? b.tail : 0;
             // The last index: WeightsStage bits, the W phase of kw windows,
-            // or (pair_dst) 1 for diff_dst paired in registers.
+            // or (pair_dst) kDstInRegs for diff_dst paired in registers.
             const int variants = plan_.stage_in_kernel ? 4
                                  : plan_.kw_phases > 0 ? static_cast<int>(plan_.kw_phases)
-                                 : plan_.pair_dst      ? 2
+                                 : plan_.pair_dst      ? WeightsPlan::kDstInRegs + 1
                                                        : 1;
             for (int stage = 0; stage < variants; ++stage) {
                 int rows = row_kinds[r];
@@ -1469,7 +1469,9 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
     const int m = phase ? static_cast<int>(it == phase->m_tiles - 1 ? phase->m_last : phase->m)
                         : it == b.m_tiles - 1 ? b.m_last : b.m;
     const bool lone = plan_.lane_pairs && grp + 1 == g.g;
-    const int variant = plan_.kw_phases > 0 ? static_cast<int>(kw) : ts.dst_in_regs ? 1 : stage;
+    const int variant = plan_.kw_phases > 0 ? static_cast<int>(kw)
+                        : ts.dst_in_regs    ? WeightsPlan::kDstInRegs
+                                            : stage;
     call(lone ? *lone_ : kernel(m, ot == b.n_tiles - 1, variant), c, rows, accumulate, pf);
     return run;
 }
@@ -1632,9 +1634,12 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         const int64_t src_bytes = plan_.tile_major ? g.g * b.m_tiles * src_slice_bytes()
                                   : plan_.blocked  ? g.g * b.m_tiles * blocked_src_slice_bytes()
                                                    : red.chunk_rows * g.k[0] * g.k[1] * row_pixels * plan_.src_pitch;
+        // (pair_dst: only chunks holding an odd minibatch's lone image stage diff_dst.)
         const int64_t dst_bytes = plan_.tile_major ? g.g * b.n_tiles * dst_slice_bytes()
                                   : plan_.blocked  ? g.g * b.n_tiles * blocked_dst_slice_bytes()
-                                                   : red.chunk_rows * g.segment * plan_.dst_pitch;
+                                  : plan_.pair_dst && p_.mb % 2 == 0
+                                      ? 0
+                                      : red.chunk_rows * g.segment * plan_.dst_pitch;
         ts.staged.src_lease = ScratchLease(Scratch::weights_stage_src, src_bytes);
         ts.staged.dst_lease = ScratchLease(Scratch::weights_stage_dst, dst_bytes);
         ts.staged.src = ts.staged.src_lease.get();

@@ -484,7 +484,10 @@ int widest_fitting_n(const WeightsPlan& plan, int m, int tail, int kh, int max_n
     // past 255 far more registers than there are).
     if (plan.blk.kind == WeightsKernelKind::depthwise && m * plan.blk.lane_group > UINT8_MAX) return 0;
     // (The variant of the most registers: copies in the kernels, or diff_dst paired in registers.)
-    WeightsKernelDesc d = plan.desc(m, 1, tail, 0, kh, 0, plan.stage_in_kernel ? kCopySrc | kCopyDst : plan.pair_dst ? 1 : 0);
+    const int variant = plan.stage_in_kernel ? kCopySrc | kCopyDst
+                        : plan.pair_dst      ? WeightsPlan::kDstInRegs
+                                             : 0;
+    WeightsKernelDesc d = plan.desc(m, 1, tail, 0, kh, 0, variant);
     const int regs = plan.isa >= Isa::avx512_core ? 32 : 16;
     int n = 0;
     for (; n < max_n; ++n) {
@@ -1159,9 +1162,9 @@ inline uint8_t u8(int64_t v, const char* field) {
 WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_disp, int kh, int64_t row_disp,
                                     int stage) const {
     // kw windows: the last argument names the W phase (no stage copies
-    // there); pair_dst plans: 1 = diff_dst paired in registers.
+    // there); pair_dst plans: kDstInRegs = diff_dst paired in registers.
     const int phase = kw_phases > 0 ? stage : 0;
-    const bool in_regs = pair_dst && stage == 1;
+    const bool in_regs = pair_dst && stage == kDstInRegs;
     if (kw_phases > 0 || pair_dst) stage = 0;
     WeightsKernelDesc d{};  // every byte is a field (static_assert on its size): no padding to clear
     d.isa = static_cast<uint8_t>(isa);

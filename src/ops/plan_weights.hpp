@@ -160,6 +160,8 @@ struct WeightsPlan {
     // (WeightsKernelDesc::pair_dst, kernel variant 1). A chunk holding a
     // lone image (odd minibatch) stages both as before (variant 0).
     bool pair_dst = false;
+    // pair_dst plans: desc()'s last argument for the in-register variant.
+    static constexpr int kDstInRegs = 1;
     // Blocked staging (AVX2 gemm plans that stage rows; see blocked_ok): each
     // chunk is staged per tile, every ic tile's src as [staged pixel][m]
     // (the staged rows of src_pitch = m*4 bytes a pixel) and every oc tile's
