@@ -1,6 +1,7 @@
 #include "jit/isa.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <sys/syscall.h>
@@ -43,7 +44,14 @@ bool amx_usable(const Xbyak::util::Cpu& cpu) {
     return syscall(SYS_arch_prctl, kReqXcompPerm, kXfeatureTileData) == 0;
 }
 
+std::atomic<bool> amx_emulated{false};
+
 }  // namespace
+
+bool assume_emulated_amx() {
+    amx_emulated = true;
+    return cpu_isa() == Isa::amx;
+}
 
 Isa cpu_isa() {
     static const Isa detected = [] {
@@ -53,7 +61,7 @@ Isa cpu_isa() {
         if (!cpu.has(Cpu::tAVX512F | Cpu::tAVX512BW | Cpu::tAVX512DQ | Cpu::tAVX512VL))
             return Isa::avx2;
         if (!cpu.has(Cpu::tAVX512_BF16)) return Isa::avx512_core;
-        return amx_usable(cpu) ? Isa::amx : Isa::avx512_core_bf16;
+        return amx_emulated || amx_usable(cpu) ? Isa::amx : Isa::avx512_core_bf16;
     }();
     return detected;
 }

@@ -15,6 +15,11 @@ Isa cpu_isa();
 // cpu_isa() capped by CONVGRAD_MAX_ISA (read on every call, so a process may
 // change it between op creations). Throws convgrad::error for an unknown value.
 Isa effective_isa();
+// Tests only (tests/amx_emu): before the process's first cpu_isa() call,
+// makes an avx512_core_bf16 CPU report amx without asking the OS for the
+// tile state, for a process whose SIGILL handler emulates the tile
+// instructions. Returns whether cpu_isa() now reports amx.
+bool assume_emulated_amx();
 // AVX512_VBMI2 (vpexpandw), which some avx512_core_bf16 CPUs lack (Cooper
 // Lake): kernels use it only as an alternative form.
 bool cpu_has_vbmi2();
