@@ -32,6 +32,14 @@ void install();
 // Whether install() has run in this process.
 bool installed();
 
+// Runs the tile instruction at the RIP of `context` (a ucontext_t) as the
+// handler would, without a trap, and steps RIP over it; aborts on anything
+// else. Lets a test drive LDTILECFG, STTILECFG and TILERELEASE through the
+// emulator on a CPU where they would run on the hardware. A context
+// without an XSAVE image (null fpregs) keeps the emulator's own
+// configuration.
+void emulate(void* context);
+
 // Tile-data instructions (TILELOADD, TILESTORED, TILEZERO, TDPBF16PS) the
 // calling thread has had emulated so far.
 uint64_t emulated_count();

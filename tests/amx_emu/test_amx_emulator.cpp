@@ -8,6 +8,7 @@
 // x86-64 CPU with FMA; in convgrad-tests, on a CPU with AMX (the process
 // holds the tile state), they check the silicon against the same
 // expectations, which is what makes the emulator's model trustworthy.
+#include <ucontext.h>
 #include <xbyak/xbyak.h>
 
 #include <catch2/catch.hpp>
@@ -109,7 +110,54 @@ struct GemmCase {
     int m, k, n, steps;
 };
 
-void run_gemm(const GemmCase& g, bool reals, uint32_t seed) {
+// One step of Gemm with nothing but tile instructions (the configuration
+// RIP-relative, in the code), for emulate(): the caller sets the registers
+// Gemm computes and steps through the instructions. Then STTILECFG to rdi,
+// TILERELEASE and STTILECFG to rdi + 64.
+struct TilesOnly : Xbyak::CodeGenerator {
+    explicit TilesOnly(const Config& c) : Xbyak::CodeGenerator(4096, Xbyak::DontSetProtectRWE) {
+        using namespace Xbyak;
+        Label data;
+        ldtilecfg(ptr[rip + data]);
+        tileloadd(tmm0, ptr[r15 + r14 * 4]);
+        tileloadd(tmm1, ptr[r13 + r12 * 2 + 0x10]);
+        tileloaddt1(tmm2, ptr[rdx + rax]);
+        tdpbf16ps(tmm0, tmm1, tmm2);
+        tilestored(ptr[r8 + r14 * 4 - 0x1000], tmm0);
+        sttilecfg(ptr[rdi]);
+        tilerelease();
+        sttilecfg(ptr[rdi + 64]);
+        end = getSize();
+        align(64);
+        L(data);
+        db(c.bytes, 64);
+    }
+    size_t end = 0;
+};
+
+void step_through(const TilesOnly& code, const void* a, int64_t lda_bytes, const void* b,
+                  int64_t ldb_bytes, void* c, int64_t ldc_bytes, void* cfg_out) {
+    ucontext_t uc = {};
+    greg_t* g = uc.uc_mcontext.gregs;
+    g[REG_R15] = reinterpret_cast<greg_t>(c);
+    g[REG_R14] = ldc_bytes / 4;
+    g[REG_R13] = reinterpret_cast<greg_t>(a) - 0x10;
+    g[REG_R12] = lda_bytes / 2;
+    g[REG_RDX] = reinterpret_cast<greg_t>(b);
+    g[REG_RAX] = ldb_bytes;
+    g[REG_R8] = reinterpret_cast<greg_t>(c) + 0x1000;
+    g[REG_RDI] = reinterpret_cast<greg_t>(cfg_out);
+    const auto* begin = code.getCode();
+    g[REG_RIP] = reinterpret_cast<greg_t>(begin);
+    int count = 0;
+    while (g[REG_RIP] != reinterpret_cast<greg_t>(begin + code.end)) {
+        REQUIRE(++count <= 9);
+        convgrad::amxemu::emulate(&uc);
+    }
+    CHECK(count == 9);
+}
+
+void run_gemm(const GemmCase& g, bool reals, uint32_t seed, bool stepped = false) {
     const int kt = g.k * g.steps;                                   // pairs in all
     const int lda = 2 * kt + 6, ldb = 2 * g.n + 10, ldc = g.n + 3;  // elements; padded rows
     std::mt19937 rng(seed);
@@ -160,13 +208,24 @@ void run_gemm(const GemmCase& g, bool reals, uint32_t seed) {
         for (int s = 0; s < g.steps; ++s)
             std::memcpy(&a64[size_t(m * lda64 + 32 * s)], &a[size_t(m * lda + 2 * g.k * s)],
                         size_t(4 * g.k));
-    Gemm gen(int64_t(lda64) * 2, int64_t(ldb) * 2, int64_t(ldc) * 4, g.steps);
     std::vector<float> got = c;
     const uint64_t before = convgrad::amxemu::emulated_count();
-    gen.getCode<void (*)(const void*, const void*, const void*, void*)>()(cfg.bytes, a64.data(),
-                                                                          b16.data(), got.data());
-    if (convgrad::amxemu::installed())  // every tile-data instruction trapped once
-        CHECK(convgrad::amxemu::emulated_count() - before == uint64_t(2 + 3 * g.steps));
+    if (stepped) {
+        REQUIRE(g.steps == 1);
+        alignas(64) uint8_t stored[128];
+        std::memset(stored, 0xAB, sizeof(stored));
+        step_through(TilesOnly(cfg), a64.data(), int64_t(lda64) * 2, b16.data(), int64_t(ldb) * 2,
+                     got.data(), int64_t(ldc) * 4, stored);
+        CHECK(std::memcmp(stored, cfg.bytes, 64) == 0);
+        for (int i = 64; i < 128; ++i) CHECK(stored[i] == 0);  // released: the INIT configuration
+        CHECK(convgrad::amxemu::emulated_count() - before == 5);
+    } else {
+        Gemm gen(int64_t(lda64) * 2, int64_t(ldb) * 2, int64_t(ldc) * 4, g.steps);
+        gen.getCode<void (*)(const void*, const void*, const void*, void*)>()(
+            cfg.bytes, a64.data(), b16.data(), got.data());
+        if (convgrad::amxemu::installed())  // every tile-data instruction trapped once
+            CHECK(convgrad::amxemu::emulated_count() - before == uint64_t(2 + 3 * g.steps));
+    }
     for (size_t i = 0; i < got.size(); ++i) {
         const size_t m = i / size_t(ldc), j = i % size_t(ldc);
         const bool inside = m < size_t(g.m) && j < size_t(g.n);
@@ -190,6 +249,19 @@ TEST_CASE("AMX tiles: TDPBF16PS over full and partial tiles, every addressing fo
         INFO("M " << g.m << " K " << g.k << " N " << g.n << " steps " << g.steps);
         run_gemm(g, false, 7u + uint32_t(g.m));
         run_gemm(g, true, 11u + uint32_t(g.n));
+    }
+}
+
+TEST_CASE("AMX tiles: the emulator stepped through every instruction, configuration included",
+          "[amx][tiles]") {
+    // No trap and no tile hardware involved: runs on every CPU, and is how
+    // a CPU with AMX checks the emulator's LDTILECFG (RIP-relative here),
+    // STTILECFG and TILERELEASE, which run on its hardware under a trap.
+    for (const GemmCase& g :
+         {GemmCase{16, 16, 16, 1}, GemmCase{12, 10, 7, 1}, GemmCase{1, 1, 1, 1}}) {
+        INFO("M " << g.m << " K " << g.k << " N " << g.n);
+        run_gemm(g, false, 21u + uint32_t(g.m), true);
+        run_gemm(g, true, 23u + uint32_t(g.n), true);
     }
 }
 
