@@ -113,13 +113,19 @@ bool decode(const uint8_t* ip, const greg_t* g, Insn& d) {
 // each instruction it runs; a changed one starts from zeroed tiles, as
 // LDTILECFG does (a LDTILECFG of the same configuration goes unseen: its
 // zeroing is checked where it traps, on CPUs without AMX). The offset is
-// set by install(), before the handler can run; -1 without AMX-TILE.
+// set by install(), before the handler can run; -1 without AMX-TILE or
+// without XTILECFG in XCR0.
 int64_t xtilecfg_offset = -1;
 
 int64_t find_xtilecfg_offset() {
     unsigned a, b, c, d;
     __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
     if (!((d >> 24) & 1)) return -1;
+    // (An OS that does not manage the tile state leaves XTILECFG out of XCR0:
+    // there LDTILECFG traps as on a CPU without AMX.)
+    unsigned lo, hi;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if (!((lo >> 17) & 1)) return -1;
     __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0xd), "c"(17));
     return int64_t(b);
 }
