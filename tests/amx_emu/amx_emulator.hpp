@@ -19,7 +19,9 @@
 // aborts; so does any other instruction that raises SIGILL.
 //
 // Each emulated instruction costs a signal round trip (microseconds), so
-// the tests it serves keep their shapes small. Not a check of the silicon:
+// the tests it serves keep their shapes small. Under gdb: `handle SIGILL
+// nostop noprint pass`. AddressSanitizer builds check every emulated tile
+// load and store (they are memcpys here). Not a check of the silicon:
 // docs/ACCURACY.md says what was compared with real AMX hardware.
 #pragma once
 
