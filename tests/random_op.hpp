@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
 #include <sstream>
 #include <string>
@@ -181,6 +182,18 @@ inline bool allowed(const std::string& isa) {
         return std::find(order.begin(), order.end(), s) - order.begin();
     };
     return level(isa) <= level(convgrad::max_isa());
+}
+
+// A generator seeded by CONVGRAD_RANDOM_SEED, else `seed`, and the number
+// of ops to check, CONVGRAD_RANDOM_OPS, else `ops`: to hunt further than a
+// suite's fixed draw.
+inline Rng seeded(uint32_t seed) {
+    const char* env = std::getenv("CONVGRAD_RANDOM_SEED");
+    return Rng{std::mt19937(env ? static_cast<uint32_t>(std::strtoul(env, nullptr, 10)) : seed)};
+}
+inline int op_count(int ops) {
+    const char* env = std::getenv("CONVGRAD_RANDOM_OPS");
+    return env ? std::atoi(env) : ops;
 }
 
 // A draw's small-integer inputs (seeded by the draw's number n) and the

@@ -6,7 +6,6 @@
 // tests pin the paths the planners were written for; this one reaches the
 // combinations nobody listed (it found the col path's folded-H rows).
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <string>
 
 #include "random_op.hpp"
@@ -18,11 +17,8 @@ using randomop::RandomOp;
 using randomop::Rng;
 
 TEST_CASE("random valid ops: JIT equals the reference on every ISA", "[jit][random]") {
-    // CONVGRAD_RANDOM_SEED / CONVGRAD_RANDOM_OPS: hunt further than the suite's fixed draw.
-    const char* seed = std::getenv("CONVGRAD_RANDOM_SEED");
-    const char* count = std::getenv("CONVGRAD_RANDOM_OPS");
-    Rng r{std::mt19937(seed ? static_cast<uint32_t>(std::strtoul(seed, nullptr, 10)) : 20261123u)};
-    const int ops = count ? std::atoi(count) : 2000;
+    Rng r = randomop::seeded(20261123u);  // CONVGRAD_RANDOM_SEED / CONVGRAD_RANDOM_OPS
+    const int ops = randomop::op_count(2000);
     int checked = 0, jit_runs = 0;
     while (checked < ops) {
         RandomOp op;

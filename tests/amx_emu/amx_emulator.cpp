@@ -113,10 +113,8 @@ bool decode(const uint8_t* ip, const greg_t* g, Insn& d) {
 // each instruction it runs; a changed one starts from zeroed tiles, as
 // LDTILECFG does (a LDTILECFG of the same configuration goes unseen: its
 // zeroing is checked where it traps, on CPUs without AMX). The offset is
-// set by install(), before the handler can run; -1 without AMX-TILE or
-// without XTILECFG in XCR0.
-int64_t xtilecfg_offset = -1;
-
+// -1 without AMX-TILE or without XTILECFG in XCR0; it is read before main,
+// so the handler only loads it.
 int64_t find_xtilecfg_offset() {
     unsigned a, b, c, d;
     __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
@@ -129,8 +127,10 @@ int64_t find_xtilecfg_offset() {
     __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0xd), "c"(17));
     return int64_t(b);
 }
+const int64_t xtilecfg_offset = find_xtilecfg_offset();
 
 void load_config_bytes(const uint8_t* c, const uint8_t* ip);
+void config_bytes(uint8_t* c);
 
 void sync_from_context(const ucontext_t* uc, const uint8_t* ip) {
     const int64_t offset = xtilecfg_offset;
@@ -138,15 +138,10 @@ void sync_from_context(const ucontext_t* uc, const uint8_t* ip) {
     const auto* xsave = reinterpret_cast<const uint8_t*>(uc->uc_mcontext.fpregs);
     uint64_t xstate_bv;
     std::memcpy(&xstate_bv, xsave + 512, 8);
-    alignas(64) uint8_t c[64] = {};
+    uint8_t c[64] = {}, mine[64];
     if ((xstate_bv >> 17) & 1) std::memcpy(c, xsave + offset, 64);
-    bool same = tiles.configured == (c[0] != 0) && tiles.start_row == c[1];
-    for (int i = 0; same && i < kTiles; ++i) {
-        uint16_t colsb;
-        std::memcpy(&colsb, c + 16 + 2 * i, 2);
-        same = colsb == tiles.colsb[i] && c[48 + i] == tiles.rows[i];
-    }
-    if (!same) load_config_bytes(c, ip);
+    config_bytes(mine);
+    if (std::memcmp(c, mine, 64) != 0) load_config_bytes(c, ip);
 }
 
 int tile_index(const Insn& d, int i) {
@@ -189,8 +184,9 @@ void load_config(const Insn& d) {
     load_config_bytes(c, d.ip);
 }
 
-void store_config(const Insn& d) {
-    uint8_t c[64] = {};
+// The 64 bytes STTILECFG stores: the configuration, or zeros in INIT.
+void config_bytes(uint8_t* c) {
+    std::memset(c, 0, 64);
     if (tiles.configured) {
         c[0] = 1;
         c[1] = tiles.start_row;
@@ -199,6 +195,11 @@ void store_config(const Insn& d) {
             c[48 + i] = tiles.rows[i];
         }
     }
+}
+
+void store_config(const Insn& d) {
+    uint8_t c[64];
+    config_bytes(c);
     std::memcpy(reinterpret_cast<void*>(d.addr), c, 64);
 }
 
@@ -305,7 +306,6 @@ std::atomic<bool> handler_installed{false};
 
 void install() {
     static const bool ok = [] {
-        xtilecfg_offset = find_xtilecfg_offset();
         struct sigaction sa = {};
         sa.sa_sigaction = handler;
         sa.sa_flags = SA_SIGINFO;
@@ -321,8 +321,6 @@ bool installed() {
 }
 
 void emulate(void* context) {
-    static const bool found = (xtilecfg_offset = find_xtilecfg_offset(), true);
-    (void)found;
     handler(SIGILL, nullptr, context);
 }
 

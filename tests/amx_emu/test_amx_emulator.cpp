@@ -44,8 +44,8 @@ struct alignas(64) Config {
 uint16_t to_bf16(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    return static_cast<uint16_t>(u >>
-                                 16);  // test values are exact in bf16, or truncated on purpose
+    // (test values are exact in bf16, or truncated on purpose)
+    return static_cast<uint16_t>(u >> 16);
 }
 float from_bf16(uint16_t h) {
     const uint32_t u = uint32_t(h) << 16;
@@ -74,8 +74,8 @@ struct Gemm : Xbyak::CodeGenerator {
         mov(r12, lda_bytes / 2);
         lea(r13, ptr[rsi - 0x10]);
         mov(rax, ldb_bytes);
-        for (int s = 0; s < steps;
-             ++s) {  // each step a further K block: A + 4K bytes a row, B + K rows
+        // Each step a further K block: A 64 bytes on, B 16 rows on.
+        for (int s = 0; s < steps; ++s) {
             tileloadd(tmm1, ptr[r13 + r12 * 2 + 0x10]);  // VEX.X and B, scale 2, disp8
             tileloaddt1(tmm2, ptr[rdx + rax]);
             tdpbf16ps(tmm0, tmm1, tmm2);
@@ -193,17 +193,15 @@ void run_gemm(const GemmCase& g, bool reals, uint32_t seed, bool stepped = false
     cfg.tile(0, g.m, 4 * g.n);
     cfg.tile(1, g.m, 4 * g.k);
     cfg.tile(2, g.k, 4 * g.n);
-    // B rows: one step's K rows start K rows after the previous step's
-    // (the generator adds 16 * ldb bytes); keep K = 16 / steps-aligned
-    // layouts honest by giving the kernel a B whose step pitch is 16 rows.
+    // The kernels step B by 16 rows and A by 64 bytes (32 elements) a K
+    // block, whatever K: copies of a and b laid out so.
     std::vector<uint16_t> b16(size_t(16 * g.steps * ldb));
     for (int s = 0; s < g.steps; ++s)
         for (int kk = 0; kk < g.k; ++kk)
             std::memcpy(&b16[size_t((16 * s + kk) * ldb)], &b[size_t((g.k * s + kk) * ldb)],
                         size_t(ldb) * 2);
-    std::vector<uint16_t> a64(
-        size_t(g.m * (32 * g.steps + 8)));  // A: each step's K pairs 64 bytes on
     const int lda64 = 32 * g.steps + 8;
+    std::vector<uint16_t> a64(size_t(g.m * lda64));
     for (int m = 0; m < g.m; ++m)
         for (int s = 0; s < g.steps; ++s)
             std::memcpy(&a64[size_t(m * lda64 + 32 * s)], &a[size_t(m * lda + 2 * g.k * s)],

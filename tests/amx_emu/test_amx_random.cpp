@@ -7,7 +7,6 @@
 // has AMX, emulated in convgrad-amx-emu-tests (fewer ops there: each tile
 // instruction is a trap).
 #include <catch2/catch.hpp>
-#include <cstdlib>
 #include <string>
 
 #include "amx_emu/amx_emulator.hpp"
@@ -21,12 +20,8 @@ TEST_CASE("random bf16 ops on the AMX tiles: JIT equals the reference", "[jit][a
         WARN("no AMX on this CPU and no emulator in this process: skipped");
         return;
     }
-    // CONVGRAD_RANDOM_SEED / CONVGRAD_RANDOM_OPS, as in test_random_ops.cpp.
-    const char* seed = std::getenv("CONVGRAD_RANDOM_SEED");
-    const char* count = std::getenv("CONVGRAD_RANDOM_OPS");
-    randomop::Rng r{
-        std::mt19937(seed ? static_cast<uint32_t>(std::strtoul(seed, nullptr, 10)) : 20261205u)};
-    const int ops = count ? std::atoi(count) : emulated ? 300 : 1000;
+    randomop::Rng r = randomop::seeded(20261205u);  // CONVGRAD_RANDOM_SEED / CONVGRAD_RANDOM_OPS
+    const int ops = randomop::op_count(emulated ? 300 : 1000);
     const testutil::ScopedEnv all("CONVGRAD_AMX", "all");
     int checked = 0, on_tiles = 0;
     while (checked < ops) {
