@@ -432,7 +432,7 @@ TEST_CASE("amx: random reals on 1, 2 and 3 threads and concurrent executes", "[j
     check_reals([&](const std::string& isa) { return w.make(isa); }, kAmxWeights, 840);
 }
 
-TEST_CASE("CONVGRAD_AMX: auto and all; unknown values are rejected", "[jit][amx][validation]") {
+TEST_CASE("CONVGRAD_AMX: auto and all, unknown values are rejected", "[jit][amx][validation]") {
     const wtest::Case c = conv(2, 16, 16, {20, 20}, {3, 3}, {}, {}, {1, 1}, {1, 1});
     {
         // Every op checks it, f32 too, on any CPU.

@@ -6,6 +6,7 @@
 // tests pin the paths the planners were written for; this one reaches the
 // combinations nobody listed (it found the col path's folded-H rows).
 #include <catch2/catch.hpp>
+#include <cstring>
 #include <string>
 
 #include "random_op.hpp"
@@ -16,9 +17,12 @@ using randomop::draw;
 using randomop::RandomOp;
 using randomop::Rng;
 
-TEST_CASE("random valid ops: JIT equals the reference on every ISA", "[jit][random]") {
-    Rng r = randomop::seeded(20261123u);  // CONVGRAD_RANDOM_SEED / CONVGRAD_RANDOM_OPS
-    const int ops = randomop::op_count(2000);
+namespace {
+
+// `ops` random valid ops from r, each with its reference, and every JIT path
+// this CPU allows for it: f(op, ref, jit) once a path. Returns the calls.
+template <typename F>
+int for_each_jit_op(Rng& r, int ops, F&& f) {
     int checked = 0, jit_runs = 0;
     while (checked < ops) {
         RandomOp op;
@@ -32,9 +36,41 @@ TEST_CASE("random valid ops: JIT equals the reference on every ISA", "[jit][rand
             const auto jit = testutil::make_op(isa, op.kind, op.dt, op.a, op.d0, op.d1);
             INFO(isa << ": " << jit.describe());
             REQUIRE(jit.describe().rfind("jit:", 0) == 0);
-            CHECK(testutil::bitwise_equal(testutil::run(jit, ref.in0, ref.in1), ref.expect));
+            f(ref, jit);
             ++jit_runs;
         }
     }
-    CHECK(jit_runs >= checked);
+    return jit_runs;
+}
+
+}  // namespace
+
+TEST_CASE("random valid ops: JIT equals the reference on every ISA", "[jit][random]") {
+    Rng r = randomop::seeded(20261123u);  // CONVGRAD_RANDOM_SEED / CONVGRAD_RANDOM_OPS
+    const int ops = randomop::op_count(2000);
+    const int runs = for_each_jit_op(r, ops, [](const randomop::Reference& ref, const convgrad::op& jit) {
+        CHECK(testutil::bitwise_equal(testutil::run(jit, ref.in0, ref.in1), ref.expect));
+    });
+    CHECK(runs >= ops);
+}
+
+// Random ops whose inputs and output each lie against an inaccessible page,
+// after their last byte or before their first: no kernel, transpose or
+// stager reads or writes outside the user's tensors (a masked load or store
+// that covered a byte out there would fault). Results equal the reference.
+TEST_CASE("random valid ops touch nothing outside the user's tensors", "[jit][random][guard]") {
+    Rng r = randomop::seeded(20261206u);  // CONVGRAD_RANDOM_SEED / CONVGRAD_RANDOM_OPS
+    const int ops = randomop::op_count(300);
+    const int runs = for_each_jit_op(r, ops, [](const randomop::Reference& ref, const convgrad::op& jit) {
+        for (const bool at_end : {true, false}) {
+            testutil::GuardedBytes in0(ref.in0.bytes.size(), at_end);
+            testutil::GuardedBytes in1(ref.in1.bytes.size(), at_end);
+            testutil::GuardedBytes out(ref.expect.bytes.size(), at_end);
+            std::memcpy(in0.data(), ref.in0.data(), ref.in0.bytes.size());
+            std::memcpy(in1.data(), ref.in1.data(), ref.in1.bytes.size());
+            jit.execute(in0.data(), in1.data(), out.data());
+            CHECK(std::memcmp(out.data(), ref.expect.data(), ref.expect.bytes.size()) == 0);
+        }
+    });
+    CHECK(runs >= ops);
 }

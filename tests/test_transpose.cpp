@@ -54,6 +54,31 @@ TEST_CASE("transpose_images equals the definition on every path", "[transpose]")
                 }
 }
 
+// Images of up to 4 columns (AVX-512's narrow deinterleave: a strip's rows
+// are one vector of them) whose last strip is short, from a source that
+// ends at an inaccessible page: no vector past the strip's data is read.
+TEST_CASE("transpose_images reads nothing past the end of its source", "[transpose]") {
+    std::vector<Isa> isas{Isa::avx2};
+    if (convgrad::detail::cpu_isa() >= Isa::avx512_core) isas.push_back(Isa::avx512_core);
+    for (const Isa isa : isas)
+        for (const int es : {2, 4})
+            for (const int64_t rows : {1, 2, 3, 5, 7, 17, 33, 35})
+                for (const int64_t cols : {1, 2, 3, 4}) {
+                    const int64_t mb = 2, n = mb * rows * cols;
+                    testutil::GuardedBytes src(static_cast<size_t>(n * es), true);
+                    for (int64_t i = 0; i < n * es; ++i) src.data()[i] = static_cast<uint8_t>(i * 5 + 1);
+                    std::vector<uint8_t> got(static_cast<size_t>(n * es)), want(got.size());
+                    for (int64_t img = 0; img < mb; ++img)
+                        for (int64_t r = 0; r < rows; ++r)
+                            for (int64_t c = 0; c < cols; ++c)
+                                std::memcpy(&want[static_cast<size_t>(((img * cols + c) * rows + r) * es)],
+                                            &src.data()[((img * rows + r) * cols + c) * es], static_cast<size_t>(es));
+                    convgrad::detail::transpose_images(src.data(), got.data(), es, mb, rows, cols, 1, isa);
+                    INFO("isa " << convgrad::detail::isa_name(isa) << " es " << es << " " << rows << " x " << cols);
+                    CHECK(got == want);
+                }
+}
+
 TEST_CASE("transpose_block: a block of a larger matrix, nothing around it touched", "[transpose]") {
     // A rows x cols block at (3, 5) of a 70 x 90 matrix (rows src_ld = 90
     // apart) into a 100 x 80 one at (2, 7) (rows dst_ld = 80 apart): every

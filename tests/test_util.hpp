@@ -10,8 +10,12 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "ops/numeric.hpp"
 
@@ -142,5 +146,31 @@ inline int64_t prod(const dims& d) {
     for (int64_t v : d) n *= v;
     return n;
 }
+
+// n bytes between two inaccessible pages, against the second (at_end) or
+// the first: a read or write past that end faults.
+class GuardedBytes {
+public:
+    GuardedBytes(size_t n, bool at_end) : page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {
+        span_ = (n + page_ - 1) / page_ * page_ + 2 * page_;
+        void* base =
+                mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (base == MAP_FAILED) throw std::runtime_error("GuardedBytes: mmap failed");
+        base_ = static_cast<uint8_t*>(base);
+        if (mprotect(base_, page_, PROT_NONE) != 0 ||
+            mprotect(base_ + span_ - page_, page_, PROT_NONE) != 0)
+            throw std::runtime_error("GuardedBytes: mprotect failed");
+        data_ = at_end ? base_ + span_ - page_ - n : base_ + page_;
+    }
+    ~GuardedBytes() { munmap(base_, span_); }
+    GuardedBytes(const GuardedBytes&) = delete;
+    GuardedBytes& operator=(const GuardedBytes&) = delete;
+    uint8_t* data() const { return data_; }
+
+private:
+    size_t page_, span_;
+    uint8_t* base_ = nullptr;
+    uint8_t* data_ = nullptr;
+};
 
 }  // namespace testutil

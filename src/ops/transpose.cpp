@@ -194,6 +194,10 @@ const NarrowTables& narrow_tables() {
 
 template <int es>
 __attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512i narrow_masked_load(const char* p, int64_t n) {
+    // n <= 0: a vector wholly past a short strip's data (narrow_deinterleave's
+    // last vectors). Nothing is read: a mask built from a negative count was
+    // a full one, and the load could fault past the end of the tensor.
+    if (n <= 0) return _mm512_setzero_si512();
     if (es == 4) return _mm512_maskz_loadu_epi32(static_cast<__mmask16>((uint32_t(1) << n) - 1), p);
     return _mm512_maskz_loadu_epi16(static_cast<__mmask32>((uint64_t(1) << n) - 1), p);
 }
