@@ -19,7 +19,7 @@ using randomop::Rng;
 namespace {
 
 // `ops` random valid ops from r, each with its reference, and every JIT path
-// this CPU allows for it: f(op, ref, jit) once a path. Returns the calls.
+// this CPU allows for it: f(ref, jit) once a path. Returns the calls.
 template <typename F>
 int for_each_jit_op(Rng& r, int ops, F&& f) {
     int checked = 0, jit_runs = 0;

@@ -21,6 +21,21 @@
 
 using convgrad::detail::Isa;
 
+namespace {
+
+// The definition: each of mb images, rows x cols elements of es bytes, transposed.
+std::vector<uint8_t> transposed(const uint8_t* src, int es, int64_t mb, int64_t rows, int64_t cols) {
+    std::vector<uint8_t> t(static_cast<size_t>(mb * rows * cols * es));
+    for (int64_t img = 0; img < mb; ++img)
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t c = 0; c < cols; ++c)
+                std::memcpy(&t[static_cast<size_t>(((img * cols + c) * rows + r) * es)],
+                            &src[((img * rows + r) * cols + c) * es], static_cast<size_t>(es));
+    return t;
+}
+
+}  // namespace
+
 TEST_CASE("transpose_images equals the definition on every path", "[transpose]") {
     std::vector<Isa> isas{Isa::avx2};
     if (convgrad::detail::cpu_isa() >= Isa::avx512_core) isas.push_back(Isa::avx512_core);
@@ -30,14 +45,9 @@ TEST_CASE("transpose_images equals the definition on every path", "[transpose]")
             for (const int64_t rows : {1, 2, 3, 4, 15, 16, 17, 31, 33, 48, 64, 256, 512})
                 for (const int64_t cols : {1, 2, 3, 4, 16, 31, 49, 85}) {
                     const int64_t n = mb * rows * cols;
-                    std::vector<uint8_t> src(static_cast<size_t>(n * es)), want(src.size());
+                    std::vector<uint8_t> src(static_cast<size_t>(n * es));
                     for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 7 + i / 251);
-                    for (int64_t img = 0; img < mb; ++img)
-                        for (int64_t r = 0; r < rows; ++r)
-                            for (int64_t c = 0; c < cols; ++c)
-                                std::memcpy(&want[static_cast<size_t>(((img * cols + c) * rows + r) * es)],
-                                            &src[static_cast<size_t>(((img * rows + r) * cols + c) * es)],
-                                            static_cast<size_t>(es));
+                    const std::vector<uint8_t> want = transposed(src.data(), es, mb, rows, cols);
                     for (const int threads : {1, 2, 3}) {
                         // One guard element past the end: nothing may be written there.
                         std::vector<uint8_t> got(src.size() + static_cast<size_t>(es), 0xa5);
@@ -67,15 +77,10 @@ TEST_CASE("transpose_images reads nothing past the end of its source", "[transpo
                     const int64_t mb = 2, n = mb * rows * cols;
                     testutil::GuardedBytes src(static_cast<size_t>(n * es), true);
                     for (int64_t i = 0; i < n * es; ++i) src.data()[i] = static_cast<uint8_t>(i * 5 + 1);
-                    std::vector<uint8_t> got(static_cast<size_t>(n * es)), want(got.size());
-                    for (int64_t img = 0; img < mb; ++img)
-                        for (int64_t r = 0; r < rows; ++r)
-                            for (int64_t c = 0; c < cols; ++c)
-                                std::memcpy(&want[static_cast<size_t>(((img * cols + c) * rows + r) * es)],
-                                            &src.data()[((img * rows + r) * cols + c) * es], static_cast<size_t>(es));
+                    std::vector<uint8_t> got(static_cast<size_t>(n * es));
                     convgrad::detail::transpose_images(src.data(), got.data(), es, mb, rows, cols, 1, isa);
                     INFO("isa " << convgrad::detail::isa_name(isa) << " es " << es << " " << rows << " x " << cols);
-                    CHECK(got == want);
+                    CHECK(got == transposed(src.data(), es, mb, rows, cols));
                 }
 }
 

@@ -173,12 +173,14 @@ private:
     uint8_t* data_ = nullptr;
 };
 
-// o run on copies of in0 and in1 and into an output, each against an
+// run() on copies of in0 and in1 and into an output, each against an
 // inaccessible page (GuardedBytes, at_end): any access outside them faults.
+// The output starts as run()'s 0x7f bytes, so an unwritten element shows.
 inline Buffer run_guarded(const convgrad::op& o, const Buffer& in0, const Buffer& in1, bool at_end) {
     GuardedBytes a(in0.bytes.size(), at_end), b(in1.bytes.size(), at_end);
     Buffer out(o.dtype(), o.output_elems());
     GuardedBytes c(out.bytes.size(), at_end);
+    std::memset(c.data(), 0x7f, out.bytes.size());
     std::memcpy(a.data(), in0.data(), in0.bytes.size());
     std::memcpy(b.data(), in1.data(), in1.bytes.size());
     o.execute(a.data(), b.data(), c.data());
