@@ -9,6 +9,9 @@
 #include <sstream>
 #include <thread>
 
+#include <cerrno>
+#include <unistd.h>
+
 #include "check.hpp"
 #include "json_op.hpp"
 #include "sweep.hpp"
@@ -41,6 +44,70 @@ TEST_CASE("cli check: correct results pass in every op, dtype and layout", "[cli
                     CHECK(r.exact == "ok");
                     CHECK_THAT(r.reals, Catch::StartsWith("err/tol"));
                 }
+}
+
+namespace {
+
+// Whether the byte at p can be read, without touching it: write(2) to a pipe
+// fails with EFAULT when the kernel cannot read the source.
+bool readable(const void* p) {
+    int fds[2];
+    REQUIRE(::pipe(fds) == 0);
+    const ssize_t n = ::write(fds[1], p, 1);
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    if (n != 1) CHECK(err == EFAULT);
+    return n == 1;
+}
+
+}  // namespace
+
+TEST_CASE("cli check: guarded buffers sit against an inaccessible page", "[cli][check]") {
+    for (data_type dt : {data_type::f32, data_type::bf16})
+        for (int64_t elems : {1, 3, 1024, 1025, 5000}) {
+            INFO("elems " << elems);
+            tensor_buffer end(dt, elems, guard_side::end), begin(dt, elems, guard_side::begin);
+            for (tensor_buffer* b : {&end, &begin}) {
+                const auto* first = static_cast<const unsigned char*>(b->data());
+                CHECK(b->bytes() == static_cast<size_t>(elems) * (dt == data_type::f32 ? 4 : 2));
+                CHECK(readable(first));
+                CHECK(readable(first + b->bytes() - 1));
+                b->set(0, 2.f);
+                b->set(elems - 1, -3.f);
+                CHECK(b->get(0) == (elems == 1 ? -3.f : 2.f));
+                CHECK(b->get(elems - 1) == -3.f);
+            }
+            const auto* e = static_cast<const unsigned char*>(end.data());
+            const auto* s = static_cast<const unsigned char*>(begin.data());
+            CHECK_FALSE(readable(e + end.bytes()));
+            CHECK_FALSE(readable(s - 1));
+            tensor_buffer moved(std::move(end));
+            CHECK(moved.data() == e);
+            CHECK(moved.get(elems - 1) == -3.f);
+            CHECK_FALSE(readable(e + moved.bytes()));
+        }
+    CHECK(parse_guard_side("end") == guard_side::end);
+    CHECK(parse_guard_side("begin") == guard_side::begin);
+    CHECK(parse_guard_side("none") == guard_side::none);
+    CHECK_THROWS_WITH(parse_guard_side("both"), Catch::Contains("expected none | end | begin"));
+}
+
+TEST_CASE("cli check: guarded checks pass in every op, dtype and layout", "[cli][check]") {
+    for (op_kind kind : {op_kind::conv_bwd_weights, op_kind::conv_bwd_data, op_kind::conv_transpose_bwd_weights})
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16})
+            for (const char* df : {"NXC", "NCX"})
+                for (guard_side g : {guard_side::end, guard_side::begin}) {
+                    const op_case c = small_case(kind, dt, {df, "XIO", "none", false});
+                    INFO(to_json(c) << " guard " << guard_side_name(g));
+                    const check_result r = check_case(c, "", false, 1, g);
+                    CHECK(r.ok);
+                    CHECK(r.exact == "ok");
+                    CHECK_FALSE(check_case(c, "", true, 1, g).ok);
+                }
+    const sweep_options o = parse_sweep_args({"--guard=begin", "ic3oc4iw5kw3"});
+    CHECK(o.guard == guard_side::begin);
+    CHECK_THROWS_WITH(parse_sweep_args({"--guard=left"}), Catch::Contains("option --guard=left: expected none"));
 }
 
 TEST_CASE("cli check: a corrupted result is detected", "[cli][check]") {

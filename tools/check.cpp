@@ -6,6 +6,11 @@
 #include <limits>
 #include <random>
 #include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace convgrad::cli {
 namespace {
@@ -66,8 +71,53 @@ void corrupt_one(tensor_buffer& t) {
 
 }  // namespace
 
-tensor_buffer::tensor_buffer(data_type dt, int64_t elems)
-    : dt_(dt), elems_(elems), bytes_(static_cast<size_t>(elems) * elem_size(dt)) {}
+guard_side parse_guard_side(const std::string& name) {
+    if (name == "none") return guard_side::none;
+    if (name == "end") return guard_side::end;
+    if (name == "begin") return guard_side::begin;
+    throw std::invalid_argument("expected none | end | begin, given \"" + name + "\"");
+}
+
+const char* guard_side_name(guard_side g) {
+    return g == guard_side::end ? "end" : g == guard_side::begin ? "begin" : "none";
+}
+
+tensor_buffer::tensor_buffer(data_type dt, int64_t elems, guard_side guard)
+    : dt_(dt), elems_(elems), bytes_(static_cast<size_t>(elems) * elem_size(dt)) {
+    if (guard == guard_side::none) {
+        heap_.resize(bytes_);
+        data_ = heap_.data();
+        return;
+    }
+    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t data_pages = (bytes_ + page - 1) / page * page;
+    map_bytes_ = data_pages + page;
+    map_ = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED) {
+        map_ = nullptr;
+        throw std::bad_alloc();
+    }
+    unsigned char* base = static_cast<unsigned char*>(map_);
+    unsigned char* fence = guard == guard_side::end ? base + data_pages : base;
+    if (::mprotect(fence, page, PROT_NONE) != 0) {
+        ::munmap(map_, map_bytes_);
+        throw std::runtime_error("--guard: mprotect failed");
+    }
+    data_ = guard == guard_side::end ? fence - bytes_ : base + page;
+}
+
+tensor_buffer::~tensor_buffer() {
+    if (map_) ::munmap(map_, map_bytes_);
+}
+
+tensor_buffer::tensor_buffer(tensor_buffer&& other) noexcept
+    : dt_(other.dt_), elems_(other.elems_), bytes_(other.bytes_), heap_(std::move(other.heap_)),
+      map_(std::exchange(other.map_, nullptr)), map_bytes_(other.map_bytes_),
+      data_(map_ ? other.data_ : heap_.data()) {
+    other.data_ = nullptr;
+    other.bytes_ = 0;
+    other.elems_ = 0;
+}
 
 float tensor_buffer::get(int64_t i) const {
     const uint32_t b = bits(i);
@@ -80,7 +130,7 @@ float tensor_buffer::get(int64_t i) const {
 }
 
 void tensor_buffer::set(int64_t i, float v) {
-    unsigned char* p = bytes_.data() + static_cast<size_t>(i) * elem_size(dt_);
+    unsigned char* p = data_ + static_cast<size_t>(i) * elem_size(dt_);
     if (dt_ == data_type::f32) {
         std::memcpy(p, &v, 4);
         return;
@@ -90,7 +140,7 @@ void tensor_buffer::set(int64_t i, float v) {
 }
 
 uint32_t tensor_buffer::bits(int64_t i) const {
-    const unsigned char* p = bytes_.data() + static_cast<size_t>(i) * elem_size(dt_);
+    const unsigned char* p = data_ + static_cast<size_t>(i) * elem_size(dt_);
     if (dt_ == data_type::f32) {
         uint32_t b;
         std::memcpy(&b, p, 4);
@@ -190,13 +240,15 @@ op make_op_with_isa(const op_case& c, const std::string& isa) {
     return c.make_op();
 }
 
-check_result check_case(const op_case& c, const std::string& isa, bool corrupt_for_test, uint64_t seed) {
+check_result check_case(const op_case& c, const std::string& isa, bool corrupt_for_test, uint64_t seed,
+                        guard_side guard) {
     const op tested = make_op_with_isa(c, isa);
     const op reference = make_op_with_isa(c, "ref");
     const data_type dt = c.dt;
-    tensor_buffer in0(dt, tested.input0_elems()), in1(dt, tested.input1_elems());
-    tensor_buffer got(dt, tested.output_elems()), want(dt, tested.output_elems());
+    tensor_buffer in0(dt, tested.input0_elems(), guard), in1(dt, tested.input1_elems(), guard);
+    tensor_buffer got(dt, tested.output_elems(), guard), want(dt, tested.output_elems());
     auto run_both = [&] {
+        std::memset(got.data(), 0x7f, got.bytes());
         tested.execute(in0.data(), in1.data(), got.data());
         if (corrupt_for_test) corrupt_one(got);
         reference.execute(in0.data(), in1.data(), want.data());

@@ -44,14 +44,29 @@ struct cache_aligned_allocator {
     bool operator!=(const cache_aligned_allocator<U>&) const { return false; }
 };
 
+// Where a buffer's bytes sit against an inaccessible page (--guard): none
+// (64-byte aligned heap storage), end (the last byte just before the page:
+// a read or write past the end faults) or begin (the first byte just after
+// it: one before the start faults).
+enum class guard_side { none, end, begin };
+guard_side parse_guard_side(const std::string& name);  // throws std::invalid_argument
+const char* guard_side_name(guard_side g);
+
 // A dense buffer of one data type; bf16 / f16 hold raw 16-bit patterns.
 class tensor_buffer {
 public:
-    tensor_buffer(data_type dt, int64_t elems);
+    tensor_buffer(data_type dt, int64_t elems, guard_side guard = guard_side::none);
+    ~tensor_buffer();
+    tensor_buffer(tensor_buffer&& other) noexcept;
+    tensor_buffer& operator=(tensor_buffer&&) = delete;
+    tensor_buffer(const tensor_buffer&) = delete;
+    tensor_buffer& operator=(const tensor_buffer&) = delete;
+
     data_type dtype() const { return dt_; }
     int64_t elems() const { return elems_; }
-    void* data() { return bytes_.data(); }
-    const void* data() const { return bytes_.data(); }
+    size_t bytes() const { return bytes_; }
+    void* data() { return data_; }
+    const void* data() const { return data_; }
     float get(int64_t i) const;
     void set(int64_t i, float v);  // rounds to nearest even for bf16 / f16
     uint32_t bits(int64_t i) const;
@@ -59,7 +74,11 @@ public:
 private:
     data_type dt_;
     int64_t elems_;
-    std::vector<unsigned char, cache_aligned_allocator<unsigned char>> bytes_;
+    size_t bytes_;
+    std::vector<unsigned char, cache_aligned_allocator<unsigned char>> heap_;
+    void* map_ = nullptr;  // guarded: the mapping, data pages plus the guard page
+    size_t map_bytes_ = 0;
+    unsigned char* data_ = nullptr;
 };
 
 // Uniform integers in [-range, range]; deterministic for a seed.
@@ -118,7 +137,10 @@ struct check_result {
 // Runs the case under `isa` and under "ref" with both fills and compares.
 // corrupt_for_test changes one output element of the op under test before
 // comparing (the test hook proving the comparison can fail).
+// guard places the op under test's inputs and output against an
+// inaccessible page, so a read or write outside them faults (docs/sweep.md).
+// The output starts as 0x7f bytes, so an element left unwritten is caught.
 check_result check_case(const op_case& c, const std::string& isa, bool corrupt_for_test,
-                        uint64_t seed = 1);
+                        uint64_t seed = 1, guard_side guard = guard_side::none);
 
 }  // namespace convgrad::cli

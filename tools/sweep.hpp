@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "check.hpp"
 #include "op_case.hpp"
 #include "perf.hpp"
 
@@ -31,6 +32,7 @@ struct sweep_options {
     // minibatch (the reference path on big shapes); see docs/sweep.md.
     double perf_budget_s = 2.0;
     bool corrupt_for_test = false;
+    guard_side guard = guard_side::none;  // mode C: tensors against an inaccessible page
     bool emit_json = false;
     bool help = false;
 };

@@ -91,6 +91,13 @@ bool apply_option(sweep_options& o, const std::string& arg, const std::string& k
     else if (key == "check-max-gsteps") o.check_max_gsteps = static_cast<double>(parse_count(arg, value, 1, 1 << 30));
     else if (key == "threads") o.threads = static_cast<int>(parse_count(arg, value, 1, 4096));
     else if (key == "isa") set_isa(o, arg, value);
+    else if (key == "guard") {
+        try {
+            o.guard = parse_guard_side(value);
+        } catch (const std::invalid_argument& e) {
+            bad_option(arg, e.what());
+        }
+    }
     else if (key == "mode") set_mode(o, arg, value);
     else if (key == "csv") o.csv_file = value;
     else if (key == "json") o.json_file = value;
@@ -259,6 +266,9 @@ run
   --threads=N           run in a task_arena of N threads (default: all cores)
   --isa=ISA             cap the op under test: ref | avx2 | avx512_core |
                         avx512_core_bf16 | amx (the check always uses ref)
+  --guard=SIDE          mode C: place the tested op's inputs and output with
+                        their end (SIDE=end) or their start (begin) against an
+                        inaccessible page, so any access outside them faults
   --perf-budget=S       time at a smaller minibatch when a full run is predicted
                         to take more than S seconds (default 2; the reference)
   --peaks=FILE|measure  peak GFLOP/s from convgrad-peak, or measured at start

@@ -58,7 +58,7 @@ void run_check(const op_case& c, const sweep_options& o, case_result& r) {
         if (!o.perf) r.status = "SKIP";
         return;
     }
-    const check_result cr = check_case(small, o.isa, o.corrupt_for_test);
+    const check_result cr = check_case(small, o.isa, o.corrupt_for_test, 1, o.guard);
     r.exact = cr.exact;
     r.reals = cr.reals;
     r.err_over_tol = cr.worst_ratio;
