@@ -840,6 +840,49 @@ TEST_CASE("weights plan: f32 1x1 layers narrow on a side read in place", "[jit][
     }
 }
 
+TEST_CASE("weights plan: staged rows of dense layers spread a line where a walk steps 4 KiB", "[jit][weights][plan]") {
+    // Staged rows without groups take a line more a pixel only where one
+    // output pixel to the next steps a multiple of 4 KiB in that tensor's
+    // rows (every pixel of a walk in one L1 set): src by IC * 4 bytes times
+    // the W stride, diff_dst by OC * 4.
+    struct Layer {
+        Case c;
+        bool src_spread, dst_spread;
+    };
+    Case feat1;  // wav2vec 2.0: 512 channels, k3 s2 along W
+    feat1.mb = 4;
+    feat1.ic = feat1.oc = 512;
+    feat1.in = {3199};
+    feat1.k = {3};
+    feat1.s = {2};
+    feat1.pb = feat1.pe = {0};
+    const std::vector<Layer> layers = {
+            {resnet(1024, 512, 32, 3), true, false},   // U-Net dec4_a: 4 KiB src pixels
+            {resnet(512, 1024, 16, 3), false, true},   // bottleneck_a: 4 KiB diff_dst pixels
+            {resnet(2048, 2048, 7, 3), true, true},    // 8 KiB both
+            {feat1, true, false},                      // 2 KiB src pixels, two a step
+            {resnet(512, 512, 7, 3), false, false},    // ResNet-50 res5a_branch2b: 2 KiB
+            {resnet(256, 256, 14, 3), false, false},   // res4a_branch2b: 1 KiB
+            {resnet(256, 256, 28, 3, 2), false, false},  // 1 KiB, two a step
+    };
+    for (const Layer& l : layers) {
+        for (data_type dt : {data_type::f32, data_type::f16}) {
+            Case c = l.c;
+            c.dt = dt;
+            const Problem p = problem(c);
+            const WeightsPlan pl = plan_weights(p, Isa::avx512_core, 2);
+            INFO(c.ic << " -> " << c.oc << " " << convgrad::dtype_name(dt) << ": " << pl.to_string());
+            REQUIRE(pl.staged);
+            REQUIRE_FALSE(pl.tile_major);
+            CHECK(pl.src_pitch == p.ic() * 4 + (l.src_spread ? 64 : 0));
+            CHECK(pl.dst_pitch == p.oc() * 4 + (l.dst_spread ? 64 : 0));
+        }
+        // AVX2 stages these blocked, [pixel][tile] slices of their own pitch.
+        const WeightsPlan avx2 = plan_weights(problem(l.c), Isa::avx2, 2);
+        if (avx2.blocked) CHECK(avx2.src_pitch == 4 * avx2.blk.m);
+    }
+}
+
 TEST_CASE("weights plan: prefetch lines cover the next chunk", "[jit][weights][plan]") {
     // Tile-major chunks copied inside the kernels: per image 2 src lines and
     // the tile's diff_dst lines a pixel, prefetched `lines` lines a step

@@ -25,6 +25,7 @@
 //    for problems that always run on one thread (runs_serial).
 #include "ops/plan_weights.hpp"
 
+#include <cstdlib>
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -318,18 +319,33 @@ bool stage_f32(const Problem& p, const WeightsPlan& plan) {
     return true;
 }
 
-// Staged rows of a grouped layer: the pixel pitch of `bytes` (f32
-// channels), one line more when it is a multiple of 512 bytes. A tile
-// reads a group's line or two of every pixel of the chunk, tap after tap;
-// with such pitches those lines fall into 1/8 or fewer of the cache sets
-// (L1: 8 of 64; L2 at a 4 KiB pitch: 16 of 1024) and evict each other
-// between the calls that reread them. The kernel alone, on one L2-resident
-// call of 19 rows x 14 pixels (AMD Zen 5, f32, m16n1, the 2 KiB-pitch
-// ResNeXt-50 conv4 3x3 s2): 117 -> 162 GFLOP/s; m11n2 at a 4 KiB pitch
-// (conv5 s2): 139 -> 199. Layers without groups measured even (ResNet-50
-// 3x3 and 16-bit 1x1, 0.94-1.03 against none): left dense.
-int64_t staged_pitch(const WeightsPlan& plan, const Problem& p, int64_t bytes) {
-    const bool spread = plan.staged && !plan.tile_major && plan.fold_kw == 1 && p.g > 1 && bytes % 512 == 0;
+// Staged rows: the pixel pitch of `bytes` (f32 channels), one line more
+// where a walk's pixels would all fall into a few L1 sets. A tile reads a
+// line or two of every pixel of the chunk, tap after tap, for each of the
+// ic (oc) tiles that share the rows; lines that share a set evict each
+// other (and the lines prefetched ahead of the walk) before they are
+// reread.
+// - Grouped layers: pitches that are multiples of 512 bytes (L1: 8 of 64
+//   sets; L2 at a 4 KiB pitch: 16 of 1024). The kernel alone, on one
+//   L2-resident call of 19 rows x 14 pixels (AMD Zen 5, f32, m16n1, the
+//   2 KiB-pitch ResNeXt-50 conv4 3x3 s2): 117 -> 162 GFLOP/s; m11n2 at a
+//   4 KiB pitch (conv5 s2): 139 -> 199.
+// - Layers without groups, where a walk steps a multiple of 4 KiB from one
+//   output pixel to the next (`pixels_a_step` staged pixels: the W stride
+//   for src, unless compressed): then every pixel of the walk lands in one
+//   set of a 64-set L1 (12 ways on AMD Zen 5 and on Intel's Golden Cove:
+//   a dozen pixels' lines, the ones prefetched ahead included). At 1-2 KiB
+//   steps a walk's lines fill 2-4 sets, and a dense tile reads fewer
+//   pixels' lines per FMA than a grouped one: those stay dense (ResNet-50
+//   3x3 and 16-bit 1x1, 1-2 KiB: 0.94-1.03x on AMD Zen 5; U-Net enc4_b and
+//   ResNet-50 res4a / res5a_branch2b 0.95-1.00x on the Intel Xeon below). Intel Xeon (family 6 model 207), 2 threads, f32,
+//   min of 3, against dense rows: U-Net dec4_a (1024 -> 512 3x3) 1.17x,
+//   bottleneck_a (512 -> 1024) 1.20x, 2048 -> 512 3x3 at 7x7 2.12x, wav2vec
+//   2.0 feat1 / feat6 (512 channels, s2) 1.09 / 1.12x; ConvTranspose
+//   U-Net up4 2.0x, HiFi-GAN up8 1.29x (min of 5); PERFORMANCE.md.
+int64_t staged_pitch(const WeightsPlan& plan, const Problem& p, int64_t bytes, int64_t pixels_a_step) {
+    if (!plan.staged || plan.tile_major || plan.fold_kw != 1) return bytes;
+    const bool spread = p.g > 1 ? bytes % 512 == 0 : bytes * pixels_a_step % 4096 == 0;
     return bytes + (spread ? 64 : 0);
 }
 
@@ -1418,8 +1434,8 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
         plan.lanes = kw_lanes_geometry(plan.geo);
         plan.lane_pairs = lane_pairs_ok(p, plan.isa);
     }
-    plan.src_pitch = staged_pitch(plan, p, p.ic() * 4);
-    plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4);
+    plan.src_pitch = staged_pitch(plan, p, p.ic() * 4, plan.compress_w ? 1 : p.stride[2]);
+    plan.dst_pitch = staged_pitch(plan, p, p.oc() * 4, 1);
     // Row-staged bf16 pairs in NXC pair diff_dst in the kernels (set before
     // the blocking, which then counts the kernels' registers; pairs are
     // never blocked, that is AVX2's) on chunks of up to an L2: see below.
