@@ -108,6 +108,8 @@ TEST_CASE("cli check: guarded checks pass in every op, dtype and layout", "[cli]
     const sweep_options o = parse_sweep_args({"--guard=begin", "ic3oc4iw5kw3"});
     CHECK(o.guard == guard_side::begin);
     CHECK_THROWS_WITH(parse_sweep_args({"--guard=left"}), Catch::Contains("option --guard=left: expected none"));
+    CHECK_THROWS_WITH(parse_sweep_args({"--guard=end", "--mode=P"}), Catch::Contains("--mode has no C"));
+    CHECK(parse_sweep_args({"--guard=end", "--mode=CP"}).guard == guard_side::end);
 }
 
 TEST_CASE("cli check: a corrupted result is detected", "[cli][check]") {

@@ -57,10 +57,12 @@ void install_fault_reporter() {
 }
 
 void set_fault_case(const op_case& c, const sweep_options& o) {
+    std::string name = c.name.empty() ? c.descriptor : c.name;
+    if (name.size() >= 2 && name.front() == '"' && name.back() == '"') name = name.substr(1, name.size() - 2);
     const int n = std::snprintf(fault_message, sizeof fault_message,
                                 "\nFAULT %s %s %s: access outside a tensor placed with --guard=%s\n",
-                                short_op_name(c.kind), convgrad::dtype_name(c.dt),
-                                (c.name.empty() ? c.descriptor : c.name).c_str(), guard_side_name(o.guard));
+                                short_op_name(c.kind), convgrad::dtype_name(c.dt), name.c_str(),
+                                guard_side_name(o.guard));
     fault_message_length = n > 0 ? std::min(static_cast<size_t>(n), sizeof fault_message - 1) : 0;
 }
 

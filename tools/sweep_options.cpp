@@ -219,6 +219,9 @@ sweep_options parse_sweep_args(const std::vector<std::string>& args) {
         }
         o.inputs.push_back(arg);
     }
+    if (o.guard != guard_side::none && !o.check)
+        throw std::invalid_argument(std::string("option --guard=") + guard_side_name(o.guard) +
+                                    ": guards the check, but --mode has no C");
     return o;
 }
 
