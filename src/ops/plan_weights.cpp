@@ -25,7 +25,6 @@
 //    for problems that always run on one thread (runs_serial).
 #include "ops/plan_weights.hpp"
 
-#include <cstdlib>
 #include <algorithm>
 #include <array>
 #include <climits>
@@ -333,16 +332,17 @@ bool stage_f32(const Problem& p, const WeightsPlan& plan) {
 // - Layers without groups, where a walk steps a multiple of 4 KiB from one
 //   output pixel to the next (`pixels_a_step` staged pixels: the W stride
 //   for src, unless compressed): then every pixel of the walk lands in one
-//   set of a 64-set L1 (12 ways on AMD Zen 5 and on Intel's Golden Cove:
-//   a dozen pixels' lines, the ones prefetched ahead included). At 1-2 KiB
+//   set of a 64-set L1 (12 ways on AMD Zen 5 and on the Intel Xeon below: a
+//   dozen pixels' lines, the ones prefetched ahead included). At 1-2 KiB
 //   steps a walk's lines fill 2-4 sets, and a dense tile reads fewer
 //   pixels' lines per FMA than a grouped one: those stay dense (ResNet-50
 //   3x3 and 16-bit 1x1, 1-2 KiB: 0.94-1.03x on AMD Zen 5; U-Net enc4_b and
-//   ResNet-50 res4a / res5a_branch2b 0.95-1.00x on the Intel Xeon below). Intel Xeon (family 6 model 207), 2 threads, f32,
-//   min of 3, against dense rows: U-Net dec4_a (1024 -> 512 3x3) 1.17x,
-//   bottleneck_a (512 -> 1024) 1.20x, 2048 -> 512 3x3 at 7x7 2.12x, wav2vec
-//   2.0 feat1 / feat6 (512 channels, s2) 1.09 / 1.12x; ConvTranspose
-//   U-Net up4 2.0x, HiFi-GAN up8 1.29x (min of 5); PERFORMANCE.md.
+//   ResNet-50 res4a / res5a_branch2b 0.95-1.00x on the Intel Xeon). Intel
+//   Xeon (family 6 model 207), 2 threads, f32, min of 3, against dense
+//   rows: U-Net dec4_a (1024 -> 512 3x3) 1.17x, bottleneck_a (512 -> 1024)
+//   1.20x, 2048 -> 512 3x3 at 7x7 2.12x, wav2vec 2.0 feat1 / feat6 (512
+//   channels, s2) 1.09 / 1.12x; ConvTranspose U-Net up4 2.0x, HiFi-GAN up8
+//   1.29x (min of 5); PERFORMANCE.md.
 int64_t staged_pitch(const WeightsPlan& plan, const Problem& p, int64_t bytes, int64_t pixels_a_step) {
     if (!plan.staged || plan.tile_major || plan.fold_kw != 1) return bytes;
     const bool spread = p.g > 1 ? bytes % 512 == 0 : bytes * pixels_a_step % 4096 == 0;
