@@ -59,6 +59,9 @@ struct case_result {
     std::string plan;    // mode D: op::describe()
 };
 
+// The case's name as lines show it: its name unquoted, else its descriptor.
+std::string display_name(const op_case& c);
+
 // Runs one case (call inside the task_arena that fixes the thread count).
 case_result run_case(const op_case& c, const sweep_options& o, const peak_table& peaks);
 

@@ -57,11 +57,9 @@ void install_fault_reporter() {
 }
 
 void set_fault_case(const op_case& c, const sweep_options& o) {
-    std::string name = c.name.empty() ? c.descriptor : c.name;
-    if (name.size() >= 2 && name.front() == '"' && name.back() == '"') name = name.substr(1, name.size() - 2);
     const int n = std::snprintf(fault_message, sizeof fault_message,
                                 "\nFAULT %s %s %s: access outside a tensor placed with --guard=%s\n",
-                                short_op_name(c.kind), convgrad::dtype_name(c.dt), name.c_str(),
+                                short_op_name(c.kind), convgrad::dtype_name(c.dt), display_name(c).c_str(),
                                 guard_side_name(o.guard));
     fault_message_length = n > 0 ? std::min(static_cast<size_t>(n), sizeof fault_message - 1) : 0;
 }
@@ -88,10 +86,11 @@ int run(const sweep_options& o) {
     const progress_bar bar(cases.size());
     tbb::task_arena arena(o.threads ? o.threads : tbb::task_arena::automatic);
     arena.execute([&] {
-        if (o.guard != guard_side::none && o.check) install_fault_reporter();
+        const bool guarded = o.guard != guard_side::none;  // parse_sweep_args: only with a check
+        if (guarded) install_fault_reporter();
         for (const op_case& c : cases) {
             bar.show(results.size(), c.name.empty() ? c.descriptor : c.name);
-            set_fault_case(c, o);
+            if (guarded) set_fault_case(c, o);
             results.push_back(run_case(c, o, peaks));
             bar.clear();
             std::cout << format_line(results.back()) << std::endl;

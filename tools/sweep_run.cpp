@@ -14,13 +14,14 @@
 #include "sweep.hpp"
 
 namespace convgrad::cli {
-namespace {
 
 std::string display_name(const op_case& c) {
     std::string n = c.name.empty() ? c.descriptor : c.name;
     if (n.size() >= 2 && n.front() == '"' && n.back() == '"') n = n.substr(1, n.size() - 2);
     return n.empty() ? "(unnamed)" : n;
 }
+
+namespace {
 
 std::string format_ms(double ms) {
     char buf[32];
