@@ -48,6 +48,17 @@ void set_geometry(DCase& c, const Geom& g) {
     c.pe = g.pe;
 }
 
+// A case of two images, g groups, ic -> oc channels in `dt`.
+DCase two_images(int64_t g, int64_t ic, int64_t oc, data_type dt) {
+    DCase c;
+    c.mb = 2;
+    c.g = g;
+    c.ic = ic;
+    c.oc = oc;
+    c.dt = dt;
+    return c;
+}
+
 // Whether the CPU (and CONVGRAD_MAX_ISA) allows the cap `isa`.
 bool runs(const std::string& isa) {
     const std::vector<std::string> order{"avx2", "avx512_core", "avx512_core_bf16"};
@@ -1601,15 +1612,10 @@ TEST_CASE("data: row blocks of several rows", "[jit][data][dtype]") {
     for (const Shape& sh : shapes) {
         int blocks = 0;
         for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-            DCase c;
-            c.mb = 2;
-            c.g = sh.g;
-            c.ic = sh.ic;
-            c.oc = sh.oc;
+            DCase c = two_images(sh.g, sh.ic, sh.oc, dt);
             c.in = {sh.ih, sh.iw};
             c.d = {sh.dh, 1};
             c.pb = c.pe = {sh.dh, 1};
-            c.dt = dt;
             INFO(wtest::label(c, "") << " " << convgrad::dtype_name(dt));
             const std::string d = c.make(testutil::vector_isa()).describe();
             INFO(d);
@@ -1617,6 +1623,71 @@ TEST_CASE("data: row blocks of several rows", "[jit][data][dtype]") {
             check_exact(c, kAllIsas);
         }
         if (runs("avx512_core")) CHECK(blocks >= 1);  // (AVX2 plans take rows one at a time)
+    }
+}
+
+// Under a stride, planes up to 28 wide run a whole diff_src row a block,
+// every W phase of it (DataKernelDesc::row_stride): each diff_dst pixel
+// broadcast once for the taps that read it, the (pixel, tap) pairs of
+// another phase or past the row left out of the kernel, and under an H
+// stride each row a call with its own kh taps. Groups of 16 at 14 and 28
+// wide (RegNetX-400MF's and ResNeXt-50's grouped 3x3 s2 layers, fewer
+// groups), W stride 3 with a kernel of 2 (every third pixel and row takes no
+// tap: zeros), W dilation 2 under stride 2 (odd pixels: zeros), asymmetric
+// pads, an H stride alone and a W stride alone (rows of a plane sharing
+// their kh taps), channel tails, oc in chunks (f32 sums kept between
+// them; bf16 in scratch), an odd oc; NCX; exact on every ISA and type,
+// the output starting as 0x7f bytes.
+TEST_CASE("data: strided rows run their W phases in one block", "[jit][data][dtype]") {
+    struct Shape {
+        int64_t g, ic, oc;
+        Geom geo;  // in, k, s, d, pads begin, pads end
+        bool nxc;
+    };
+    const Shape shapes[] = {
+            {3, 48, 48, {{14, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}}, true},
+            {2, 32, 32, {{28, 28}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}}, true},
+            {1, 32, 9, {{9, 9}, {2, 2}, {3, 3}, {1, 1}, {0, 0}, {0, 0}}, true},
+            {2, 32, 34, {{8, 11}, {3, 3}, {2, 2}, {1, 2}, {1, 2}, {1, 2}}, true},
+            {1, 20, 17, {{7, 12}, {3, 3}, {2, 1}, {1, 1}, {1, 1}, {1, 1}}, true},
+            {1, 16, 33, {{6, 13}, {1, 3}, {1, 2}, {1, 1}, {0, 2}, {0, 1}}, true},
+            {1, 32, 1201, {{9, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}, true},
+            {3, 48, 48, {{14, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}}, false}};
+    for (const Shape& sh : shapes) {
+        int whole = 0;
+        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+            DCase c = two_images(sh.g, sh.ic, sh.oc, dt);
+            set_geometry(c, sh.geo);
+            c.nxc = sh.nxc;
+            INFO(wtest::label(c, "") << " " << convgrad::dtype_name(dt));
+            const std::string d = c.make("avx512_core").describe();
+            INFO(d);
+            whole += d.find(" W phases together") != std::string::npos ||
+                     (sh.geo.s[1] == 1 && d.find("for valid (kd, kh) row") != std::string::npos);
+            check_exact(c, kAllIsas);
+        }
+        INFO(sh.g << " groups " << sh.ic << " -> " << sh.oc << " in " << sh.geo.in[0] << "x" << sh.geo.in[1]
+                  << " k " << sh.geo.k[0] << "x" << sh.geo.k[1] << " s " << sh.geo.s[0] << "x" << sh.geo.s[1]
+                  << (sh.nxc ? "" : " NCX"));
+        if (runs("avx512_core")) CHECK(whole >= 1);
+    }
+    // RegNetX-400MF s4's grouped 3x3 s2 layer, fewer groups: a row of 14
+    // pixels a block, 3 W loads, the 7 pixels of a diff_dst row
+    // broadcast, 20 FMAs (pixel 0 reads no tap 0), each row a call.
+    DCase c;
+    c.g = 2;
+    c.ic = c.oc = 32;
+    c.in = {14, 14};
+    c.s = {2, 2};
+    c.pb = {1, 1};
+    c.pe = {0, 0};
+    if (runs("avx512_core")) {
+        const std::string d = c.make("avx512_core").describe();
+        INFO(d);
+        CHECK(d.find("direct m14 n1x16 threads") != std::string::npos);
+        CHECK(d.find("for block of 14 pixels = a row, its 2 W phases together, a call a row") != std::string::npos);
+        CHECK(d.find("for valid (kd, kh) row: for oc: 3 W loads, 7 bcasts, 20 FMAs (W edges compiled in)") !=
+              std::string::npos);
     }
 }
 

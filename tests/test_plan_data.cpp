@@ -147,6 +147,23 @@ TEST_CASE("data plan: strided depthwise layers within L3 keep ordinary stores", 
         }
 }
 
+TEST_CASE("data plan: groups narrower than a line keep ordinary stores", "[jit][data][plan]") {
+    // RegNetX-400MF s2's grouped 3x3 s2 layer (groups of 16 at 56 -> 28,
+    // 25 MB of f32 diff_src at mb 32): each group's pixels are a rep of their
+    // own, so a 16-bit group's 32 bytes stream half a line at a time while
+    // f32 groups of 16 fill their lines.
+    const Problem f32 = square(4, 64, 64, 56, 3, 2, 1, 28);
+    const Problem f16 = square(4, 64, 64, 56, 3, 2, 1, 28, data_type::f16);
+    const DataPlan a = plan_of(f32, Isa::avx512_core, 2), b = plan_of(f16, Isa::avx512_core, 2);
+    INFO(a.to_string() << b.to_string());
+    CHECK(a.path == DataPath::direct);
+    CHECK(b.path == DataPath::direct);
+    CHECK(a.nt_store);
+    CHECK_FALSE(b.nt_store);
+    // Groups of 32 fill a line in 16 bits too.
+    CHECK(plan_of(square(4, 128, 128, 56, 3, 2, 1, 28, data_type::f16), Isa::avx512_core, 2).nt_store);
+}
+
 TEST_CASE("data plan: prefetch lines cover the next block", "[jit][data][plan]") {
     for (data_type dt : {data_type::f32, data_type::bf16}) {
         const Isa isa = dt == data_type::f32 ? Isa::avx512_core : Isa::avx512_core_bf16;
@@ -168,7 +185,7 @@ TEST_CASE("data plan: prefetch lines cover the next block", "[jit][data][plan]")
 TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
     std::mt19937 gen(7);
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
-    int direct_row_taps = 0;
+    int direct_row_taps = 0, strided_row_taps = 0;
     for (int iter = 0; iter < 300; ++iter) {
         const int64_t g = pick(0, 3) == 0 ? pick(2, 4) : 1;
         const bool dw = pick(0, 4) == 0;
@@ -210,9 +227,14 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
                 CHECK(pl.path == DataPath::direct);
                 CHECK(pl.types.compute != DataCompute::widen);
                 CHECK(!pl.blk.bcast_in_fma);
-                CHECK(pl.geo.stride[2] == 1);
                 types.row_taps = static_cast<int>(pl.geo.k[2]);
                 types.row_w = static_cast<int>(pl.geo.out[2]);
+                types.row_stride = static_cast<int>(pl.geo.stride[2]);
+                // Under a stride a row of at most 28 pixels; under an H
+                // stride a block of one row (each row its own kh taps).
+                if (pl.geo.stride[1] > 1 || pl.geo.stride[2] > 1) CHECK(pl.geo.in[2] <= 28);
+                if (pl.geo.stride[1] > 1) CHECK(pl.block_rows() == 1);
+                if (pl.geo.stride[1] > 1 || pl.geo.stride[2] > 1) ++strided_row_taps;
                 ++direct_row_taps;
             }
             for (int m = 1; m <= pl.blk.m; ++m) {
@@ -300,6 +322,7 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
         }
     }
     CHECK(direct_row_taps > 0);  // the generator reaches the row-taps form
+    CHECK(strided_row_taps > 0);  // ... and under a stride
 }
 
 TEST_CASE("data plan: a block's broadcast rows fit the L1 sets", "[jit][data][plan]") {

@@ -43,6 +43,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.tap_seq = kind == DataKernelKind::depthwise && d.row_taps > 1 && types.tap_seq;
     d.w_tap_bytes = direct_taps ? types.w_tap_bytes : 0;
     d.block_rows = direct_taps ? std::max(1, types.block_rows) : 1;
+    d.row_stride = direct_taps ? std::max(1, types.row_stride) : 1;
     d.tail_m = types.tail_m;
     d.lane_group = kind == DataKernelKind::depthwise ? types.lane_group : 1;
     d.row_pairs = static_cast<int32_t>(kind == DataKernelKind::depthwise ? types.row_pairs : DataRowPairs::none);
@@ -67,6 +68,7 @@ std::string to_string(const DataKernelDesc& d) {
         os << "_edges" << d.row_x0 << "of" << d.row_w << "b" << d.row_nblocks;
     else if (d.row_w)
         os << "x" << d.row_x0 << "of" << d.row_w << "w" << d.w_tap_bytes;
+    if (d.row_stride > 1) os << "s" << d.row_stride;
     if (d.block_rows > 1) os << "_rows" << d.block_rows;
     if (d.tail_m) os << "_tail" << d.tail_m;
     if (d.w_tap_step > 1) os << "w" << d.w_tap_step;

@@ -129,14 +129,14 @@ struct DataKernelDesc {
     // oc loop (prefetch_next_block), enough that a whole oc chunk's trips
     // cover the next block's m pixels.
     int32_t pf_lines = 1;
-    // Direct with row_taps > 1 (row blocks: a block is a whole diff_src row
-    // under a unit W stride): an entry is a kh row of row_taps kw taps, tap
-    // k reading the diff_dst pixel tap_dil·k before tap 0's and the W
-    // w_tap_bytes·k after tap 0's. Block pixel j's tap k reads pixel x =
-    // j + row_x0 - tap_dil·k of a diff_dst row of row_w pixels: the (j, k)
-    // whose x falls outside the row are left out at generation (the W
-    // edges compiled in), and each pixel is broadcast once per oc for every
-    // tap that reads it.
+    // Direct with row_taps > 1 (row blocks: a block is a whole diff_src
+    // row, all its W stride phases): an entry is a kh row of row_taps kw
+    // taps, tap k's W w_tap_bytes·k after tap 0's. Block pixel j's tap k
+    // reads diff_dst pixel x of a row of row_w pixels where
+    // row_stride·x = j + row_x0 - tap_dil·k, at the entry's dd plus
+    // (x - row_x0) pixels: the (j, k) with no such x inside the row are
+    // left out at generation (the W edges and the stride compiled in), and
+    // each pixel is broadcast once per oc for every tap that reads it.
     // Depthwise with row_w > 0: the same for the pixels of a whole W phase
     // of a row, read in place (no zero-padded copy): block b's pixel j,
     // tap k reads x = b·m + j + row_x0 - tap_dil·k. A call runs the row's
@@ -161,7 +161,7 @@ struct DataKernelDesc {
     // for it (the registers of one tap an entry; row_taps only carries the
     // taps' offsets, and with them the W edges).
     int32_t tap_seq = 0;
-    int32_t reserved = 0;         // keeps the struct free of padding
+    int32_t row_stride = 1;       // direct row taps: the W stride (see row_x0)
     int64_t w_tap_bytes = 0;      // direct row taps: W bytes between taps k and k+1
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
@@ -188,6 +188,7 @@ struct DataKernelTypes {
     int64_t w_tap_bytes = 0;        // direct row taps: see DataKernelDesc
     int block_rows = 1;             // direct row taps: see DataKernelDesc
     int tail_m = 0;                 // see DataKernelDesc
+    int row_stride = 1;             // direct row taps: see DataKernelDesc
     int lane_group = 1;             // depthwise: see DataKernelDesc
     DataRowPairs row_pairs = DataRowPairs::none;  // depthwise: see DataKernelDesc
     int pf_lines = 1;               // direct: see DataKernelDesc
@@ -204,11 +205,11 @@ int data_kernel_vregs(const DataKernelDesc& d);
 inline int data_kernel_w_vregs(const DataKernelDesc& d) { return (d.tap_seq ? 1 : d.row_taps) * d.n; }
 
 // Direct row taps: the pixel of an m-pixel block that tap k of diff_dst
-// pixel x adds to, or -1 (see DataKernelDesc::row_x0 and tap_dil). The
-// generator leaves the other (pixel, tap) pairs out, and the planner's
-// cost counts the same pairs.
-inline int data_row_tap_pixel(int x, int k, int row_x0, int tap_dil, int m) {
-    const int j = x - row_x0 + k * tap_dil;
+// pixel x adds to, or -1 (see DataKernelDesc::row_x0, tap_dil and
+// row_stride). The generator leaves the other (pixel, tap) pairs out, and
+// the planner's cost counts the same pairs.
+inline int data_row_tap_pixel(int x, int k, int row_x0, int tap_dil, int m, int stride = 1) {
+    const int j = x * stride - row_x0 + k * tap_dil;
     return j >= 0 && j < m ? j : -1;
 }
 
@@ -282,7 +283,7 @@ private:
     int row_pixels() const { return d_.m / d_.block_rows; }
     int64_t block_row_dd_bytes() const { return d_.dd_block_bytes / d_.block_rows; }
     int row_tap_pixel(int x, int k) const {
-        return data_row_tap_pixel(x, k, d_.row_x0, d_.tap_dil, row_pixels());
+        return data_row_tap_pixel(x, k, d_.row_x0, d_.tap_dil, row_pixels(), d_.row_stride);
     }
     void widen_entry();
     void widen_tail(const Xbyak::Label& done);

@@ -469,7 +469,9 @@ void JitDataExecutor::build_kernels() {
     const bool dw = plan_.path == DataPath::depthwise;
     const int64_t dd_pix = plan_.dd_pitch;
     const int64_t row_px = g.in[2];  // row blocks: a block's rows of row_px pixels
-    const int64_t dst_pix = col ? plan_.cb.padded() * 4 : g.stride[2] * dst_str_.w * es_;
+    // (Row taps: a block's pixels are a row's, every W phase.)
+    const int64_t dst_pix =
+            col ? plan_.cb.padded() * 4 : (plan_.direct_row_taps ? 1 : g.stride[2]) * dst_str_.w * es_;
     // mb pixels a block, the last (narrower) channel block or not,
     // streaming stores, an entry's row taps, the pixels of a partial block.
     auto build = [&](int64_t mb, bool last, bool nt, int64_t taps, int64_t tail_m, int64_t r = 0) {
@@ -512,7 +514,7 @@ void JitDataExecutor::build_kernels() {
         return;
     }
     kernels_.assign(static_cast<size_t>(2 * (b.m + 1)), nullptr);
-    for (int64_t mb : {int64_t(b.m), (col ? p_.out[2] : phase_pixel_count(g, 0)) % b.m})
+    for (int64_t mb : {int64_t(b.m), (col ? p_.out[2] : g.in[2]) % b.m})
         for (int last = 0; last < 2; ++last)
             if (mb > 0 && (last || plan_.cb.per_group > 1) && !kernels_[kernel_slot(mb, last)])
                 kernels_[kernel_slot(mb, last)] = build(mb, last, false, 0, 0);
@@ -1120,6 +1122,7 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
     const int64_t grp = cb / cbs.per_group, blk = cb % cbs.per_group;
     const int64_t width = cbs.width(last), ksp = p_.k_sp();
     const int64_t row_es = plan_.widen_rows ? 4 : es_, pix_bytes = plan_.dd_pitch;
+    const int64_t w_tap_bytes = plan_.ocg_w * width * plan_.w_elem_bytes;
     const int64_t row_elems = g.in[2] * p_.ic(), chan_off = grp * p_.icg + blk * cbs.block;
     const int64_t plane_off = (plane * g.in[1] - ctx.dst_row0) * row_elems + chan_off;  // diff_src elements
     const std::vector<PhaseTap>& taps = phases_[0];
@@ -1130,16 +1133,17 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
                                           plan_.w_elem_bytes;
         const char* dd_chunk = ctx.slab.get() + plan_.pad_left * pix_bytes + (grp * p_.ocg + oc0) * row_es;
         for (int64_t ih = 0; ih < g.in[1];) {
-            const auto kh = row_kh_range(g, ih);
             const int64_t end = row_kh_run_end(g, ih);
             ctx.entries.clear();
-            for (int64_t k = kh.first; k < kh.second; ++k)
-                for (const PhaseTap& pt : taps) {
-                    add_entry(ctx.entries,
-                              dd_chunk + (ih + g.pad[1] - k * g.dil[1]) * plan_.scratch.row_bytes + pt.base * pix_bytes,
-                              wblock + (k * g.k[2] + pt.kw) * plan_.ocg_w * width * plan_.w_elem_bytes);
-                    if (plan_.direct_row_taps) break;  // tap kw = 0 stands for the row's taps
-                }
+            for_each_row_kh(g, ih, [&](int64_t kh, int64_t oh) {
+                const char* dd_row = dd_chunk + oh * plan_.scratch.row_bytes;
+                const char* w_row = wblock + kh * g.k[2] * w_tap_bytes;
+                if (plan_.direct_row_taps)  // tap kw = 0 stands for the row's taps (DataKernelDesc::row_x0)
+                    add_entry(ctx.entries, dd_row + g.pad[2] * pix_bytes, w_row);
+                else
+                    for (const PhaseTap& pt : taps)
+                        add_entry(ctx.entries, dd_row + pt.base * pix_bytes, w_row + pt.kw * w_tap_bytes);
+            });
             // Blocks of block_rows rows from row r0 (the entries read its
             // diff_dst rows), one row a block for the run's leftover rows.
             auto call = [&](int64_t r0, int64_t rows_a_block, int64_t nblocks) {

@@ -127,6 +127,10 @@ constexpr int64_t kWindowPlaneBytes = 4 << 10;
 constexpr int64_t kWindowRunBytes = 4 << 10;
 constexpr int64_t kRowTapsMinPhasePixels = 28;   // depthwise under a W stride, see make_data_plan
 constexpr int kMaxM = 16, kMaxN = 8;
+// Strided row taps: a block is a whole row of up to this many pixels
+// (n = 1: 28 accumulators, 3 W vectors of a 3-wide kernel and the
+// broadcast fill the 32 registers).
+constexpr int kMaxRowTapsM = 28;
 // Depthwise row taps need this many accumulators, else an entry per tap
 // (AMD Zen 5, 2 threads, 144 ch at 200 (1D) / 256 ch at 28x28, mb 32:
 // kw 27 with m3 x n1 0.64-0.84x and kw 29 with m1 x n1 0.26-0.60x the
@@ -231,7 +235,7 @@ std::vector<PhaseSize> phase_sizes(const DataGeometry& g) {
     return r;
 }
 
-// Direct row taps (unit W stride, a block = the row's m pixels): the
+// Direct row taps (a block = the row's m pixels, every W phase): the
 // (pixel, kw tap) pairs that read inside the diff_dst row, and the row's
 // pixels they read.
 struct RowTapWork {
@@ -243,7 +247,7 @@ RowTapWork direct_row_tap_work(const DataGeometry& g, int64_t m) {
         bool read = false;
         for (int64_t k = 0; k < g.k[2]; ++k) {
             if (data_row_tap_pixel(static_cast<int>(x), static_cast<int>(k), static_cast<int>(g.pad[2]),
-                                   static_cast<int>(row_tap_pixels(g)), static_cast<int>(m)) < 0)
+                                   static_cast<int>(g.dil[2]), static_cast<int>(m), static_cast<int>(g.stride[2])) < 0)
                 continue;
             ++w.pairs;
             read = true;
@@ -408,21 +412,27 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                           : pl->path == DataPath::col  ? p.k_sp() * p.icg
                                                        : p.ic();
     const int max_n = static_cast<int>(std::min<int64_t>(kMaxN, div_up(lanes, vlen)));
-    const std::vector<PhaseSize> phases = phase_sizes(pl->geo);
+    // Row taps: a block is a whole row, its W phases together.
+    const std::vector<PhaseSize> phases =
+            pl->direct_row_taps ? std::vector<PhaseSize>{{pl->geo.in[2], pl->geo.k[2]}} : phase_sizes(pl->geo);
     const std::vector<int64_t> kh_runs = pl->row_blocks ? row_kh_runs(pl->geo) : std::vector<int64_t>{};
     // Broadcast rows: diff_dst pixels (f32, or widened to f32; bf16 pairs: 2
     // bytes a channel); blocks whose m rows crowd one L1 set are left out.
     const int64_t bcast_stride = p.oc() * (is_dot(*pl) ? 2 : 4);
     // (More rows never crowd a set less, so one count settles the common case.)
-    std::array<bool, kMaxM + 1> crowded{};
-    if (pl->path != DataPath::depthwise && lines_per_l1_set(kMaxM, bcast_stride) > kL1LinesPerSet)
+    // Strided row taps read their row's diff_dst pixels from the slab,
+    // whose pitch choose_padded_rows spreads where they crowd a set.
+    const bool strided_rows = pl->direct_row_taps && (pl->geo.stride[1] > 1 || pl->geo.stride[2] > 1);
+    const int max_m = strided_rows ? kMaxRowTapsM : kMaxM;
+    std::array<bool, kMaxRowTapsM + 1> crowded{};
+    if (pl->path != DataPath::depthwise && !strided_rows && lines_per_l1_set(kMaxM, bcast_stride) > kL1LinesPerSet)
         for (int m = 1; m <= kMaxM; ++m) crowded[m] = lines_per_l1_set(m, bcast_stride) > kL1LinesPerSet;
     const DataKernelTypes types = data_kernel_types(*pl, row_tap_count(pl->geo));
     double best = -1, best_key = 0;  // the cost, and the cost weighed by tie_weight
     bool best_preferred = false;
     for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
         for (int n = 1; n <= max_n; ++n)
-            for (int m = 1; m <= kMaxM; ++m) {
+            for (int m = 1; m <= max_m; ++m) {
                 // Row blocks: a row a block, or with row taps several rows.
                 if (pl->row_blocks && m != pl->geo.in[2] &&
                     !(pl->direct_row_taps && m % pl->geo.in[2] == 0 && rows_in_blocks(kh_runs, m / pl->geo.in[2]) > 0))
@@ -482,8 +492,12 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
 
 // Row blocks need one W phase and a plane whose rows read only rows of the
 // same diff_dst plane: unit strides, no depth taps or padding, not folded.
-bool row_blocks_fit(const Problem& p, const DataGeometry& g) {
-    return !g.folded_hw && g.in[2] <= kMaxM && g.stride[1] == 1 && g.stride[2] == 1 && g.k[0] == 1 &&
+// `strided`: row taps under an H or W stride (a block a row, each row its
+// own kh taps under an H stride).
+bool row_blocks_fit(const Problem& p, const DataGeometry& g, bool strided = false) {
+    const bool unit = g.stride[1] == 1 && g.stride[2] == 1;
+    return !g.folded_hw && g.in[2] <= (strided ? kMaxRowTapsM : kMaxM) && (strided ? !unit && g.k[2] > 1 : unit) &&
+           g.k[0] == 1 &&
            g.stride[0] == 1 && g.pad[0] == 0 && g.out[0] == g.in[0] && p.k_sp() > 1;
 }
 
@@ -752,6 +766,7 @@ DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps) {
         t.tap_dil = static_cast<int>(pl.geo.dil[2]);
         t.row_x0 = static_cast<int>(pl.geo.pad[2]);
         t.row_w = static_cast<int>(pl.geo.out[2]);
+        t.row_stride = static_cast<int>(pl.geo.stride[2]);
     }
     t.lane_group = pl.lane_group;
     return t;
@@ -920,6 +935,22 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
             if (pl->row_blocks && p.k[2] > 1 && choose_blocking(p, &taps) && taps.est_cycles < pl->est_cycles)
                 *pl = taps;
         }
+        // Under a stride, row taps take a whole row's W phases in one block
+        // (its accumulators the row's pixels, each diff_dst pixel broadcast
+        // once for the taps that read it) instead of a block per phase of
+        // half or fewer pixels, each tap its own pass. Against the phases
+        // (Intel Xeon, 2 threads, mb 32, min of 3): grouped 3x3 s2 layers
+        // in groups of 16 (RegNetX-400MF s3 / s4, ResNeXt-50 conv4) f32
+        // 1.13-1.36x, f16 3.0-10x; a 3D 3x3 s2 layer 1.05-1.09x.
+        if (pl->isa >= Isa::avx512_core && row_blocks_fit(p, pl->geo, true)) {
+            DataPlan taps = *pl;
+            taps.row_blocks = true;
+            taps.direct_row_taps = true;
+            if (choose_blocking(p, &taps) && (!ok || taps.est_cycles < pl->est_cycles)) {
+                *pl = taps;
+                ok = true;
+            }
+        }
         const int vlen = pl->isa >= Isa::avx512_core ? 16 : 8;
         if (p.icg < 2 * vlen && p.k_sp() > 1) {
             DataPlan col = *pl;
@@ -1014,14 +1045,22 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // 672 in blocks of 112: 1.05-1.09x; AMD Zen 4, 2 threads, min of 5).
     const bool dw_split = pl->path == DataPath::depthwise && pl->lane_group == 1 && pl->cb.per_group > 1 &&
                           pl->cb.block * es % kCacheLineBytes != 0;
+    // Direct groups narrower than a line leave it in parts too, each
+    // group's pixels a rep of their own: f16 groups of 16 (32 bytes) ran
+    // 6-10x faster with ordinary stores (Intel Xeon, 2 threads, mb 32, min
+    // of 3: RegNetX-400MF s1 / s2 3x3 s2 10.1x, 8 groups of a 1D layer on
+    // 30000 samples 6.1x, unit stride 56x56 3.1x).
+    const bool narrow_groups = pl->path == DataPath::direct && p.g > 1 && p.icg * es < kCacheLineBytes;
     const bool whole_lines = (pl->geo.stride[2] == 1 || p.ic() * es % kCacheLineBytes == 0) &&
-                             (pl->cb.per_group == 1 || pl->cb.block * es >= kCacheLineBytes) && !dw_split;
+                             (pl->cb.per_group == 1 || pl->cb.block * es >= kCacheLineBytes) && !dw_split &&
+                             !narrow_groups;
     const double dd_bytes = double(p.mb * p.out_sp() * p.oc()) * double(es);
     const double data_bytes = double(out_bytes) + dd_bytes;  // diff_dst and diff_src together
     const bool data_cached = data_bytes <= (pl->isa == Isa::avx2 ? kDwCachedBytesAvx2 : kL3Bytes);
     const bool strided_dw_cached = pl->path == DataPath::depthwise && p.stride[0] == 1 &&
                                    (p.stride[1] > 1 || p.stride[2] > 1) && data_cached;
-    pl->nt_store = big && !strided_dw_cached && one_store && whole_lines && !pl->ncx_windows &&
+    // (Row blocks store plainly: build_kernels.)
+    pl->nt_store = big && !pl->row_blocks && !strided_dw_cached && one_store && whole_lines && !pl->ncx_windows &&
                    (pl->path == DataPath::depthwise || p.icg % pl->blk.vlen == 0) && p.ic() % pl->blk.vlen == 0;
     // Where streaming stores cannot serve (channels not whole vectors, or
     // diff_src not 64-byte aligned at run time), depthwise kernels prefetch
@@ -1149,11 +1188,18 @@ std::string DataPlan::to_string() const {
                << "    " << cbl << "\n"
                << "      for oc chunk of " << oc_chunk << ", row in group\n";
         }
+        const std::string share = geo.stride[1] > 1 ? ", a call a row (an H stride: its own kh taps)"
+                                                    : ", rows of a plane sharing their taps in one call";
         nest
-           << "        for W phase in " << geo.stride[2] << ", block of " << blk.m << " pixels"
-           << (!row_blocks           ? ""
-               : block_rows() > 1 ? " = " + std::to_string(block_rows()) + " rows, rows of a plane sharing their taps in one call"
-                                  : std::string(" = a row, rows of a plane sharing their taps in one call"))
+           << (row_blocks && geo.stride[2] > 1
+                       ? "        for block of " + std::to_string(blk.m) + " pixels = a row, its " +
+                                 std::to_string(geo.stride[2]) + " W phases together"
+                       : "        for W phase in " + std::to_string(geo.stride[2]) + ", block of " +
+                                 std::to_string(blk.m) + " pixels")
+           << (!row_blocks        ? ""
+               : block_rows() > 1 ? " = " + std::to_string(block_rows()) + " rows" + share
+               : geo.stride[2] > 1 ? share
+                                  : " = a row" + share)
            << (dw_prefetch_rows   ? " (W edges compiled in, rows read in place, the next one prefetched to L2)"
                : dw_edges          ? " (W edges compiled in, rows read in place)"
                : !padded_rows      ? " (no edges)"

@@ -236,15 +236,26 @@ struct DataPlan {
 
 inline int64_t floor_div(int64_t a, int64_t b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
 
-// Row blocks (unit strides): the kh taps valid for diff_src row ih,
+// Row blocks: f(kh, oh) for each kh tap of diff_src row ih and the
+// diff_dst row oh it reads, ih + pad - kh·dil = oh·SH.
+template <class F>
+void for_each_row_kh(const DataGeometry& g, int64_t ih, F f) {
+    for (int64_t kh = 0; kh < g.k[1]; ++kh) {
+        const int64_t t = ih + g.pad[1] - kh * g.dil[1];
+        if (t >= 0 && t % g.stride[1] == 0 && t / g.stride[1] < g.out[1]) f(kh, t / g.stride[1]);
+    }
+}
+// Row blocks under a unit H stride: the kh taps valid for diff_src row ih,
 // 0 <= ih + pad - kh·dil < OH, a contiguous range [first, second); and the
-// end of the run of rows from ih that share them (one kernel call).
+// end of the run of rows from ih that share them (one kernel call; under
+// an H stride each row reads its own diff_dst rows, a call a row).
 inline std::pair<int64_t, int64_t> row_kh_range(const DataGeometry& g, int64_t ih) {
     const int64_t t = ih + g.pad[1];
     const int64_t lo = t < g.out[1] ? 0 : (t - g.out[1] + g.dil[1]) / g.dil[1];
     return {lo, std::min(g.k[1], t / g.dil[1] + 1)};
 }
 inline int64_t row_kh_run_end(const DataGeometry& g, int64_t ih) {
+    if (g.stride[1] > 1) return ih + 1;
     const auto kh = row_kh_range(g, ih);
     // Every kh valid: so are the rows up to the last that reads diff_dst row
     // OH - 1 through kh = 0 (the plane's long middle run, found at once).
