@@ -59,6 +59,13 @@ DCase two_images(int64_t g, int64_t ic, int64_t oc, data_type dt) {
     return c;
 }
 
+// A table's case: g groups, ic -> oc channels on a geometry, NXC or NCX.
+struct GeomCase {
+    int64_t g, ic, oc;
+    Geom geo;  // in, k, s, d, pads begin, pads end
+    bool nxc;
+};
+
 // Whether the CPU (and CONVGRAD_MAX_ISA) allows the cap `isa`.
 bool runs(const std::string& isa) {
     const std::vector<std::string> order{"avx2", "avx512_core", "avx512_core_bf16"};
@@ -91,6 +98,27 @@ void check_exact(const DCase& c, const std::vector<std::string>& isas = {"avx512
         require_jit_named(jit, isa);
         CHECK(testutil::bitwise_equal(testutil::run(jit, dd, w), expect));
     }
+}
+
+// A table's case in f32, bf16 and f16, each exact on every ISA (two
+// images); how many of the three avx512_core plans `planned` accepts
+// (checked where the CPU has AVX-512).
+template <class Pred>
+void check_types(const GeomCase& sh, Pred planned) {
+    int hits = 0;
+    for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+        DCase c = two_images(sh.g, sh.ic, sh.oc, dt);
+        set_geometry(c, sh.geo);
+        c.nxc = sh.nxc;
+        INFO(wtest::label(c, "") << " " << convgrad::dtype_name(dt));
+        const std::string d = c.make("avx512_core").describe();
+        INFO(d);
+        hits += planned(d);
+        check_exact(c, kAllIsas);
+    }
+    INFO(sh.g << " groups " << sh.ic << " -> " << sh.oc << " in " << sh.geo.in[0] << "x" << sh.geo.in[1]
+              << (sh.nxc ? "" : " NCX"));
+    if (runs("avx512_core")) CHECK(hits >= 1);
 }
 
 // A plan with streaming stores (AVX-512 plans; AVX2 blocks of half a line
@@ -1639,12 +1667,7 @@ TEST_CASE("data: row blocks of several rows", "[jit][data][dtype]") {
 // them; bf16 in scratch), an odd oc; NCX; exact on every ISA and type,
 // the output starting as 0x7f bytes.
 TEST_CASE("data: strided rows run their W phases in one block", "[jit][data][dtype]") {
-    struct Shape {
-        int64_t g, ic, oc;
-        Geom geo;  // in, k, s, d, pads begin, pads end
-        bool nxc;
-    };
-    const Shape shapes[] = {
+    const GeomCase shapes[] = {
             {3, 48, 48, {{14, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}}, true},
             {2, 32, 32, {{28, 28}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}}, true},
             {1, 32, 9, {{9, 9}, {2, 2}, {3, 3}, {1, 1}, {0, 0}, {0, 0}}, true},
@@ -1653,24 +1676,11 @@ TEST_CASE("data: strided rows run their W phases in one block", "[jit][data][dty
             {1, 16, 33, {{6, 13}, {1, 3}, {1, 2}, {1, 1}, {0, 2}, {0, 1}}, true},
             {1, 32, 1201, {{9, 9}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {1, 1}}, true},
             {3, 48, 48, {{14, 14}, {3, 3}, {2, 2}, {1, 1}, {1, 1}, {0, 0}}, false}};
-    for (const Shape& sh : shapes) {
-        int whole = 0;
-        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-            DCase c = two_images(sh.g, sh.ic, sh.oc, dt);
-            set_geometry(c, sh.geo);
-            c.nxc = sh.nxc;
-            INFO(wtest::label(c, "") << " " << convgrad::dtype_name(dt));
-            const std::string d = c.make("avx512_core").describe();
-            INFO(d);
-            whole += d.find(" W phases together") != std::string::npos ||
-                     (sh.geo.s[1] == 1 && d.find("for valid (kd, kh) row") != std::string::npos);
-            check_exact(c, kAllIsas);
-        }
-        INFO(sh.g << " groups " << sh.ic << " -> " << sh.oc << " in " << sh.geo.in[0] << "x" << sh.geo.in[1]
-                  << " k " << sh.geo.k[0] << "x" << sh.geo.k[1] << " s " << sh.geo.s[0] << "x" << sh.geo.s[1]
-                  << (sh.nxc ? "" : " NCX"));
-        if (runs("avx512_core")) CHECK(whole >= 1);
-    }
+    for (const GeomCase& sh : shapes)
+        check_types(sh, [&](const std::string& d) {
+            return d.find(" W phases together") != std::string::npos ||
+                   (sh.geo.s[1] == 1 && d.find("for valid (kd, kh) row") != std::string::npos);
+        });
     // RegNetX-400MF s4's grouped 3x3 s2 layer, fewer groups: a row of 14
     // pixels a block, 3 W loads, the 7 pixels of a diff_dst row
     // broadcast, 20 FMAs (pixel 0 reads no tap 0), each row a call.
@@ -1689,6 +1699,24 @@ TEST_CASE("data: strided rows run their W phases in one block", "[jit][data][dty
         CHECK(d.find("for valid (kd, kh) row: for oc: 3 W loads, 7 bcasts, 20 FMAs (W edges compiled in)") !=
               std::string::npos);
     }
+}
+
+// Unit-stride rows of 17-28 pixels, too wide for a row block without
+// them, take row taps too (a row a block, n = 1): ResNet-50's res3 3x3
+// and Inception-v3's 1x7 layers narrowed, W dilation with pads wider than
+// the kernel, channel tails, an odd oc in chunks, groups of 16; NCX; exact
+// on every ISA and type.
+TEST_CASE("data: unit-stride rows of 17-28 pixels run row taps", "[jit][data][dtype]") {
+    const GeomCase shapes[] = {{1, 48, 40, {{6, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, true},
+                               {1, 40, 56, {{4, 17}, {1, 7}, {1, 1}, {1, 1}, {0, 3}, {0, 3}}, true},
+                               {1, 24, 17, {{5, 20}, {3, 3}, {1, 1}, {2, 3}, {2, 4}, {2, 2}}, true},
+                               {1, 32, 1201, {{3, 19}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, true},
+                               {2, 32, 32, {{5, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, true},
+                               {1, 48, 40, {{6, 28}, {3, 3}, {1, 1}, {1, 1}, {1, 1}, {1, 1}}, false}};
+    for (const GeomCase& sh : shapes)
+        check_types(sh, [&](const std::string& d) {
+            return d.find("block of " + std::to_string(sh.geo.in[1]) + " pixels = a row") != std::string::npos;
+        });
 }
 
 // Rows whose padded diff_dst rows exceed L2 are cut into segments, each

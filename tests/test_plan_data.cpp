@@ -230,9 +230,11 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
                 types.row_taps = static_cast<int>(pl.geo.k[2]);
                 types.row_w = static_cast<int>(pl.geo.out[2]);
                 types.row_stride = static_cast<int>(pl.geo.stride[2]);
-                // Under a stride a row of at most 28 pixels; under an H
-                // stride a block of one row (each row its own kh taps).
-                if (pl.geo.stride[1] > 1 || pl.geo.stride[2] > 1) CHECK(pl.geo.in[2] <= 28);
+                // Rows of at most 28 pixels (16 at unit strides with more
+                // than one row a block); under an H stride a block of one
+                // row (each row its own kh taps).
+                CHECK(pl.geo.in[2] <= 28);
+                if (pl.block_rows() > 1) CHECK(pl.blk.m <= 16);
                 if (pl.geo.stride[1] > 1) CHECK(pl.block_rows() == 1);
                 if (pl.geo.stride[1] > 1 || pl.geo.stride[2] > 1) ++strided_row_taps;
                 ++direct_row_taps;

@@ -127,9 +127,9 @@ constexpr int64_t kWindowPlaneBytes = 4 << 10;
 constexpr int64_t kWindowRunBytes = 4 << 10;
 constexpr int64_t kRowTapsMinPhasePixels = 28;   // depthwise under a W stride, see make_data_plan
 constexpr int kMaxM = 16, kMaxN = 8;
-// Strided row taps: a block is a whole row of up to this many pixels
-// (n = 1: 28 accumulators, 3 W vectors of a 3-wide kernel and the
-// broadcast fill the 32 registers).
+// Row taps of strided rows, and of unit-stride rows wider than kMaxM: a
+// block is a whole row of up to this many pixels (n = 1: 28 accumulators,
+// 3 W vectors of a 3-wide kernel and the broadcast fill the 32 registers).
 constexpr int kMaxRowTapsM = 28;
 // Depthwise row taps need this many accumulators, else an entry per tap
 // (AMD Zen 5, 2 threads, 144 ch at 200 (1D) / 256 ch at 28x28, mb 32:
@@ -217,6 +217,10 @@ DataChannelBlocks make_channel_blocks(int64_t lanes, int64_t groups, int n, int 
 // (a phase's taps under a W stride are one pixel apart), and the most taps
 // an entry carries.
 int64_t row_tap_pixels(const DataGeometry& g) { return g.stride[2] == 1 ? g.dil[2] : 1; }
+
+// Rows that only row taps run as blocks: strided ones, and unit-stride
+// rows too wide for a row block without them.
+bool taps_alone_rows(const DataGeometry& g) { return g.stride[1] > 1 || g.stride[2] > 1 || g.in[2] > kMaxM; }
 int64_t row_tap_count(const DataGeometry& g) { return div_up(g.k[2], g.stride[2]); }
 
 // Average (kd, kh) taps per diff_src row.
@@ -420,12 +424,13 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
     // bytes a channel); blocks whose m rows crowd one L1 set are left out.
     const int64_t bcast_stride = p.oc() * (is_dot(*pl) ? 2 : 4);
     // (More rows never crowd a set less, so one count settles the common case.)
-    // Strided row taps read their row's diff_dst pixels from the slab,
-    // whose pitch choose_padded_rows spreads where they crowd a set.
-    const bool strided_rows = pl->direct_row_taps && (pl->geo.stride[1] > 1 || pl->geo.stride[2] > 1);
-    const int max_m = strided_rows ? kMaxRowTapsM : kMaxM;
+    // Row taps alone (strided or wide rows) read their row's diff_dst
+    // pixels from the slab, whose pitch choose_padded_rows spreads where
+    // they crowd a set.
+    const bool taps_alone = pl->direct_row_taps && taps_alone_rows(pl->geo);
+    const int max_m = taps_alone ? kMaxRowTapsM : kMaxM;
     std::array<bool, kMaxRowTapsM + 1> crowded{};
-    if (pl->path != DataPath::depthwise && !strided_rows && lines_per_l1_set(kMaxM, bcast_stride) > kL1LinesPerSet)
+    if (pl->path != DataPath::depthwise && !taps_alone && lines_per_l1_set(kMaxM, bcast_stride) > kL1LinesPerSet)
         for (int m = 1; m <= kMaxM; ++m) crowded[m] = lines_per_l1_set(m, bcast_stride) > kL1LinesPerSet;
     const DataKernelTypes types = data_kernel_types(*pl, row_tap_count(pl->geo));
     double best = -1, best_key = 0;  // the cost, and the cost weighed by tie_weight
@@ -492,12 +497,12 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
 
 // Row blocks need one W phase and a plane whose rows read only rows of the
 // same diff_dst plane: unit strides, no depth taps or padding, not folded.
-// `strided`: row taps under an H or W stride (a block a row, each row its
-// own kh taps under an H stride).
-bool row_blocks_fit(const Problem& p, const DataGeometry& g, bool strided = false) {
-    const bool unit = g.stride[1] == 1 && g.stride[2] == 1;
-    return !g.folded_hw && g.in[2] <= (strided ? kMaxRowTapsM : kMaxM) && (strided ? !unit && g.k[2] > 1 : unit) &&
-           g.k[0] == 1 &&
+// `taps_alone`: the rows only row taps take (taps_alone_rows; a block a
+// row, each row its own kh taps under an H stride).
+bool row_blocks_fit(const Problem& p, const DataGeometry& g, bool taps_alone = false) {
+    const bool fits = taps_alone ? taps_alone_rows(g) && g.in[2] <= kMaxRowTapsM && g.k[2] > 1
+                                 : g.stride[1] == 1 && g.stride[2] == 1 && g.in[2] <= kMaxM;
+    return !g.folded_hw && fits && g.k[0] == 1 &&
            g.stride[0] == 1 && g.pad[0] == 0 && g.out[0] == g.in[0] && p.k_sp() > 1;
 }
 
@@ -941,7 +946,13 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         // half or fewer pixels, each tap its own pass. Against the phases
         // (Intel Xeon, 2 threads, mb 32, min of 3): grouped 3x3 s2 layers
         // in groups of 16 (RegNetX-400MF s3 / s4, ResNeXt-50 conv4) f32
-        // 1.13-1.36x, f16 3.0-10x; a 3D 3x3 s2 layer 1.05-1.09x.
+        // 1.13-1.36x, f16 3.0-10x; a 3D 3x3 s2 layer 1.05-1.09x. So do
+        // unit-stride rows of 17-28 pixels: against blocks of a row's
+        // pixels (same host, f32 / f16): ResNet-50 res3 3x3 (128 channels,
+        // 28x28) 1.15 / 1.14x, Inception-v3's 1x7 layers at 17x17
+        // 1.09-1.29x, RegNetX-400MF's groups of 16 at 28x28 1.07 / 1.08x,
+        // DeepLab-v3's 3x3 dilated 17 at 17x17 2.0 / 2.2x, a 1D k3 dilated
+        // 5 on 19 samples 1.38x; geomean 1.25x over 22.
         if (pl->isa >= Isa::avx512_core && row_blocks_fit(p, pl->geo, true)) {
             DataPlan taps = *pl;
             taps.row_blocks = true;
