@@ -217,11 +217,11 @@ DataChannelBlocks make_channel_blocks(int64_t lanes, int64_t groups, int n, int 
 // (a phase's taps under a W stride are one pixel apart), and the most taps
 // an entry carries.
 int64_t row_tap_pixels(const DataGeometry& g) { return g.stride[2] == 1 ? g.dil[2] : 1; }
-
-// Rows that only row taps run as blocks: strided ones, and unit-stride
-// rows too wide for a row block without them.
-bool taps_alone_rows(const DataGeometry& g) { return g.stride[1] > 1 || g.stride[2] > 1 || g.in[2] > kMaxM; }
 int64_t row_tap_count(const DataGeometry& g) { return div_up(g.k[2], g.stride[2]); }
+
+// Rows that only direct row taps run as blocks: strided ones, and
+// unit-stride rows too wide for a row block without them.
+bool taps_alone_rows(const DataGeometry& g) { return g.stride[1] > 1 || g.stride[2] > 1 || g.in[2] > kMaxM; }
 
 // Average (kd, kh) taps per diff_src row.
 double row_taps(const DataGeometry& g) {
@@ -495,10 +495,11 @@ int64_t wpack_elems(const Problem& p, const DataPlan& pl) {
     return 0;
 }
 
-// Row blocks need one W phase and a plane whose rows read only rows of the
-// same diff_dst plane: unit strides, no depth taps or padding, not folded.
-// `taps_alone`: the rows only row taps take (taps_alone_rows; a block a
-// row, each row its own kh taps under an H stride).
+// Row blocks need a plane whose rows read only rows of the same diff_dst
+// plane (no depth taps or padding, not folded) and, without row taps, one
+// W phase (unit strides) of at most kMaxM pixels. `taps_alone`: the rows
+// only row taps take instead (taps_alone_rows, up to kMaxRowTapsM pixels;
+// a block a row, each row its own kh taps under an H stride).
 bool row_blocks_fit(const Problem& p, const DataGeometry& g, bool taps_alone = false) {
     const bool fits = taps_alone ? taps_alone_rows(g) && g.in[2] <= kMaxRowTapsM && g.k[2] > 1
                                  : g.stride[1] == 1 && g.stride[2] == 1 && g.in[2] <= kMaxM;
@@ -946,7 +947,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         // half or fewer pixels, each tap its own pass. Against the phases
         // (Intel Xeon, 2 threads, mb 32, min of 3): grouped 3x3 s2 layers
         // in groups of 16 (RegNetX-400MF s3 / s4, ResNeXt-50 conv4) f32
-        // 1.13-1.36x, f16 3.0-10x; a 3D 3x3 s2 layer 1.05-1.09x. So do
+        // 1.13-1.36x; a 3D 3x3 s2 layer 1.05-1.09x. So do
         // unit-stride rows of 17-28 pixels: against blocks of a row's
         // pixels (same host, f32 / f16): ResNet-50 res3 3x3 (128 channels,
         // 28x28) 1.15 / 1.14x, Inception-v3's 1x7 layers at 17x17

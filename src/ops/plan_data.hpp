@@ -126,8 +126,8 @@ struct DataPlan {
     // channel block's W, streamed once per group, serves many pixels, while
     // the group's diff_dst rows stay in the row cache across channel blocks.
     int64_t group_rows = 1;
-    // Small planes (width <= 16 at unit strides; with direct_row_taps up to
-    // 28, or strided; no depth taps): a block is a
+    // Small planes (no depth taps; width <= 16 at unit strides, with
+    // direct_row_taps up to 28 and strided too): a block is a
     // whole row (m = width), the plane's diff_dst rows are padded once into
     // a contiguous slab, and one kernel call runs every row that shares the
     // same valid taps, against an oc chunk of W small enough for L1; so W
