@@ -2,9 +2,7 @@
 // test_jit_weights_dot.cpp, test_jit_data_ncx.cpp).
 #pragma once
 
-#include <sys/mman.h>
 #include <tbb/task_arena.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -80,27 +78,15 @@ void check_exact(Make make, const char* note, bool dot, const std::vector<convgr
 // (before its start) faults.
 class Guarded {
 public:
-    explicit Guarded(const testutil::Buffer& b, bool front = false) : page_(sysconf(_SC_PAGESIZE)) {
-        const int64_t bytes = static_cast<int64_t>(b.bytes.size());
-        len_ = static_cast<size_t>(((bytes + page_ - 1) / page_ + 1) * page_);
-        base_ = static_cast<char*>(mmap(nullptr, len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-        REQUIRE(base_ != MAP_FAILED);
-        char* guard = front ? base_ : base_ + len_ - page_;
-        REQUIRE(mprotect(guard, static_cast<size_t>(page_), PROT_NONE) == 0);
-        data_ = front ? base_ + page_ : base_ + len_ - page_ - b.bytes.size();
-        std::memcpy(data_, b.data(), b.bytes.size());
+    explicit Guarded(const testutil::Buffer& b, bool front = false)
+        : pages_(b.bytes.size(), front ? convgrad::cli::guard_side::begin : convgrad::cli::guard_side::end) {
+        std::memcpy(pages_.data(), b.data(), b.bytes.size());
     }
-    ~Guarded() { munmap(base_, len_); }
-    Guarded(const Guarded&) = delete;
-    Guarded& operator=(const Guarded&) = delete;
-    const char* data() const { return data_; }
-    char* data() { return data_; }
+    const char* data() const { return reinterpret_cast<const char*>(pages_.data()); }
+    char* data() { return reinterpret_cast<char*>(pages_.data()); }
 
 private:
-    int64_t page_;
-    size_t len_ = 0;
-    char* base_ = nullptr;
-    char* data_ = nullptr;
+    convgrad::cli::guarded_pages pages_;
 };
 
 // o on inputs a and b into an output that each end where an inaccessible

@@ -75,7 +75,7 @@ TEST_CASE("transpose_images reads nothing past the end of its source", "[transpo
             for (const int64_t rows : {1, 2, 3, 5, 7, 17, 33, 35})
                 for (const int64_t cols : {1, 2, 3, 4}) {
                     const int64_t mb = 2, n = mb * rows * cols;
-                    testutil::GuardedBytes src(static_cast<size_t>(n * es), true);
+                    const auto src = testutil::guarded_bytes(static_cast<size_t>(n * es), true);
                     for (int64_t i = 0; i < n * es; ++i) src.data()[i] = static_cast<uint8_t>(i * 5 + 1);
                     std::vector<uint8_t> got(static_cast<size_t>(n * es));
                     convgrad::detail::transpose_images(src.data(), got.data(), es, mb, rows, cols, 1, isa);

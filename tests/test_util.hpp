@@ -14,9 +14,7 @@
 #include <string>
 #include <vector>
 
-#include <sys/mman.h>
-#include <unistd.h>
-
+#include "guarded_pages.hpp"
 #include "ops/numeric.hpp"
 
 namespace testutil {
@@ -147,39 +145,19 @@ inline int64_t prod(const dims& d) {
     return n;
 }
 
-// n bytes between two inaccessible pages, against the second (at_end) or
-// the first: a read or write past that end faults.
-class GuardedBytes {
-public:
-    GuardedBytes(size_t n, bool at_end) : page_(static_cast<size_t>(sysconf(_SC_PAGESIZE))) {
-        span_ = (n + page_ - 1) / page_ * page_ + 2 * page_;
-        void* base =
-                mmap(nullptr, span_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (base == MAP_FAILED) throw std::runtime_error("GuardedBytes: mmap failed");
-        base_ = static_cast<uint8_t*>(base);
-        if (mprotect(base_, page_, PROT_NONE) != 0 ||
-            mprotect(base_ + span_ - page_, page_, PROT_NONE) != 0)
-            throw std::runtime_error("GuardedBytes: mprotect failed");
-        data_ = at_end ? base_ + span_ - page_ - n : base_ + page_;
-    }
-    ~GuardedBytes() { munmap(base_, span_); }
-    GuardedBytes(const GuardedBytes&) = delete;
-    GuardedBytes& operator=(const GuardedBytes&) = delete;
-    uint8_t* data() const { return data_; }
-
-private:
-    size_t page_, span_;
-    uint8_t* base_ = nullptr;
-    uint8_t* data_ = nullptr;
-};
+// n bytes against an inaccessible page: their end touches it (at_end) or
+// their start does; a read or write past that end faults.
+inline convgrad::cli::guarded_pages guarded_bytes(size_t n, bool at_end) {
+    return {n, at_end ? convgrad::cli::guard_side::end : convgrad::cli::guard_side::begin};
+}
 
 // run() on copies of in0 and in1 and into an output, each against an
-// inaccessible page (GuardedBytes, at_end): any access outside them faults.
+// inaccessible page (guarded_bytes, at_end): any access outside them faults.
 // The output starts as run()'s 0x7f bytes, so an unwritten element shows.
 inline Buffer run_guarded(const convgrad::op& o, const Buffer& in0, const Buffer& in1, bool at_end) {
-    GuardedBytes a(in0.bytes.size(), at_end), b(in1.bytes.size(), at_end);
+    const auto a = guarded_bytes(in0.bytes.size(), at_end), b = guarded_bytes(in1.bytes.size(), at_end);
     Buffer out(o.dtype(), o.output_elems());
-    GuardedBytes c(out.bytes.size(), at_end);
+    const auto c = guarded_bytes(out.bytes.size(), at_end);
     std::memset(c.data(), 0x7f, out.bytes.size());
     std::memcpy(a.data(), in0.data(), in0.bytes.size());
     std::memcpy(b.data(), in1.data(), in1.bytes.size());

@@ -9,8 +9,6 @@
 #include <stdexcept>
 #include <utility>
 
-#include <sys/mman.h>
-#include <unistd.h>
 
 namespace convgrad::cli {
 namespace {
@@ -89,31 +87,14 @@ tensor_buffer::tensor_buffer(data_type dt, int64_t elems, guard_side guard)
         data_ = heap_.data();
         return;
     }
-    const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-    const size_t data_pages = (bytes_ + page - 1) / page * page;
-    map_bytes_ = data_pages + page;
-    map_ = ::mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map_ == MAP_FAILED) {
-        map_ = nullptr;
-        throw std::bad_alloc();
-    }
-    unsigned char* base = static_cast<unsigned char*>(map_);
-    unsigned char* fence = guard == guard_side::end ? base + data_pages : base;
-    if (::mprotect(fence, page, PROT_NONE) != 0) {
-        ::munmap(map_, map_bytes_);
-        throw std::runtime_error("--guard: mprotect failed");
-    }
-    data_ = guard == guard_side::end ? fence - bytes_ : base + page;
-}
-
-tensor_buffer::~tensor_buffer() {
-    if (map_) ::munmap(map_, map_bytes_);
+    guarded_.emplace(bytes_, guard);
+    data_ = guarded_->data();
 }
 
 tensor_buffer::tensor_buffer(tensor_buffer&& other) noexcept
     : dt_(other.dt_), elems_(other.elems_), bytes_(other.bytes_), heap_(std::move(other.heap_)),
-      map_(std::exchange(other.map_, nullptr)), map_bytes_(other.map_bytes_),
-      data_(map_ ? other.data_ : heap_.data()) {
+      guarded_(std::move(other.guarded_)), data_(guarded_ ? guarded_->data() : heap_.data()) {
+    other.guarded_.reset();
     other.data_ = nullptr;
     other.bytes_ = 0;
     other.elems_ = 0;

@@ -17,9 +17,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "guarded_pages.hpp"
 #include "op_case.hpp"
 
 namespace convgrad::cli {
@@ -44,11 +46,6 @@ struct cache_aligned_allocator {
     bool operator!=(const cache_aligned_allocator<U>&) const { return false; }
 };
 
-// Where a buffer's bytes sit against an inaccessible page (--guard): none
-// (64-byte aligned heap storage), end (the last byte just before the page:
-// a read or write past the end faults) or begin (the first byte just after
-// it: one before the start faults).
-enum class guard_side { none, end, begin };
 guard_side parse_guard_side(const std::string& name);  // throws std::invalid_argument
 const char* guard_side_name(guard_side g);
 
@@ -56,7 +53,6 @@ const char* guard_side_name(guard_side g);
 class tensor_buffer {
 public:
     tensor_buffer(data_type dt, int64_t elems, guard_side guard = guard_side::none);
-    ~tensor_buffer();
     tensor_buffer(tensor_buffer&& other) noexcept;
     tensor_buffer& operator=(tensor_buffer&&) = delete;
     tensor_buffer(const tensor_buffer&) = delete;
@@ -75,9 +71,8 @@ private:
     data_type dt_;
     int64_t elems_;
     size_t bytes_;
-    std::vector<unsigned char, cache_aligned_allocator<unsigned char>> heap_;
-    void* map_ = nullptr;  // guarded: the mapping, data pages plus the guard page
-    size_t map_bytes_ = 0;
+    std::vector<unsigned char, cache_aligned_allocator<unsigned char>> heap_;  // guard_side::none
+    std::optional<guarded_pages> guarded_;                                      // end / begin
     unsigned char* data_ = nullptr;
 };
 
