@@ -495,6 +495,59 @@ TEST_CASE("weights: few input channels fold their kw taps into the tile rows", "
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }
 
+TEST_CASE("weights: tiles of few accumulators spread them over sets", "[jit][weights]") {
+    // 1-2 input channels into 6-32 output channels: tiles of 2-6 accumulator
+    // chains (m3n1, m2n1, m6n1, m3n2) take 2-4 sets (WeightsKernelDesc::
+    // acc_sets), pixels alternating between them; rows of odd and single
+    // pixels end on a lone pixel, rows of one pixel have no block at all.
+    std::vector<Case> cases;
+    Case c = conv2d(1, 16, {7, 13}, {3, 3});
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = conv2d(1, 6, {9, 1}, {3, 1});  // an output-channel tail, rows of one pixel
+    c.pb = c.pe = {1, 0};
+    cases.push_back(c);
+    c = conv2d(2, 16, {5, 9}, {1, 1});
+    cases.push_back(c);
+    c = conv2d(2, 8, {31}, {3});  // 1D
+    c.pb = {1};
+    cases.push_back(c);
+    c = conv2d(1, 32, {6, 11}, {3, 3});
+    c.s = {2, 2};
+    c.pb = c.pe = {1, 0};
+    cases.push_back(c);
+    c = conv2d(1, 16, {5, 6, 7}, {3, 3, 3});  // 3D
+    c.pb = c.pe = {1, 1, 1};
+    cases.push_back(c);
+    c = conv2d(1, 16, {7, 7}, {3, 3});  // NCX, OIX
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cases.push_back(c);
+    Case t = conv2d(1, 16, {6, 7}, {3, 3});  // ConvTranspose into one channel
+    t.transpose = true;
+    t.s = {2, 2};
+    t.pb = t.pe = {1, 1};
+    t.wfmt = "IOX";
+    cases.push_back(t);
+    for (const Case& x : cases) {
+        for (const std::string& isa : jit_isas(false)) {
+            const std::string d = x.make(isa).describe();
+            INFO(label(x, isa) << "\n" << d);
+            CHECK(d.find(" acc-sets=") != std::string::npos);
+        }
+        check_exact(x);
+        check_reals(x);
+    }
+    // Tiles of 8 chains or more keep one set.
+    for (const std::string& isa : jit_isas(false)) {
+        const Case wide = conv2d(16, 16, {9, 9}, {3, 3});
+        INFO(label(wide, isa));
+        CHECK(wide.make(isa).describe().find(" acc-sets=") == std::string::npos);
+    }
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases.front()), false);
+    CHECK(runs.outputs.size() == jit_isas(false).size());
+}
+
 TEST_CASE("weights: spatial sizes, strides, dilations, pads", "[jit][weights]") {
     for (int64_t sp : {1, 2, 7}) {
         Case c = conv2d(5, 19, {sp, sp + 1}, {1, 1});

@@ -508,6 +508,51 @@ TEST_CASE("weights plan: kernel descs are independent of the shape", "[jit][weig
     CHECK(std::memcmp(&da, &db, sizeof da) == 0);
 }
 
+TEST_CASE("weights plan: accumulator sets where a gemm tile has few chains", "[jit][weights][plan]") {
+    using convgrad::detail::gemm_acc_sets;
+    using convgrad::detail::weights_kernel_vregs;
+    using convgrad::detail::WeightsKernelDesc;
+    auto gemm = [](Isa isa, int m, int n, int tail = 0) {
+        WeightsKernelDesc d{};
+        d.isa = static_cast<uint8_t>(isa);
+        d.kind = static_cast<uint8_t>(WeightsKernelKind::gemm);
+        d.m = static_cast<uint8_t>(m);
+        d.n = static_cast<uint8_t>(n);
+        d.tail = static_cast<uint8_t>(tail);
+        return d;
+    };
+    // Enough sets for 8 chains (2 FMAs a cycle x latency 4), up to 4.
+    CHECK(gemm_acc_sets(gemm(Isa::avx512_core, 3, 1)) == 3);
+    CHECK(gemm_acc_sets(gemm(Isa::avx512_core, 3, 2)) == 2);
+    CHECK(gemm_acc_sets(gemm(Isa::avx512_core, 1, 1)) == 4);
+    CHECK(gemm_acc_sets(gemm(Isa::avx512_core, 8, 1)) == 0);
+    CHECK(gemm_acc_sets(gemm(Isa::avx2, 3, 2)) == 2);
+    CHECK(gemm_acc_sets(gemm(Isa::avx2, 2, 1, 5)) == 4);
+    // ... as the registers allow: AVX2 7 x 1 with a tail mask would need 17.
+    CHECK(gemm_acc_sets(gemm(Isa::avx2, 7, 1, 3)) == 0);
+    for (Isa isa : {Isa::avx2, Isa::avx512_core})
+        for (int m = 1; m <= 8; ++m)
+            for (int n = 1; n <= 4; ++n) {
+                WeightsKernelDesc d = gemm(isa, m, n);
+                if (weights_kernel_vregs(d) > (isa == Isa::avx2 ? 16 : 32)) continue;  // (no such tile)
+                d.acc_sets = static_cast<uint8_t>(gemm_acc_sets(d));
+                INFO("m" << m << "n" << n << " sets " << int(d.acc_sets));
+                CHECK(weights_kernel_vregs(d) <= (isa == Isa::avx2 ? 16 : 32));
+                CHECK((d.acc_sets == 0 || m * n * d.acc_sets >= 8 || d.acc_sets == 4));
+            }
+    // Only f32 gemm kernels in place: not depthwise, bf16 pairs, copies,
+    // kw windows or lanes, diff_dst pairs, widened 16-bit inputs.
+    std::vector<WeightsKernelDesc> others(7, gemm(Isa::avx512_core, 2, 1));
+    others[0].kind = static_cast<uint8_t>(WeightsKernelKind::depthwise);
+    others[1].dot = 1;
+    others[2].stage = 1;
+    others[3].kw_win = 3;
+    others[4].kw_lanes = 1;
+    others[5].pair_dst = 1;
+    others[6].in_dt = static_cast<uint8_t>(data_type::bf16);
+    for (const WeightsKernelDesc& d : others) CHECK(gemm_acc_sets(d) == 0);
+}
+
 TEST_CASE("weights plan: f32 depthwise shares src vectors across taps only from L3", "[jit][weights][plan]") {
     // 3x3 f32 depthwise shares each src vector between the taps that read
     // it (pixel windows on rows of up to 28 pixels at W stride 1, whole

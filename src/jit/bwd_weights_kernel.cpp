@@ -44,8 +44,8 @@ int dw_temps(const WeightsKernelDesc& d) {
 int weights_kernel_vregs(const WeightsKernelDesc& d) {
     const bool dw = d.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise);
     const int mask = (!avx512(d) && d.tail) ? 1 : 0;
-    return d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kw_win) * d.n + (dw ? dw_temps(d) : gemm_temps(d)) +
-           mask;
+    return d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kw_win) * d.n * std::max<int>(1, d.acc_sets) +
+           (dw ? dw_temps(d) : gemm_temps(d)) + mask;
 }
 
 std::string weights_kernel_name(const WeightsKernelDesc& d) {
@@ -72,6 +72,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.ic_loop) os << "_icl";
     if (d.store_dt) os << "_to" << dtype_name(static_cast<data_type>(d.store_dt));
     if (d.pair_dst) os << "_pd";
+    if (d.acc_sets > 1) os << "_a" << int(d.acc_sets);
     return os.str();
 }
 
@@ -161,6 +162,10 @@ void WeightsSkeleton::generate() {
                            desc_.kw_win || desc_.edges))
         throw error("JIT kernel " + name() + ": diff_dst paired in registers needs a bf16 pair gemm kernel on "
                     "AVX-512 without copies or windows");
+    if (desc_.acc_sets > 4 || (desc_.acc_sets > 1 && (dw() || dot() || desc_.in_dt || desc_.stage || desc_.kw_win ||
+                                                      desc_.kw_lanes || desc_.pair_dst)))
+        throw error("JIT kernel " + name() + ": accumulator sets need an f32 gemm kernel in place without windows, "
+                    "lanes or pairs, and at most 4 sets");
     preamble(desc_.stage || desc_.edges || desc_.pair_dst ? 5 : 4);  // rbx, r12, r13, r14 (+ r15)
     if (desc_.tail) vec_.set_tail(desc_.tail, reg_scratch_, vec_.num_vregs() - 1);
     if (stage_src() && desc_.m % vec_.vlen()) {
@@ -182,9 +187,12 @@ void WeightsSkeleton::generate() {
     prefetch_tile();
     load_args();
     prologue();
-    for (int r = 0; r < rows(); ++r)
-        for (int v = 0; v < vecs(); ++v) vec_.zero(acc(r, v));
+    for (acc_set_ = 0; acc_set_ < acc_sets(); ++acc_set_)
+        for (int r = 0; r < rows(); ++r)
+            for (int v = 0; v < vecs(); ++v) vec_.zero(acc(r, v));
+    acc_set_ = 0;
     row_loop();
+    fold_acc_sets();
     flush_tile();
     if (desc_.ic_loop) {
         mov(reg_scratch_, qword[reg_args_ + offsetof(WeightsKernelArgs, src_tile_step)]);
@@ -196,6 +204,19 @@ void WeightsSkeleton::generate() {
     }
     postamble();
     if (store16()) cvt_.emit_constants();
+}
+
+// desc.acc_sets: sets 1.. added into set 0 (which the flush reads).
+void WeightsSkeleton::fold_acc_sets() {
+    for (int set = 1; set < acc_sets(); ++set)
+        for (int r = 0; r < rows(); ++r)
+            for (int v = 0; v < vecs(); ++v) {
+                acc_set_ = set;
+                const Xmm other = acc(r, v);
+                acc_set_ = 0;
+                vec_.add(acc(r, v), acc(r, v), other);
+            }
+    acc_set_ = 0;
 }
 
 // The tile's diff_weights: args.diff_weights, or its red-zone slot in ic loops.
@@ -704,7 +725,8 @@ private:
     int kw_win() const { return std::max<int>(1, desc_.kw_win); }
     int phase() const { return desc_.kw_head % kw_win(); }
     // kw_lanes: blocks of two pixels (the skeleton then tests for a row of edges only).
-    int block_pixels() const override { return lanes() ? 2 : kw_win(); }
+    // desc.acc_sets: blocks of one pixel a set.
+    int block_pixels() const override { return lanes() ? 2 : windowed() ? kw_win() : acc_sets(); }
     Xbyak::Xmm window(int k, int u) const { return temp(((u - k) % kw_win() + kw_win()) % kw_win()); }
     Xbyak::Xmm bcast_reg(int i) const { return temp(kw_win() + i % 2); }
     // Src pixel at phase u: its tap-0 diff_dst vector (when `load`), then per
@@ -768,6 +790,14 @@ private:
                 lane_step(0, kw_win() - 1);
                 next_pixel(true);
             }
+            return;
+        }
+        if (!windowed()) {  // accumulator sets
+            for (acc_set_ = 0; acc_set_ < acc_sets(); ++acc_set_) {
+                pixel_body();
+                next_pixel(true);
+            }
+            acc_set_ = 0;
             return;
         }
         for (int u = 0; u < kw_win(); ++u) {

@@ -278,7 +278,15 @@ struct WeightsKernelDesc {
     // What the staged pairs cost otherwise: a pass writing 4 bytes per
     // channel, pixel and image pair that the kernels then read.
     uint8_t pair_dst = 0;
-    uint8_t unused[3] = {};  // (explicit, so the key has no padding)
+    // gemm, f32 in place (no copies, windows, lanes or pairs): 0 or 1, or
+    // S = 2..4 sets of accumulators, pixel j of a row's blocks of S into
+    // set j (a lone pixel into set 0), the sets added into the first before
+    // the flush. For tiles of fewer accumulators than the FMA latency
+    // times the FMAs issued a cycle (first layers of 1-2 input channels
+    // into 16-32 output channels: m3n1, m3n2, m6n1): their chains no longer
+    // wait on each other from pixel to pixel.
+    uint8_t acc_sets = 0;
+    uint8_t unused[2] = {};  // (explicit, so the key has no padding)
 };
 static_assert(sizeof(WeightsKernelDesc) == 52, "WeightsKernelDesc must have no padding");
 

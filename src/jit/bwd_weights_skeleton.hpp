@@ -18,8 +18,9 @@
 //   rsi / rdx the bytes from an image's src / diff_dst to its partner's
 //   desc.ic_loop: the tile's src, diff_weights and the tiles left in the
 //   red zone (kIcSrc, kIcWeights, kIcLeft); r13 / r14 loaded once a call
-//   vregs [0, rows*n): accumulators, acc(row, v) = rows-major;
-//   vregs [rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
+//   vregs [0, rows*n): accumulators, acc(row, v) = rows-major (desc.acc_sets
+//   S > 1: S such blocks, set j at j*rows*n);
+//   vregs [S*rows*n, ...): body temporaries; AVX2 tail mask in the last vreg.
 #pragma once
 
 #include <algorithm>
@@ -111,8 +112,10 @@ protected:
     // gemm kw_win: KW blocks of m rows (tap k, channel i), wei_kh_stride apart.
     int rows() const { return desc_.m * std::max<int>(1, desc_.kh) * std::max<int>(1, desc_.kw_win); }
     int vecs() const { return desc_.n; }
-    Xbyak::Xmm acc(int row, int v) const { return vec_.vreg(row * vecs() + v); }
-    Xbyak::Xmm temp(int i) const { return vec_.vreg(rows() * vecs() + i); }
+    // Accumulator (row, v) of the current set (desc.acc_sets: acc_set_).
+    Xbyak::Xmm acc(int row, int v) const { return vec_.vreg((acc_set_ * rows() + row) * vecs() + v); }
+    Xbyak::Xmm temp(int i) const { return vec_.vreg(acc_sets() * rows() * vecs() + i); }
+    int acc_sets() const { return std::max<int>(1, desc_.acc_sets); }
     bool is_tail(int v) const { return desc_.tail != 0 && v == vecs() - 1; }
     // Loads vector v of a row (masked if it is the tail vector), widened to
     // f32 from desc.in_dt.
@@ -158,6 +161,7 @@ protected:
     const Xbyak::Reg64 reg_mask_ = r15;
     Gate gate_ = Gate::none;
     int gate_a_ = 0, gate_b_ = 0;  // Gate::taps: the taps [a, b) emitted
+    int acc_set_ = 0;              // the accumulator set acc() names (desc.acc_sets)
 
 private:
     // Mask bits per kernel row: the tile's kw taps.
@@ -176,6 +180,7 @@ private:
     void partial_taps_loops(const Xbyak::Label& next);
     void pixel_loop();
     void flush_tile();
+    void fold_acc_sets();
     void unpair_lanes();
     void prefetch_tile();
     // desc.ic_loop: red-zone slots (below rsp; the kernels call nothing)

@@ -449,6 +449,8 @@ double chunk_pixels(const WeightsPlan& plan, int v) {
 }
 
 // Cycles per output pixel of r x v tiles, amortising a flush over `pixels`.
+// (The search leaves accumulator sets out: they take spare registers in
+// the tile it picks, see gemm_acc_sets.)
 double gemm_tile(int r, int v, double pixels, double latency) {
     const double px = tile_cycles(r * v, v + r, r * v + r + v + 4, latency);
     return px + (1.5 * r * v + Cost::call_cycles) / pixels;
@@ -504,6 +506,7 @@ int widest_fitting_n(const WeightsPlan& plan, int m, int tail, int kh, int max_n
                         : plan.pair_dst      ? WeightsPlan::kDstInRegs
                                              : 0;
     WeightsKernelDesc d = plan.desc(m, 1, tail, 0, kh, 0, variant);
+    d.acc_sets = 0;  // (sets take spare registers only)
     const int regs = plan.isa >= Isa::avx512_core ? 32 : 16;
     int n = 0;
     for (; n < max_n; ++n) {
@@ -1250,7 +1253,25 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
         d.w_stride = u8(geo.stride[2], "w_stride");
         d.tap_disp = static_cast<int32_t>(tap_disp);  // a src pixel
     }
+    d.acc_sets = u8(gemm_acc_sets(d), "acc_sets");
     return d;
+}
+
+// Accumulator sets of a gemm kernel (WeightsKernelDesc::acc_sets; 0 = one):
+// f32 in place, without windows, lanes or pairs, enough sets that the
+// tile's chains cover the FMA latency times the FMAs a cycle, as many as
+// the registers hold (up to 4).
+int gemm_acc_sets(WeightsKernelDesc d) {
+    if (d.kind != static_cast<uint8_t>(WeightsKernelKind::gemm) || d.dot || d.in_dt || d.stage || d.kw_win ||
+        d.kw_lanes || d.pair_dst)
+        return 0;
+    const double chains = Cost::fma_per_cycle * Cost::fma_latency;
+    const int regs = static_cast<Isa>(d.isa) >= Isa::avx512_core ? 32 : 16;
+    for (int sets = std::min(4, static_cast<int>(std::ceil(chains / (d.m * d.n)))); sets > 1; --sets) {
+        d.acc_sets = static_cast<uint8_t>(sets);
+        if (weights_kernel_vregs(d) <= regs) return sets;
+    }
+    return 0;
 }
 
 // Depthwise whole rows: the src columns a row reads inside src (see
@@ -1604,6 +1625,8 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
 std::string WeightsPlan::to_string() const {
     std::ostringstream os;
     const bool dw = blk.kind == WeightsKernelKind::depthwise;
+    // The accumulator sets of the first tile's kernel (those calls that copy nothing).
+    const int main_sets = dw ? 0 : desc(blk.m, blk.n, blk.n_tiles == 1 ? blk.tail : 0, 0).acc_sets;
     os << (dw ? "depthwise" : "gemm")
        << (blk.lane_group > 1 ? " (lane groups of " + std::to_string(blk.lane_group) + ")" : std::string())
        << (pair_dst  ? " bf16-pairs(diff_dst in registers)"
@@ -1612,6 +1635,7 @@ std::string WeightsPlan::to_string() const {
                                                    : w_pairs   ? " paired-in-kernel"
                                                    : rounded() ? " widened-in-kernel"
                                                                : "") << " m" << blk.m << "n" << blk.n << "x" << blk.vlen
+       << (main_sets > 1 ? " acc-sets=" + std::to_string(main_sets) : std::string())
        << (dw && blk.window > 1 ? " window=" + std::to_string(blk.window) : std::string())
        << (dw && blk.whole_rows ? " whole-rows" : "")
        << (dw && blk.row_block > 1 ? " row-blocks=" + std::to_string(blk.row_block) : std::string())

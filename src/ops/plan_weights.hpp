@@ -454,6 +454,8 @@ struct WholeRowEdges {
     int64_t lo, cut;
 };
 WholeRowEdges whole_row_edges(const WeightsGeometry& g);
+// The accumulator sets WeightsPlan::desc gives a kernel (WeightsKernelDesc::acc_sets).
+int gemm_acc_sets(WeightsKernelDesc d);
 // Depthwise row blocks of r output rows: the src rows a block reads (H
 // dilation 1; WeightsKernelDesc::row_block).
 inline int64_t row_block_src_rows(const WeightsGeometry& g, int64_t r) { return g.stride[1] * (r - 1) + g.k[1]; }
