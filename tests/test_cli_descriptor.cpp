@@ -148,6 +148,25 @@ TEST_CASE("cli descriptor: the embedded ResNet-50 list is the shape file's", "[c
     for (size_t i = 0; i < 20; ++i) CHECK(file[i].token.text == resnet50_descriptors()[i]);
 }
 
+TEST_CASE("cli descriptor: an auto_pad override a layer cannot take skips that layer", "[cli][descriptor]") {
+    // valid pads nothing: a kernel extent past the input leaves no output.
+    // The case names why and is skipped; a layer that fits runs.
+    layout_options lo;
+    lo.auto_pad = "valid";
+    const op_case unfit = make_case(parse_descriptor("mb2ic3oc4iw9ow9kw11pw5"), convgrad::op_kind::conv_bwd_weights,
+                                    convgrad::data_type::f32, lo);
+    CHECK_THAT(unfit.skip_reason, Catch::Contains("auto_pad=valid") && Catch::Contains("kernel extent 11") &&
+                                          Catch::Contains("input 9"));
+    const op_case fits = make_case(parse_descriptor("mb2ic3oc4iw9ow9kw3pw1"), convgrad::op_kind::conv_bwd_data,
+                                   convgrad::data_type::f32, lo);
+    CHECK(fits.skip_reason.empty());
+    CHECK(fits.make_op().flops() > 0);
+    lo.auto_pad = "same_upper";  // same pads any kernel to keep the input's size
+    CHECK(make_case(parse_descriptor("mb2ic3oc4iw9ow9kw11pw5"), convgrad::op_kind::conv_bwd_weights,
+                    convgrad::data_type::f32, lo)
+                  .skip_reason.empty());
+}
+
 TEST_CASE("cli descriptor: malformed descriptors are rejected with where and why", "[cli][descriptor]") {
     struct bad {
         const char* text;

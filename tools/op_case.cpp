@@ -224,14 +224,24 @@ op_case make_case(const conv_desc& desc, op_kind kind, data_type dt, const layou
                                     (transpose ? "transposed-convolution (deconv/)" : "convolution (conv/)") +
                                     " descriptors");
     const layout_options lo = checked_layout(options, transpose);
-    const conv_desc d = lo.auto_pad == "none" ? desc : apply_auto_pad(desc, lo.auto_pad, transpose);
+    // An auto_pad override the layer cannot take (a kernel longer than its
+    // input under valid) skips that layer, naming why; the others run.
+    conv_desc d = desc;
+    std::string unfit;
+    if (lo.auto_pad != "none") {
+        try {
+            d = apply_auto_pad(desc, lo.auto_pad, transpose);
+        } catch (const std::invalid_argument& e) {
+            unfit = e.what();
+        }
+    }
     op_case c;
     c.name = d.name;
     c.descriptor = to_string(desc);
     c.kind = kind;
     c.dt = dt;
     c.expected_flops = d.flops();
-    c.skip_reason = set_geometry(c.attrs, d, lo, transpose);
+    c.skip_reason = unfit.empty() ? set_geometry(c.attrs, d, lo, transpose) : unfit;
     set_tensors(c, d, lo);
     return c;
 }
