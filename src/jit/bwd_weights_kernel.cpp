@@ -44,7 +44,8 @@ int dw_temps(const WeightsKernelDesc& d) {
 int weights_kernel_vregs(const WeightsKernelDesc& d) {
     const bool dw = d.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise);
     const int mask = (!avx512(d) && d.tail) ? 1 : 0;
-    return d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kw_win) * d.n * std::max<int>(1, d.acc_sets) +
+    return d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kd) * std::max<int>(1, d.kw_win) * d.n *
+                   std::max<int>(1, d.acc_sets) +
            (dw ? dw_temps(d) : gemm_temps(d)) + mask;
 }
 
@@ -55,6 +56,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
        << int(d.m) << 'n' << int(d.n) << 't' << int(d.tail);
     if (dw) os << "_d" << d.tap_disp;
     if (d.kh > 1) os << "_kh" << int(d.kh) << "r" << d.row_disp;
+    if (d.kd > 1) os << "_kd" << int(d.kd) << "p" << d.plane_disp;
     if (d.kw_win > 0) os << "_kw" << int(d.kw_win) << 'h' << int(d.kw_head) << 't' << int(d.kw_tail) << 'p' << int(d.kw_pad);
     if (d.kw_lanes) os << "_lanes" << int(d.kw_last) << "d" << d.tap_disp << (d.lane_pairs ? "_pairs" : "");
     if (dw && d.window > 1) os << "_w" << int(d.window);
@@ -155,6 +157,14 @@ void WeightsSkeleton::generate() {
                       (desc_.store_dt != static_cast<uint8_t>(data_type::bf16) &&
                        desc_.store_dt != static_cast<uint8_t>(data_type::f16))))
         throw error("JIT kernel " + name() + ": 16-bit tile stores need a bf16 / f16 gemm kernel on AVX-512");
+    const bool folded = desc_.kh > 1 || desc_.kd > 1;
+    if (!dw() && folded &&
+        (desc_.kd == 0 || desc_.stage || desc_.kw_win || desc_.dot || desc_.in_dt || desc_.ic_loop ||
+         desc_.pair_dst || desc_.row_disp <= 0 || (desc_.kd > 1 && desc_.plane_disp <= 0)))
+        throw error("JIT kernel " + name() + ": folded taps need an f32 gemm kernel without copies, windows or "
+                    "ic loops, and their displacements");
+    if (dw() && desc_.kd != 1)
+        throw error("JIT kernel " + name() + ": depthwise tiles take one depth tap");
     if (weights_kernel_vregs(desc_) > vec_.num_vregs())
         throw error("JIT kernel " + name() + ": needs " + std::to_string(weights_kernel_vregs(desc_)) +
                     " vector registers, the ISA has " + std::to_string(vec_.num_vregs()));
@@ -703,7 +713,7 @@ private:
         // 16-bit src is broadcast from its copy (32-bit elements).
         const bool from_copy = stage_src() && in_dt() != data_type::f32;
         for (int i = 0; i < rows(); ++i) {
-            const Xbyak::Address s = from_copy ? ptr[reg_src_stage_ + 4 * i] : ptr[reg_src_ + 4 * i];
+            const Xbyak::Address s = from_copy ? ptr[reg_src_stage_ + 4 * i] : ptr[reg_src_ + src_disp(i)];
             if (embedded) {
                 mac_bcast(acc(i, 0), temp(0), s, temp(0));
                 continue;
@@ -714,6 +724,13 @@ private:
     }
 
     static constexpr int kSrcLookahead = 128;
+
+    // Bytes from the pixel's src to tile row i's element: channel i, or
+    // with folded taps row j of run (a, b) (see WeightsKernelDesc::kd).
+    int64_t src_disp(int i) const {
+        const int kh = std::max<int>(1, desc_.kh), run = i / desc_.m;
+        return int64_t(run / kh) * desc_.plane_disp + int64_t(run % kh) * desc_.row_disp + 4 * (i % desc_.m);
+    }
 
     // kw_win: tap k's diff_dst vector at src pixel u of the row (phase u
     // mod KW) lives in register (u - k) mod KW: blocks of KW pixels rename

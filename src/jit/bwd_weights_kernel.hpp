@@ -152,7 +152,7 @@ struct WeightsKernelDesc {
     // 0: f32 FMA (16-bit inputs widened to f32 as they are loaded).
     uint8_t dot = 0;
     uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise; gemm: its stage copies); 0 = f32
-    uint8_t kh = 1;     // depthwise: kernel rows per tile (src rows row_disp apart)
+    uint8_t kh = 1;     // depthwise, gemm folded taps: kernel rows per tile (src rows row_disp apart)
     uint8_t stage = 0;  // gemm: WeightsStage bits
     // depthwise: pixels per block (1: none). A block of `window` pixels
     // loads each src vector of a kernel row once and uses it for every tap
@@ -186,7 +186,7 @@ struct WeightsKernelDesc {
     uint8_t row_px = 0;
     uint8_t row_lo = 0;
     int32_t tap_disp = 0;  // depthwise: src bytes between consecutive kw taps
-    int32_t row_disp = 0;  // depthwise with kh > 1: src bytes between kernel rows
+    int32_t row_disp = 0;  // kh > 1: src bytes between kernel rows
     uint8_t row_cut = 0;   // see row_px
     // gemm: 0, or the kw taps of a window (a W phase's: see
     // WeightsPlan::kw_phases; taps s apart in src, which src_step carries).
@@ -286,9 +286,19 @@ struct WeightsKernelDesc {
     // into 16-32 output channels: m3n1, m3n2, m6n1): their chains no longer
     // wait on each other from pixel to pixel.
     uint8_t acc_sets = 0;
-    uint8_t unused[2] = {};  // (explicit, so the key has no padding)
+    // gemm, folded taps (WeightsPlan::fold_kh): the tile's rows are kd x kh
+    // runs of m rows, run (a, b) reading src plane_disp * a + row_disp * b
+    // bytes from the call's src (the src rows of kernel rows a and b of
+    // the tile: the executor pads src so that every tap of every pixel is
+    // inside it), row j of a run 4 j bytes further; run r's rows go to
+    // diff_weights + r * wei_kh_stride (+ j * wei_row_stride). So one tile
+    // takes all the taps of a 1-channel 3x3x3 layer: per pixel one
+    // diff_dst vector for 27 FMAs, instead of nine passes of three.
+    uint8_t kd = 1;
+    uint8_t unused = 0;  // (explicit, so the key has no padding)
+    int32_t plane_disp = 0;
 };
-static_assert(sizeof(WeightsKernelDesc) == 52, "WeightsKernelDesc must have no padding");
+static_assert(sizeof(WeightsKernelDesc) == 56, "WeightsKernelDesc must have no padding");
 
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);

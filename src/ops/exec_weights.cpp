@@ -1070,6 +1070,17 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
     auto key_of = [&](const RowPos& r, int64_t id, int64_t ih) {
         return ((r.n * g.in[0] + id) * g.in[1] + ih) * g.segs_per_row + r.seg;
     };
+    if (e.left == 0 && e.right >= g.out[2]) {  // no W edges (src padded: folded taps): all in place
+        for (const RowPos& r : ts.chunk) {
+            int64_t id = 0, ih = 0;
+            if (!tap_src_row(r, kd, kh, id, ih)) continue;
+            const float* row = fsrc + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * ic;
+            const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * oc * 4;
+            const int64_t a = r.seg * g.segment, b = std::min(g.out[2], a + g.segment);
+            add_row(out, offset_of(row + (a * s - g.pad[2]) * ic), dst + a * oc * 4, b - a);
+        }
+        return;
+    }
     if (ts.edge_used < 0) {  // the chunk's first tap
         const bool overlap =
                 (g.k[0] - 1) * g.dil[0] + 1 > g.stride[0] || (g.k[1] - 1) * g.dil[1] + 1 > g.stride[1];
@@ -1340,14 +1351,14 @@ JitWeightsExecutor::GemmTile JitWeightsExecutor::gemm_tile(int64_t tile) const {
     const WeightsBlocking& b = plan_.blk;
     // kw taps outside the tile rows (kw windows: W phases, one a tile)
     const int64_t kws = plan_.kw_phases > 0 ? plan_.kw_phases : plan_.kw_lanes ? 1 : g.k[2] / plan_.fold_kw;
-    const int64_t taps = g.k[0] * g.k[1] * kws;
+    const int64_t khs = g.k[1] / plan_.fold_kh, taps = g.k[0] / plan_.fold_kd * khs * kws;  // (folded taps: tiles)
     const int64_t per_group = b.m_tiles * taps * b.n_tiles, per_block = b.m_block * taps * b.n_tiles;
     const int64_t grp = tile / per_group, in_group = tile % per_group;
     const int64_t blk = in_group / per_block, in_block = in_group % per_block;
     const int64_t blk_tiles = std::min(b.m_block, b.m_tiles - blk * b.m_block);
     const int64_t tap = (in_block / blk_tiles) % taps;
     return {grp, blk * b.m_block + in_block % blk_tiles, in_block / (blk_tiles * taps), tap,
-            tap / (kws * g.k[1]), (tap / kws) % g.k[1], tap % kws};
+            tap / (kws * khs) * plan_.fold_kd, (tap / kws) % khs * plan_.fold_kh, tap % kws};
 }
 
 // Row lists depend on the tap only (tile-major: on the operands read from
@@ -1420,7 +1431,11 @@ int64_t JitWeightsExecutor::run_gemm_tile(int64_t tile, int64_t end, bool accumu
                                                 kh * wei_str_.k[1] + kw * wei_str_.k[2]);
     c.wei_row_stride = wei_str_.i;
     // kw windows: a phase's taps; kw lanes: every tap
-    c.wei_kh_stride = plan_.kw_phases > 0 ? g.stride[2] * wei_str_.k[2] : plan_.kw_lanes ? wei_str_.k[2] : 0;
+    // folded taps: the next run of (kw, ic) rows, the next kernel row's
+    c.wei_kh_stride = plan_.kw_phases > 0   ? g.stride[2] * wei_str_.k[2]
+                      : plan_.kw_lanes      ? wei_str_.k[2]
+                      : plan_.folded_taps() ? wei_str_.k[1]
+                                            : 0;
     const char* user_src = src + (grp * g.icg + ic0) * user_elem_bytes();
     const char* user_dst = diff_dst + oc0 * user_elem_bytes();
     c.ic_loop = plan_.ic_loop(plan_.kw_phases > 0 ? 0 : stage);

@@ -101,6 +101,26 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
     return !plan.direct_weights || kw_ic_rows_consecutive(p);
 }
 
+// Folded taps (WeightsPlan::fold_kh): f32 (read in place; 16-bit types
+// stage their rows), foldable kw taps and kernel rows to fold, on src
+// padded by the executor first (IC of at most 2 here: the padded copy is
+// small next to diff_dst). A direct diff_weights must hold the (kd, kh,
+// kw, ic) rows of a tile evenly apart (XIO; other layouts go through an
+// XIO scratch). Intel Xeon (family 6 model 207), 2 threads, f32,
+// tools/sweep_ab.py --rounds=5 --min against fold-kw plans: AVX-512 3D
+// layers of 1-2 channels 1.35-2.27x (a 3D U-Net's 32^3 input 2.27x, 64^3
+// 2.09x, nnU-Net-like 48^3 1.84x), 2D 1.05-1.91x (ESPCN 5x5 1.25x, U-Net's
+// 1-channel input 1.22x). AVX2 (mb 4; 16 registers: 3D tiles of one depth
+// tap's 9 rows) 3D 1.12-1.43x, one tiny layer 0.92x, but 2D 0.82-1.18x
+// (1 -> 16 at 64x512 0.91x, 256x256 0.93x): AVX2 folds 3D kernels only.
+bool fold_taps_ok(const Problem& p, Isa isa) {
+    const bool even_rows = kw_ic_rows_consecutive(p) && p.wei_str.k[1] == p.k[2] * p.wei_str.k[2] &&
+                           p.wei_str.k[0] == p.k[1] * p.wei_str.k[1];
+    return p.dt == data_type::f32 && (isa >= Isa::avx512_core || p.k[0] > 1) && foldable(p) &&
+           p.icg <= Cost::fold_taps_max_ic && p.k[1] > 1 && (p.wei_str.o != 1 || even_rows);
+}
+
+
 // gemm kw windows (WeightsPlan::kw_phases): the kernel's m * T
 // accumulators (T = ceil(KW / s), phase 0's taps), T diff_dst vectors and
 // two broadcast registers in the vector file, for m of at least 1.
@@ -519,6 +539,27 @@ bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
     return widest_fitting_n(plan, m, tail, kh, n) == n;
 }
 
+// On the padded problem (plan_weights_with's fold_taps branch): every tap
+// in one tile of one vector where that fits the registers, else the kernel
+// rows with kd outside; neither: no fold (the caller plans the layer as
+// it is). The runs' displacements are 32-bit.
+void choose_fold_taps(WeightsPlan& plan) {
+    if (plan.fold_kw <= 1 || plan.staged || plan.blk.kind != WeightsKernelKind::gemm) return;
+    const WeightsGeometry& g = plan.geo;
+    const int64_t pixel = g.g * g.icg * 4, row = g.dil[1] * g.in[2] * pixel, plane = g.dil[0] * g.in[1] * g.in[2] * pixel;
+    const int64_t tail = g.ocg % plan.blk.vlen;
+    for (const int64_t kd : {g.k[0], int64_t(1)}) {
+        plan.fold_kh = g.k[1];
+        plan.fold_kd = kd;
+        const int64_t rows = plan.gemm_rows(), reach = (kd - 1) * plane + (g.k[1] - 1) * row + 4 * g.icg * g.k[2];
+        if (rows <= 32 && reach <= INT32_MAX &&
+            fits(plan, static_cast<int>(rows), 1, static_cast<int>(tail)))
+            return;
+        if (kd == 1) break;
+    }
+    plan.fold_kh = plan.fold_kd = 1;
+}
+
 // Depthwise src displacements (bytes) between kw taps and kernel rows.
 int64_t dw_pixel_bytes(const WeightsPlan& plan) {
     return plan.geo.g * plan.geo.icg * plan.elem_bytes() + plan.window_pad;
@@ -668,7 +709,7 @@ void choose_blocking(WeightsPlan& plan, bool rows_only = false) {
     // were the same on both sides read 0.90-1.09x in those runs. A probe of
     // the two loops alone, with their data in L1, ran both near the FMA
     // peak: the loss is in how one-vector passes read the chunk, not found.
-    const int n_min = plan.isa == Isa::avx2 && !dw && plan.fold_kw > 1 && vecs >= 2 ? 2 : 1;
+    const int n_min = plan.isa == Isa::avx2 && !dw && plan.fold_kw > 1 && !plan.folded_taps() && vecs >= 2 ? 2 : 1;
     for (int kh : {kh_all, kh_all > 1 ? 1 : 0}) {
         if (kh == 0) continue;  // kh_all is 1 already
         const double passes = double(g.k[1]) / kh;
@@ -682,7 +723,7 @@ void choose_blocking(WeightsPlan& plan, bool rows_only = false) {
             b.window = rows ? 1 : w;  // fits() reads both
             b.whole_rows = rows;
             for (int m = 1; m <= m_cap; ++m) {
-                if (rows && m != rows_total) continue;  // one kw tile
+                if ((rows || plan.folded_taps()) && m != rows_total) continue;  // one kw tile / one tap tile
                 // Depthwise windows take blocks of a row's interior pixels
                 // (pairs: 2w pixels a block); the rest run one (pair) at a time.
                 const int n_max = widest_fitting_n(plan, m, b.tail, kh, static_cast<int>(std::min<int64_t>(vecs, 8)));
@@ -723,12 +764,15 @@ void choose_blocking(WeightsPlan& plan, bool rows_only = false) {
     }
     b.window = std::max(1, best_window);
     b.whole_rows = best_window == 0;
-    b.cycles_per_pixel = best * g.k[0] * (dw ? 1 : g.k[1] * g.k[2] / plan.fold_kw);
+    // gemm: the tap tiles of a group (kw, and with folded taps kh and kd, in the tile rows)
+    const int64_t taps = dw ? g.k[0] * (g.k[1] / b.kh)
+                            : g.k[0] / plan.fold_kd * (g.k[1] / plan.fold_kh) * (g.k[2] / plan.fold_kw) * g.g;
+    b.cycles_per_pixel = best * (dw ? g.k[0] : taps / g.g);
     b.m_tiles = div_up(rows_total, b.m);
     b.n_tiles = div_up(vecs, b.n);
     b.m_last = static_cast<int>(rows_total - (b.m_tiles - 1) * b.m);
     b.n_last = static_cast<int>(vecs - (b.n_tiles - 1) * b.n);
-    b.tiles = g.k[0] * (g.k[1] / b.kh) * b.m_tiles * b.n_tiles * (dw ? 1 : g.k[2] / plan.fold_kw * g.g);
+    b.tiles = taps * b.m_tiles * b.n_tiles;
 }
 
 // Depthwise row blocks (WeightsKernelDesc::row_block): whole rows, R output
@@ -1175,6 +1219,12 @@ inline uint8_t u8(int64_t v, const char* field) {
     if (v < 0 || v > UINT8_MAX) u8_overflow(v, field);
     return static_cast<uint8_t>(v);
 }
+inline int32_t i32(int64_t v, const char* field) {
+    if (v < INT32_MIN || v > INT32_MAX)
+        throw std::logic_error(std::string("weights kernel descriptor: ") + field + " = " + std::to_string(v) +
+                               " does not fit 32 bits");
+    return static_cast<int32_t>(v);
+}
 
 }  // namespace
 
@@ -1253,6 +1303,15 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
         d.w_stride = u8(geo.stride[2], "w_stride");
         d.tap_disp = static_cast<int32_t>(tap_disp);  // a src pixel
     }
+    if (blk.kind == WeightsKernelKind::gemm && folded_taps()) {  // m: the tile's rows, fold_kd x fold_kh runs
+        const int64_t runs = fold_kh * fold_kd, pixel = geo.g * geo.icg * 4;  // f32 in place
+        if (m % runs) throw std::logic_error("weights plan: a folded-tap tile of " + std::to_string(m) + " rows");
+        d.m = u8(m / runs, "m");
+        d.kh = u8(fold_kh, "kh");
+        d.kd = u8(fold_kd, "kd");
+        d.row_disp = i32(geo.dil[1] * geo.in[2] * pixel, "row_disp");
+        d.plane_disp = fold_kd > 1 ? i32(geo.dil[0] * geo.in[1] * geo.in[2] * pixel, "plane_disp") : 0;
+    }
     d.acc_sets = u8(gemm_acc_sets(d), "acc_sets");
     return d;
 }
@@ -1267,7 +1326,8 @@ int gemm_acc_sets(WeightsKernelDesc d) {
         return 0;
     const double chains = Cost::fma_per_cycle * Cost::fma_latency;
     const int regs = static_cast<Isa>(d.isa) >= Isa::avx512_core ? 32 : 16;
-    for (int sets = std::min(4, static_cast<int>(std::ceil(chains / (d.m * d.n)))); sets > 1; --sets) {
+    const int rows = d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kd);
+    for (int sets = std::min(4, static_cast<int>(std::ceil(chains / (rows * d.n)))); sets > 1; --sets) {
         d.acc_sets = static_cast<uint8_t>(sets);
         if (weights_kernel_vregs(d) <= regs) return sets;
     }
@@ -1333,6 +1393,8 @@ struct PlanChoices {
     bool tile_major = true;   // the tile-major pass for AVX2's wide 1x1 layers
     bool pad_windows = true;  // AVX2 depthwise windows of wider pixels (WeightsPlan::window_pad)
     bool few_oc = true;       // bf16 widened for the kw lanes of few output channels (few_oc_lanes)
+    bool fold_taps = true;    // folded taps on a padded src (fold_taps_ok)
+    bool folding = false;     // (set by the fold_taps branch: this is the padded problem; fold if a tile fits)
 };
 
 // Every choice open but `closed` (named, not a row of positional bools).
@@ -1344,6 +1406,18 @@ PlanChoices without(bool PlanChoices::*closed) {
 
 WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const PlanChoices& choices = {}) {
     const bool pairs_ok = choices.pairs, tile_major_ok = choices.tile_major;
+    if (choices.fold_taps && fold_taps_ok(p, isa)) {
+        PlanChoices inner = choices;
+        inner.fold_taps = false;
+        inner.folding = true;
+        WeightsPlan plan = plan_weights_with(padded_problem(p), isa, nthreads, inner);
+        if (plan.folded_taps() && plan.blk.m == plan.gemm_rows()) {  // (one tile of them: the search found it)
+            plan.prepad = true;
+            plan.ncx_windows = plan.nxc_windows = plan.ncx_rows = false;  // the pad pass reads whole NXC images
+            plan.window_pad = 0;
+            return plan;
+        }
+    }
     if (pairs_ok && prepad_src(p, isa)) {
         WeightsPlan plan = plan_weights_with(padded_problem(p), isa, nthreads, choices);
         plan.prepad = true;
@@ -1427,6 +1501,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     plan.direct_weights = p.wei_str.o == 1 && (plan.blk.lane_group == 1 || kw_ic_rows_consecutive(p));
     plan.weights_elems = p.output_elems;
     if (fold_kw(p, plan)) plan.fold_kw = p.k[2];
+    if (choices.folding) choose_fold_taps(plan);
     // Staged rows long enough to be cut into segments (choose_reduction)
     // leave kw windows and kw lanes, whose rows stay whole, for the plain
     // tiles on segments: AMD Zen 5, 2 threads, f32, min of 3: 8 groups of
@@ -1639,7 +1714,7 @@ std::string WeightsPlan::to_string() const {
        << (dw && blk.window > 1 ? " window=" + std::to_string(blk.window) : std::string())
        << (dw && blk.whole_rows ? " whole-rows" : "")
        << (dw && blk.row_block > 1 ? " row-blocks=" + std::to_string(blk.row_block) : std::string())
-       << " tiles=" << blk.tiles << " (" << (dw ? "kw" : fold_kw > 1 ? "kw.ic" : kw_lanes ? "oc" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
+       << " tiles=" << blk.tiles << " (" << (dw ? "kw" : folded_taps() ? "taps.ic" : fold_kw > 1 ? "kw.ic" : kw_lanes ? "oc" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
        << " last " << blk.m_last << ", " << (dw ? "ch" : kw_lanes ? "ic" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
        << "v last " << blk.n_last << "v tail " << blk.tail << ")"
        << " rows=" << red.rows << "x" << geo.segment << "px" << (geo.merged ? " merged" : "")
@@ -1647,7 +1722,11 @@ std::string WeightsPlan::to_string() const {
        << " KiB) slices=" << red.slices << " grid=" << grid.tile_threads << "x" << grid.slice_threads
        << (stage_in_kernel ? " tile-major(in-kernel)" : tile_major ? " tile-major" : blocked ? " blocked" : "")
        << (src_pitch > geo.g * geo.icg * 4 || dst_pitch > geo.g * geo.ocg * 4 ? " pitch+64" : "")
-       << (fold_kw > 1 ? " fold-kw" : "") << (kw_phases > 0 ? " kw-window" : "")
+       << (folded_taps() ? " fold-taps=" + std::to_string(fold_kd) + "x" + std::to_string(fold_kh) + "x" +
+                                  std::to_string(fold_kw)
+           : fold_kw > 1 ? std::string(" fold-kw")
+                         : std::string())
+       << (kw_phases > 0 ? " kw-window" : "")
        << (kw_lanes ? (lane_pairs ? " kw-lanes(group pairs)" : " kw-lanes") : "") << (prepad ? " prepad" : "")
        << (w_pairs ? " W-pairs" : "")
        << (ncx_windows        ? std::string(" ncx->nxc(windows)")
@@ -1681,7 +1760,7 @@ std::string WeightsPlan::to_string() const {
         os << "      for g<" << geo.g;
         if (blk.m_block < blk.m_tiles) os << " ic_block<" << (blk.m_tiles + blk.m_block - 1) / blk.m_block;
         const bool fold = fold_kw > 1;  // tile rows are (kw, ic): the kw loop is inside the tile
-        os << " oc_tile<" << blk.n_tiles << " kd<" << geo.k[0] << " kh<" << geo.k[1];
+        os << " oc_tile<" << blk.n_tiles << " kd<" << geo.k[0] / fold_kd << " kh<" << geo.k[1] / fold_kh;
         if (!fold && kw_phases == 0) os << " kw<" << geo.k[2];
         if (kw_phases == 1) {
             const KwPhase& f = kw_phase[0];
@@ -1698,11 +1777,15 @@ std::string WeightsPlan::to_string() const {
                    << (r + 1 < kw_phases ? ";" : ")\n");
             }
         } else
-            os << (fold ? " kw.ic_tile<" : " ic_tile<") << blk.m_block
+            os << (folded_taps() ? " taps.ic_tile<" : fold ? " kw.ic_tile<" : " ic_tile<") << blk.m_block
                << (ic_runs() ? " (one call)" : ic_runs_after_copies() ? " (one call once copied)" : "")
                << ":\n        for row, px: acc[" << blk.m
-               << (fold ? " kw.ic][" : " ic][") << blk.n << "v] += bcast(src[px+tap]["
-               << (fold ? "kw.ic]) (W edges: zero-padded copies)" : "ic])") << " * diff_dst[px][oc]\n";
+               << (fold_kd > 1 ? " kd.kh.kw.ic][" : folded_taps() ? " kh.kw.ic][" : fold ? " kw.ic][" : " ic][")
+               << blk.n << "v] += bcast(src[px+tap]["
+               << (folded_taps() ? "kw.ic]) (src padded)"
+                   : fold        ? "kw.ic]) (W edges: zero-padded copies)"
+                                 : "ic])")
+               << " * diff_dst[px][oc]\n";
     }
     os << "  " << (red.slices > 1 ? "sum slices in order" : "no reduction")
        << (store_rounded ? ", tiles stored rounded to " + std::string(dtype_name(dt)) : "")

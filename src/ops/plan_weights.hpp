@@ -205,6 +205,16 @@ struct WeightsPlan {
     // in the W padding read a zero-padded copy of their src run (the
     // edges); staged (16-bit): the staged src rows include the W padding.
     int64_t fold_kw = 1;
+    // Folded taps (f32 in place, with prepad): fold_kh = KH (then fold_kd
+    // 1 or KD) puts the kernel rows (and depth taps) of the folded kw taps
+    // into the tile rows too, a run of IC x KW rows per (kd, kh), so a
+    // tile of one or two input channels takes every tap of a 3x3 / 3x3x3
+    // kernel: per pixel one diff_dst load feeds 9 or 27 FMAs x n vectors,
+    // and each chunk is walked once instead of KD x KH times. The runs'
+    // src rows are compile-time displacements from the tile's first
+    // (WeightsKernelDesc::kd), which needs every tap inside src: src is
+    // padded (prepad), so rows have no W edges either. m_tiles is 1.
+    int64_t fold_kh = 1, fold_kd = 1;
     // gemm kw windows (WeightsKernelDesc::kw_win). One vector of output
     // channels per group (groups of up to 16 channels, 8 on AVX2), W
     // dilation 1, 32-bit elements: a tile holds the kw taps of one W phase
@@ -261,7 +271,10 @@ struct WeightsPlan {
     };
     WEdges w_edges() const;
     // Rows of the gemm tile space per group: input channels (x KW folded).
-    int64_t gemm_rows() const { return geo.icg * fold_kw; }
+    int64_t gemm_rows() const { return geo.icg * fold_kw * fold_kh * fold_kd; }
+    // Kernel-row and depth taps of a gemm tile (folded taps), and the tap
+    // tiles per group: (KD / fold_kd) x (KH / fold_kh) x (KW / fold_kw).
+    bool folded_taps() const { return fold_kh * fold_kd > 1; }
     // Chunk pixels (tile_major): rows x segment, the staged slices' length.
     int64_t chunk_pixels() const { return red.chunk_rows * geo.segment; }
     // Bytes of one tile's slice of a tile-major chunk, `w` floats a pixel:
@@ -352,6 +365,8 @@ struct WeightsCostModel {
     // 0.98-1.01x.
     static constexpr double fold_halo_budget = 128 << 10;
     static constexpr int64_t fold_halo_min_px = 32;
+    // Folded taps (WeightsPlan::fold_kh) up to this many input channels.
+    static constexpr int64_t fold_taps_max_ic = 2;
     static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
     // NCX windows (WeightsPlan::ncx_windows) take chunks of whole images
     // when a channel's src plane is at most this many bytes. MobileNetV2 /
