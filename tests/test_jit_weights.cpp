@@ -558,71 +558,34 @@ TEST_CASE("weights: every tap of a 1-2 channel layer in one tile over padded src
     // ones (one depth tap a tile). Pads wider than the kernel, asymmetric
     // pads, strides, H / D dilation, output-channel tails, NCX, OIX (an XIO
     // scratch), ConvTranspose.
-    struct F {
-        Case c;
-        bool avx2;  // folded on AVX2 too
-    };
-    std::vector<F> cases;
-    Case c = conv2d(1, 16, {6, 7, 9}, {3, 3, 3});
-    c.pb = c.pe = {1, 1, 1};
-    cases.push_back({c, true});
-    c = conv2d(2, 20, {5, 6, 7}, {3, 3, 3});  // 18 rows on AVX-512 (one tile), 2 vectors, a tail
-    c.pb = {2, 0, 1};
-    c.pe = {0, 3, 1};
-    cases.push_back({c, false});
-    c = conv2d(1, 33, {7, 8, 9}, {3, 3, 3});
-    c.s = {2, 2, 2};
-    c.d = {2, 1, 1};
-    c.pb = c.pe = {2, 1, 1};
-    cases.push_back({c, true});
-    c = conv2d(1, 7, {9, 10}, {5, 5});  // 25 rows, pads wider than half the kernel
-    c.s = {1, 2};
-    c.d = {2, 1};
-    c.pb = {5, 2};
-    c.pe = {3, 4};
-    cases.push_back({c, false});
-    c = conv2d(2, 48, {6, 11}, {3, 3});
-    c.pb = c.pe = {1, 1};
-    cases.push_back({c, false});
-    c = conv2d(1, 16, {5, 6, 7}, {3, 3, 3});  // NCX, OIX
-    c.pb = c.pe = {1, 1, 1};
-    c.nxc = false;
-    c.wfmt = "OIX";
-    cases.push_back({c, true});
-    for (const char* f : {"IOX", "XOI"}) {  // ConvTranspose from one channel
-        Case t = conv2d(1, 16, {4, 5, 6}, {3, 3, 3});
-        t.transpose = true;
-        t.s = {2, 2, 2};
-        t.pb = t.pe = {1, 1, 1};
-        t.wfmt = f;
-        t.nxc = f[0] != 'I';
-        cases.push_back({t, true});
-    }
-    for (F& x : cases) {
-        x.c.mb = 2;
+    std::vector<Case> cases = wtest::fold_taps_cases();
+    Case wide = conv2d(2, 48, {6, 11}, {3, 3});
+    wide.pb = wide.pe = {1, 1};
+    cases.push_back(wide);
+    for (Case& x : cases) {
+        x.mb = 2;
         for (const std::string& isa : jit_isas(false)) {
-            const std::string d = x.c.make(isa).describe();
-            INFO(label(x.c, isa) << "\n" << d);
-            const bool folded = isa != "avx2" || x.avx2;
+            const std::string d = x.make(isa).describe();
+            INFO(label(x, isa) << "\n" << d);
+            const bool folded = isa != "avx2" || wtest::fold_taps_on_avx2(x);
             CHECK((d.find(" fold-taps=") != std::string::npos) == folded);
             if (folded) CHECK(d.find(" prepad") != std::string::npos);
         }
-        check_exact(x.c);
-        check_reals(x.c);
+        check_exact(x);
+        check_reals(x);
     }
-    // Not folded: 3 input channels, a kernel of one row, W dilation, 16-bit.
+    // Not folded: 3 input channels, a kernel of one row, W dilation.
+    // (16-bit: test_jit_weights_lowp.cpp.)
     Case three = conv2d(3, 16, {6, 7}, {3, 3});
     Case row = conv2d(1, 16, {6, 7}, {1, 3});
     Case wdil = conv2d(1, 16, {6, 9}, {3, 3});
     wdil.d = {1, 2};
-    Case half = conv2d(1, 16, {6, 7}, {3, 3});
-    half.dt = convgrad::data_type::f16;
-    for (const Case& n : {three, row, wdil, half})
+    for (const Case& n : {three, row, wdil})
         for (const std::string& isa : jit_isas(false)) {
             INFO(label(n, isa));
             CHECK(n.make(isa).describe().find(" fold-taps") == std::string::npos);
         }
-    const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases.front().c), false);
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases.front()), false);
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }
 

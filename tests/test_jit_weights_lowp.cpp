@@ -308,13 +308,38 @@ TEST_CASE("weights bf16/f16: few input channels fold their kw taps, staged rows 
     t.wfmt = "IOX";
     cases.push_back(t);
     for (const Case& c : cases) {
-        check_plan_tag(c, " fold-kw", [](data_type, const std::string&) { return true; });
+        // (" fold-kw", or with 1-2 channels " fold-taps=": the test below)
+        check_plan_tag(c, " fold-", [](data_type, const std::string&) { return true; });
         check_exact(c);
     }
     for (data_type dt : {data_type::bf16, data_type::f16}) {
         Case c = wtest::split_size(cases.front());
         c.dt = dt;
         wtest::check_thread_counts(c, true);
+    }
+}
+
+TEST_CASE("weights bf16/f16: 1-2 channel layers fold every tap, diff_dst widened in the kernels",
+          "[jit][weights][lowp]") {
+    // Folded taps (WeightsPlan::src_widened): the pad pass widens src to
+    // f32, the kernels widen diff_dst as they load it in place (no staging);
+    // bf16 on avx512_core_bf16 keeps its image pairs, AVX2 folds 3D kernels
+    // only. The cases of fold_taps_cases at an odd minibatch.
+    std::vector<Case> cases = wtest::fold_taps_cases();
+    for (Case& x : cases) {
+        x.mb = 3;
+        check_plan_tag(x, " fold-taps=", [&](data_type dt, const std::string& isa) {
+            if (dt == data_type::bf16 && isa == "avx512_core_bf16") return false;
+            return isa != "avx2" || wtest::fold_taps_on_avx2(x);
+        });
+        check_exact(x);
+        check_bound(x, data_type::bf16);
+        check_bound(x, data_type::f16);
+    }
+    for (data_type dt : {data_type::bf16, data_type::f16}) {
+        Case x = wtest::split_size(cases.front());
+        x.dt = dt;
+        wtest::check_thread_counts(x, true);
     }
 }
 

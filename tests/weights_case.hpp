@@ -155,6 +155,51 @@ inline std::vector<Case> fold_kw_cases() {
     return cases;
 }
 
+// Layers of 1-2 input channels whose taps all fold into one tile over a
+// padded src (WeightsPlan::fold_kh): 3D with pads wider on one side, 2
+// channels (18 rows, an output-channel tail), s2 with D dilation, a 5x5 of
+// 25 rows with H dilation and pads wider than half the kernel, NCX + OIX,
+// ConvTranspose IOX / XOI. AVX2 folds those of 3D kernels and one channel
+// (fold_taps_on_avx2).
+inline std::vector<Case> fold_taps_cases() {
+    std::vector<Case> cases;
+    Case c = conv2d(1, 16, {5, 6, 7}, {3, 3, 3});
+    c.pb = c.pe = {1, 1, 1};
+    cases.push_back(c);
+    c = conv2d(2, 20, {5, 6, 7}, {3, 3, 3});
+    c.pb = {2, 0, 1};
+    c.pe = {0, 3, 1};
+    cases.push_back(c);
+    c = conv2d(1, 33, {7, 8, 9}, {3, 3, 3});
+    c.s = {2, 2, 2};
+    c.d = {2, 1, 1};
+    c.pb = c.pe = {2, 1, 1};
+    cases.push_back(c);
+    c = conv2d(1, 7, {9, 10}, {5, 5});
+    c.s = {1, 2};
+    c.d = {2, 1};
+    c.pb = {5, 2};
+    c.pe = {3, 4};
+    cases.push_back(c);
+    c = conv2d(1, 16, {5, 6, 7}, {3, 3, 3});
+    c.pb = c.pe = {1, 1, 1};
+    c.nxc = false;
+    c.wfmt = "OIX";
+    cases.push_back(c);
+    for (const char* f : {"IOX", "XOI"}) {
+        Case t = conv2d(1, 16, {4, 5, 6}, {3, 3, 3});
+        t.transpose = true;
+        t.s = {2, 2, 2};
+        t.pb = t.pe = {1, 1, 1};
+        t.wfmt = f;
+        t.nxc = f[0] != 'I';
+        cases.push_back(t);
+    }
+    return cases;
+}
+// AVX2's 16 registers hold one depth tap's 3x3 rows of one channel.
+inline bool fold_taps_on_avx2(const Case& c) { return c.k.size() == 3 && c.ic == 1; }
+
 // Grouped 2D cases from W geometries: g groups of icg -> ocg channels, an
 // input row of iw pixels, kw taps, pads pl / pr, W stride sw (H: 5 rows, 3
 // taps, stride and dilation 2, pads 2 / 1).

@@ -159,10 +159,12 @@ void WeightsSkeleton::generate() {
         throw error("JIT kernel " + name() + ": 16-bit tile stores need a bf16 / f16 gemm kernel on AVX-512");
     const bool folded = desc_.kh > 1 || desc_.kd > 1;
     if (!dw() && folded &&
-        (desc_.kd == 0 || desc_.stage || desc_.kw_win || desc_.dot || desc_.in_dt || desc_.ic_loop ||
-         desc_.pair_dst || desc_.row_disp <= 0 || (desc_.kd > 1 && desc_.plane_disp <= 0)))
-        throw error("JIT kernel " + name() + ": folded taps need an f32 gemm kernel without copies, windows or "
+        (desc_.kd == 0 || desc_.stage || desc_.kw_win || desc_.dot || desc_.ic_loop || desc_.pair_dst ||
+         desc_.row_disp <= 0 || (desc_.kd > 1 && desc_.plane_disp <= 0)))
+        throw error("JIT kernel " + name() + ": folded taps need a gemm kernel of FMAs without copies, windows or "
                     "ic loops, and their displacements");
+    if (!dw() && desc_.in_dt && !desc_.stage && !desc_.pair_dst && !folded)
+        throw error("JIT kernel " + name() + ": a gemm kernel widens diff_dst in place only with folded taps");
     if (dw() && desc_.kd != 1)
         throw error("JIT kernel " + name() + ": depthwise tiles take one depth tap");
     if (weights_kernel_vregs(desc_) > vec_.num_vregs())
@@ -686,8 +688,10 @@ private:
             prefetch_user(reg_src_, kSrcLookahead, 1, reg_src_pair_);
             copy_src();
         }
-        // diff_dst: the user's (in_dt) when this call copies it, else a slice.
-        const int dd_vbytes = stage_dst() || desc_.pair_dst ? in_vbytes() : vec_.vbytes();
+        // diff_dst: the user's (in_dt) when this call copies it, else a slice;
+        // or the user's 16-bit tensor widened as it loads (folded taps).
+        const bool widen_dd = !desc_.stage && !desc_.pair_dst && in_dt() != data_type::f32;
+        const int dd_vbytes = stage_dst() || desc_.pair_dst || widen_dd ? in_vbytes() : vec_.vbytes();
         if (stage_dst()) prefetch_user(reg_dst_, vecs() * dd_vbytes, (vecs() * dd_vbytes + 63) / 64, reg_dst_pair_);
         for (int v = 0; v < vecs(); ++v) {
             const Xbyak::Xmm d = temp(first_dd + v);
@@ -703,7 +707,7 @@ private:
                 const Xbyak::Reg64 partner = desc_.pair_dst ? reg_dst_partner_ : reg_dst_pair_;
                 load_pair(d, a, ptr[reg_dst_ + partner + v * dd_vbytes], is_tail(v) ? Xbyak::util::k1 : Xbyak::Opmask(),
                           embedded ? temp(1) : temp(0));
-            } else if (stage_dst()) {
+            } else if (stage_dst() || widen_dd) {
                 load_vec(d, a, v);
             } else {
                 load_slice_vec(d, a, v);

@@ -151,7 +151,9 @@ struct WeightsKernelDesc {
     // pair is (x, 0) . (y, 0) = x * y, exact as the FMA's product;
     // 0: f32 FMA (16-bit inputs widened to f32 as they are loaded).
     uint8_t dot = 0;
-    uint8_t in_dt = 0;  // data_type the kernel reads and widens (depthwise; gemm: its stage copies); 0 = f32
+    // data_type the kernel reads and widens (depthwise; gemm: its stage
+    // copies, or diff_dst read in place with folded taps); 0 = f32
+    uint8_t in_dt = 0;
     uint8_t kh = 1;     // depthwise, gemm folded taps: kernel rows per tile (src rows row_disp apart)
     uint8_t stage = 0;  // gemm: WeightsStage bits
     // depthwise: pixels per block (1: none). A block of `window` pixels

@@ -603,7 +603,7 @@ public:
         }
         user_es_ = static_cast<int64_t>(dtype_size(p_.dt));
         if (plan.blk.kind == WeightsKernelKind::depthwise) plan_dw_edges();
-        src_px_ = p_.ic() * user_es_ + plan.window_pad;
+        src_px_ = p_.ic() * (plan.src_widened() ? 4 : user_es_) + plan.window_pad;
         dst_px_ = p_.oc() * user_es_ + plan.window_pad;
         win_src_bytes_ = plan.window_src_rows * plan.geo.in[2] * src_px_;
         win_dst_bytes_ = plan.window_dst_rows * plan.geo.out[2] * dst_px_;
@@ -902,7 +902,7 @@ void JitWeightsExecutor::load_kernels() {
         if (verbose_log())
             std::fprintf(stderr, "convgrad,jit_cache,%s,%s\n", lone_->name().c_str(), hit ? "hit" : "miss");
     }
-    if (!dw && plan_.rounded() && plan_.staged) {
+    if (!dw && plan_.rounded() && (plan_.staged || plan_.src_widened())) {
         const StageMode mode = plan_.pairs                     ? StageMode::pair_bf16
                                : plan_.dt == data_type::bf16 ? StageMode::widen_bf16
                                                              : StageMode::widen_f16;
@@ -1075,9 +1075,9 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
             int64_t id = 0, ih = 0;
             if (!tap_src_row(r, kd, kh, id, ih)) continue;
             const float* row = fsrc + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * ic;
-            const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * oc * 4;
+            const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * dst_px_;
             const int64_t a = r.seg * g.segment, b = std::min(g.out[2], a + g.segment);
-            add_row(out, offset_of(row + (a * s - g.pad[2]) * ic), dst + a * oc * 4, b - a);
+            add_row(out, offset_of(row + (a * s - g.pad[2]) * ic), dst + a * dst_px_, b - a);
         }
         return;
     }
@@ -1933,7 +1933,8 @@ void JitWeightsExecutor::prefetch_chunk(Prefetch& pf, int64_t chunk, const char*
             pf.add(diff_dst + dst_pixel(q0, k) * p_.oc() * es, diff_dst + (dst_pixel(q1 - 1, k) + last_len) * p_.oc() * es);
     for (int k = 0; k < images; ++k) {
         if (image(q1 - 1, k) >= p_.mb) continue;
-        const int64_t row_bytes = g.in[2] * p_.ic() * es;
+        const int64_t src_es = plan_.src_widened() ? 4 : es;  // (a padded src widened to f32)
+        const int64_t row_bytes = g.in[2] * p_.ic() * src_es;
         if (plan_.staged_segments()) {  // each segment's window of the input rows its taps read
             for (int64_t q = q0; q < q1; ++q) {
                 const RowPos r = row_at(q);
@@ -2092,13 +2093,17 @@ void JitWeightsExecutor::pad_src(const char* src, char* to, int threads) const {
     const int64_t es = static_cast<int64_t>(dtype_size(p_.dt)), px = p_.ic() * es;
     const std::array<int64_t, 3>& in = user_.in;
     const std::array<int64_t, 3>& pb = user_.pad_begin;
-    const int64_t rows = p_.mb * p_.in[0] * p_.in[1], row_bytes = p_.in[2] * px;
+    const int64_t rows = p_.mb * p_.in[0] * p_.in[1], row_bytes = p_.in[2] * src_px_;
     parallel_static(threads, rows, [&](int64_t r) {
         char* out = to + r * row_bytes;
         const int64_t ih = r % p_.in[1] - pb[1], id = (r / p_.in[1]) % p_.in[0] - pb[0], n = r / (p_.in[1] * p_.in[0]);
         const bool inside = id >= 0 && id < in[0] && ih >= 0 && ih < in[1];
         const char* from = inside ? src + ((n * in[0] + id) * in[1] + ih) * in[2] * px : nullptr;
-        copy_row_run(from, -pb[2], p_.in[2], in[2], px, out);
+        if (!plan_.src_widened()) return copy_row_run(from, -pb[2], p_.in[2], in[2], px, out);
+        if (!from) return void(std::memset(out, 0, static_cast<size_t>(row_bytes)));
+        copy_padded_run(-pb[2], p_.in[2], in[2], src_px_, out, [&](int64_t first, int64_t count, char* at) {
+            stager_->run(reinterpret_cast<const uint16_t*>(from + first * px), nullptr, at, count * p_.ic());
+        });
     });
 }
 
@@ -2122,8 +2127,8 @@ void JitWeightsExecutor::run(const void* input0, const void* input1, void* outpu
         src = src_nxc.get();
         diff_dst = dst_nxc.get();
     }
-    if (plan_.prepad) {
-        padded = ScratchLease(Scratch::weights_src_pad, p_.mb * p_.ic() * p_.in_sp() * es);
+    if (plan_.prepad) {  // (16-bit folded taps: widened to f32)
+        padded = ScratchLease(Scratch::weights_src_pad, p_.mb * p_.in_sp() * src_px_);
         pad_src(src, padded.get(), nthreads);
         src = padded.get();
     }

@@ -116,8 +116,9 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
 bool fold_taps_ok(const Problem& p, Isa isa) {
     const bool even_rows = kw_ic_rows_consecutive(p) && p.wei_str.k[1] == p.k[2] * p.wei_str.k[2] &&
                            p.wei_str.k[0] == p.k[1] * p.wei_str.k[1];
-    return p.dt == data_type::f32 && (isa >= Isa::avx512_core || p.k[0] > 1) && foldable(p) &&
-           p.icg <= Cost::fold_taps_max_ic && p.k[1] > 1 && (p.wei_str.o != 1 || even_rows);
+    const bool pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;  // (those keep their image pairs)
+    return !pairs && (isa >= Isa::avx512_core || p.k[0] > 1) && foldable(p) && p.icg <= Cost::fold_taps_max_ic &&
+           p.k[1] > 1 && (p.wei_str.o != 1 || even_rows);
 }
 
 
@@ -1456,7 +1457,9 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     plan.geo = make_geometry(p, plan.pairs);
     plan.blk.kind = dw ? WeightsKernelKind::depthwise : WeightsKernelKind::gemm;
     if (dw) plan.blk.lane_group = static_cast<int>(p.icg);
-    plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan) : plan.blk.kind == WeightsKernelKind::gemm;
+    // (Folded taps read 16-bit diff_dst in place: see WeightsPlan::src_widened.)
+    plan.staged = p.dt == data_type::f32 ? stage_f32(p, plan)
+                                         : plan.blk.kind == WeightsKernelKind::gemm && !choices.folding;
     plan.compress_w = plan.staged && p.k[2] == 1 && p.stride[2] > 1;
     // Staged unpadded 1x1 chunks go tile-major. AVX-512 copies them inside
     // the kernels (stage_in_kernel; 16-bit types widened or paired as they

@@ -214,6 +214,7 @@ struct WeightsPlan {
     // src rows are compile-time displacements from the tile's first
     // (WeightsKernelDesc::kd), which needs every tap inside src: src is
     // padded (prepad), so rows have no W edges either. m_tiles is 1.
+    // 16-bit types (not bf16 pairs) are not staged then: see src_widened.
     int64_t fold_kh = 1, fold_kd = 1;
     // gemm kw windows (WeightsKernelDesc::kw_win). One vector of output
     // channels per group (groups of up to 16 channels, 8 on AVX2), W
@@ -275,6 +276,9 @@ struct WeightsPlan {
     // Kernel-row and depth taps of a gemm tile (folded taps), and the tap
     // tiles per group: (KD / fold_kd) x (KH / fold_kh) x (KW / fold_kw).
     bool folded_taps() const { return fold_kh * fold_kd > 1; }
+    // 16-bit folded taps: the pad pass widens src to f32 (1-2 channels),
+    // the kernels widen diff_dst as they load it (WeightsKernelDesc::in_dt).
+    bool src_widened() const { return prepad && folded_taps() && dt != data_type::f32; }
     // Chunk pixels (tile_major): rows x segment, the staged slices' length.
     int64_t chunk_pixels() const { return red.chunk_rows * geo.segment; }
     // Bytes of one tile's slice of a tile-major chunk, `w` floats a pixel:
