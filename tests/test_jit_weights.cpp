@@ -574,17 +574,24 @@ TEST_CASE("weights: every tap of a 1-2 channel layer in one tile over padded src
         check_exact(x);
         check_reals(x);
     }
-    // Not folded: 3 input channels, a kernel of one row, W dilation.
+    // Not folded: 3 input channels, a kernel of one row, W dilation, and
+    // pads whose padded copy would be mostly zeros (100 a side under a
+    // stride of 16: a 206x207 copy for 6x7 inputs and 13x13 outputs).
     // (16-bit: test_jit_weights_lowp.cpp.)
     Case three = conv2d(3, 16, {6, 7}, {3, 3});
     Case row = conv2d(1, 16, {6, 7}, {1, 3});
     Case wdil = conv2d(1, 16, {6, 9}, {3, 3});
     wdil.d = {1, 2};
-    for (const Case& n : {three, row, wdil})
+    Case pads = conv2d(1, 16, {6, 7}, {3, 3});
+    pads.s = {16, 16};
+    pads.pb = pads.pe = {100, 100};
+    for (const Case& n : {three, row, wdil, pads}) {
         for (const std::string& isa : jit_isas(false)) {
             INFO(label(n, isa));
             CHECK(n.make(isa).describe().find(" fold-taps") == std::string::npos);
         }
+        check_exact(n);
+    }
     const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases.front()), false);
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }

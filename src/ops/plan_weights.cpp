@@ -117,8 +117,13 @@ bool fold_taps_ok(const Problem& p, Isa isa) {
     const bool even_rows = kw_ic_rows_consecutive(p) && p.wei_str.k[1] == p.k[2] * p.wei_str.k[2] &&
                            p.wei_str.k[0] == p.k[1] * p.wei_str.k[1];
     const bool pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;  // (those keep their image pairs)
+    // The padded copy within twice the activations the op reads anyway
+    // (pads far wider than the kernel under strides well above it keep the
+    // unpadded plan instead of a scratch of mostly zeros).
+    const Problem q = padded_problem(p);
+    const bool small_copy = q.in_sp() * q.ic() <= 2 * (p.in_sp() * p.ic() + p.out_sp() * p.oc());
     return !pairs && (isa >= Isa::avx512_core || p.k[0] > 1) && foldable(p) && p.icg <= Cost::fold_taps_max_ic &&
-           p.k[1] > 1 && (p.wei_str.o != 1 || even_rows);
+           p.k[1] > 1 && (p.wei_str.o != 1 || even_rows) && small_copy;
 }
 
 
