@@ -101,10 +101,10 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
     return !plan.direct_weights || kw_ic_rows_consecutive(p);
 }
 
-// Folded taps (WeightsPlan::fold_kh): f32 (read in place; 16-bit types
-// stage their rows), foldable kw taps and kernel rows to fold, on src
-// padded by the executor first (IC of at most 2 here: the padded copy is
-// small next to diff_dst). A direct diff_weights must hold the (kd, kh,
+// Folded taps (WeightsPlan::fold_kh): foldable kw taps and kernel rows to
+// fold, on src padded by the executor first (IC of at most 2 here: the
+// padded copy is small next to diff_dst); f32, f16, and bf16 where it is
+// not paired on vdpbf16ps (WeightsPlan::src_widened). A direct diff_weights must hold the (kd, kh,
 // kw, ic) rows of a tile evenly apart (XIO; other layouts go through an
 // XIO scratch). Intel Xeon (family 6 model 207), 2 threads, f32,
 // tools/sweep_ab.py --rounds=5 --min against fold-kw plans: AVX-512 3D
@@ -125,7 +125,6 @@ bool fold_taps_ok(const Problem& p, Isa isa) {
     return !pairs && (isa >= Isa::avx512_core || p.k[0] > 1) && foldable(p) && p.icg <= Cost::fold_taps_max_ic &&
            p.k[1] > 1 && (p.wei_str.o != 1 || even_rows) && small_copy;
 }
-
 
 // gemm kw windows (WeightsPlan::kw_phases): the kernel's m * T
 // accumulators (T = ceil(KW / s), phase 0's taps), T diff_dst vectors and
@@ -552,7 +551,8 @@ bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
 void choose_fold_taps(WeightsPlan& plan) {
     if (plan.fold_kw <= 1 || plan.staged || plan.blk.kind != WeightsKernelKind::gemm) return;
     const WeightsGeometry& g = plan.geo;
-    const int64_t pixel = g.g * g.icg * 4, row = g.dil[1] * g.in[2] * pixel, plane = g.dil[0] * g.in[1] * g.in[2] * pixel;
+    const int64_t pixel = g.g * g.icg * 4, row = g.dil[1] * g.in[2] * pixel;
+    const int64_t plane = g.dil[0] * g.in[1] * g.in[2] * pixel;
     const int64_t tail = g.ocg % plan.blk.vlen;
     for (const int64_t kd : {g.k[0], int64_t(1)}) {
         plan.fold_kh = g.k[1];
@@ -1722,7 +1722,9 @@ std::string WeightsPlan::to_string() const {
        << (dw && blk.window > 1 ? " window=" + std::to_string(blk.window) : std::string())
        << (dw && blk.whole_rows ? " whole-rows" : "")
        << (dw && blk.row_block > 1 ? " row-blocks=" + std::to_string(blk.row_block) : std::string())
-       << " tiles=" << blk.tiles << " (" << (dw ? "kw" : folded_taps() ? "taps.ic" : fold_kw > 1 ? "kw.ic" : kw_lanes ? "oc" : "ic") << ' ' << blk.m_tiles << "x" << blk.m
+       << " tiles=" << blk.tiles << " ("
+       << (dw ? "kw" : folded_taps() ? "taps.ic" : fold_kw > 1 ? "kw.ic" : kw_lanes ? "oc" : "ic") << ' '
+       << blk.m_tiles << "x" << blk.m
        << " last " << blk.m_last << ", " << (dw ? "ch" : kw_lanes ? "ic" : "oc") << ' ' << blk.n_tiles << "x" << blk.n
        << "v last " << blk.n_last << "v tail " << blk.tail << ")"
        << " rows=" << red.rows << "x" << geo.segment << "px" << (geo.merged ? " merged" : "")
