@@ -326,6 +326,10 @@ TEST_CASE("weights bf16/f16: 1-2 channel layers fold every tap, diff_dst widened
     // bf16 on avx512_core_bf16 keeps its image pairs, AVX2 folds 3D kernels
     // only. The cases of fold_taps_cases at an odd minibatch.
     std::vector<Case> cases = wtest::fold_taps_cases();
+    Case rgb = conv2d(3, 24, {7, 9}, {3, 3});  // 3 channels fold in 16 bits (27 rows), not in f32
+    rgb.s = {2, 1};
+    rgb.pb = rgb.pe = {1, 1};
+    cases.push_back(rgb);
     for (Case& x : cases) {
         x.mb = 3;
         check_plan_tag(x, " fold-taps=", [&](data_type dt, const std::string& isa) {

@@ -102,9 +102,10 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
 }
 
 // Folded taps (WeightsPlan::fold_kh): foldable kw taps and kernel rows to
-// fold, on src padded by the executor first (IC of at most 2 here: the
-// padded copy is small next to diff_dst); f32, f16, and bf16 where it is
-// not paired on vdpbf16ps (WeightsPlan::src_widened). A direct diff_weights must hold the (kd, kh,
+// fold, on src padded by the executor first (IC of at most 2, 3 in 16
+// bits: Cost::fold_taps_max_ic; the padded copy is small next to
+// diff_dst); f32, f16, and bf16 where it is not paired on vdpbf16ps
+// (WeightsPlan::src_widened). A direct diff_weights must hold the (kd, kh,
 // kw, ic) rows of a tile evenly apart (XIO; other layouts go through an
 // XIO scratch). Intel Xeon (family 6 model 207), 2 threads, f32,
 // tools/sweep_ab.py --rounds=5 --min against fold-kw plans: AVX-512 3D
@@ -121,8 +122,9 @@ bool fold_taps_ok(const Problem& p, Isa isa) {
     // (pads far wider than the kernel under strides well above it keep the
     // unpadded plan instead of a scratch of mostly zeros).
     const Problem q = padded_problem(p);
+    const int64_t max_ic = p.dt == data_type::f32 ? Cost::fold_taps_max_ic : Cost::fold_taps_max_ic_16bit;
     const bool small_copy = q.in_sp() * q.ic() <= 2 * (p.in_sp() * p.ic() + p.out_sp() * p.oc());
-    return !pairs && (isa >= Isa::avx512_core || p.k[0] > 1) && foldable(p) && p.icg <= Cost::fold_taps_max_ic &&
+    return !pairs && (isa >= Isa::avx512_core || p.k[0] > 1) && foldable(p) && p.icg <= max_ic &&
            p.k[1] > 1 && (p.wei_str.o != 1 || even_rows) && small_copy;
 }
 

@@ -205,11 +205,12 @@ struct WeightsPlan {
     // in the W padding read a zero-padded copy of their src run (the
     // edges); staged (16-bit): the staged src rows include the W padding.
     int64_t fold_kw = 1;
-    // Folded taps (f32 in place, with prepad): fold_kh = KH (then fold_kd
-    // 1 or KD) puts the kernel rows (and depth taps) of the folded kw taps
-    // into the tile rows too, a run of IC x KW rows per (kd, kh), so a
-    // tile of one or two input channels takes every tap of a 3x3 / 3x3x3
-    // kernel: per pixel one diff_dst load feeds 9 or 27 FMAs x n vectors,
+    // Folded taps (in place, with prepad): fold_kh = KH (then fold_kd 1 or
+    // KD) puts the kernel rows (and depth taps) of the folded kw taps into
+    // the tile rows too, a run of IC x KW rows per (kd, kh), so a tile of
+    // one input channel takes every tap of a 3x3 / 3x3x3 kernel (1-3
+    // channels: Cost::fold_taps_max_ic): per pixel one diff_dst load feeds
+    // 9 or 27 FMAs x n vectors,
     // and each chunk is walked once instead of KD x KH times. The runs'
     // src rows are compile-time displacements from the tile's first
     // (WeightsKernelDesc::kd), which needs every tap inside src: src is
@@ -369,8 +370,15 @@ struct WeightsCostModel {
     // 0.98-1.01x.
     static constexpr double fold_halo_budget = 128 << 10;
     static constexpr int64_t fold_halo_min_px = 32;
-    // Folded taps (WeightsPlan::fold_kh) up to this many input channels.
+    // Folded taps (WeightsPlan::fold_kh) up to this many input channels:
+    // in f32, RGB 3x3 layers keep their fold-kw tiles of several vectors
+    // (Intel Xeon, 2 threads, min of 5, folded against them: VGG-16
+    // conv1_1 and 3x3 s2 stems of 32 channels 0.84-0.88x, YOLO 3x3 1.05x);
+    // 16-bit ones fold (they stop staging: min of 7, f16 / bf16, VGG-16
+    // conv1_1 1.27 / 1.26x, YOLO 1.16x, a 3x3x3 RGB video layer 1.11 /
+    // 1.12x, stems 0.99-1.04x).
     static constexpr int64_t fold_taps_max_ic = 2;
+    static constexpr int64_t fold_taps_max_ic_16bit = 3;
     static constexpr double dw_l2_budget = 256 << 10;  // depthwise: src + diff_dst bytes per chunk
     // NCX windows (WeightsPlan::ncx_windows) take chunks of whole images
     // when a channel's src plane is at most this many bytes. MobileNetV2 /
