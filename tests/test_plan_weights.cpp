@@ -171,6 +171,29 @@ TEST_CASE("weights plan: golden text", "[jit][weights][plan]") {
           "        for row, px: acc[11 kw.ic][2v] += bcast(src[px+tap][kw.ic]) (W edges: zero-padded copies)"
           " * diff_dst[px][oc]\n"
           "  sum slices in order");
+    Case vol = resnet(1, 16, 16, 3);  // a 3D U-Net's 1-channel input: every tap in one tile
+    vol.mb = 2;
+    vol.in = {16, 16, 16};
+    vol.k = {3, 3, 3};
+    vol.s = {1, 1, 1};
+    vol.pb = vol.pe = {1, 1, 1};
+    CHECK(plan_weights(problem(vol), Isa::avx512_core, 2).to_string() ==
+          "gemm m27n1x16 tiles=1 (taps.ic 1x27 last 27, oc 1x1v last 1v tail 0) rows=512x16px chunk=16 rows "
+          "(32 chunks, 19 KiB) slices=16 grid=1x2 fold-taps=3x3x3 prepad direct prefetch 2 lines/px "
+          "est=14cyc/px\n"
+          "  parallel slice<16 (2 thr) x tile<1 (1 thr):\n"
+          "    for chunk in slice (16 rows):\n"
+          "      for g<1 oc_tile<1 kd<1 kh<1 taps.ic_tile<1:\n"
+          "        for row, px: acc[27 kd.kh.kw.ic][1v] += bcast(src[px+tap][kw.ic]) (src padded) * diff_dst[px][oc]\n"
+          "  sum slices in order");
+    CHECK(plan_weights(problem(vol), Isa::avx2, 2).to_string() ==  // AVX2: one depth tap a tile
+          "gemm m9n1x8 tiles=6 (taps.ic 1x9 last 9, oc 2x1v last 1v tail 0) rows=512x16px chunk=16 rows "
+          "(32 chunks, 19 KiB) slices=8 grid=1x2 fold-taps=1x3x3 prepad direct est=37cyc/px\n"
+          "  parallel slice<8 (2 thr) x tile<6 (1 thr):\n"
+          "    for chunk in slice (16 rows):\n"
+          "      for g<1 oc_tile<2 kd<3 kh<1 taps.ic_tile<1:\n"
+          "        for row, px: acc[9 kh.kw.ic][1v] += bcast(src[px+tap][kw.ic]) (src padded) * diff_dst[px][oc]\n"
+          "  sum slices in order");
     Case g16 = resnet(512, 512, 14, 3);  // ResNeXt-50 conv4: 16 channels a group, read in place
     g16.g = 32;
     CHECK(plan_weights(problem(g16), Isa::avx512_core, 2).to_string() ==
