@@ -44,9 +44,7 @@ int dw_temps(const WeightsKernelDesc& d) {
 int weights_kernel_vregs(const WeightsKernelDesc& d) {
     const bool dw = d.kind == static_cast<uint8_t>(WeightsKernelKind::depthwise);
     const int mask = (!avx512(d) && d.tail) ? 1 : 0;
-    return d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kd) * std::max<int>(1, d.kw_win) * d.n *
-                   std::max<int>(1, d.acc_sets) +
-           (dw ? dw_temps(d) : gemm_temps(d)) + mask;
+    return weights_tile_rows(d) * d.n * std::max<int>(1, d.acc_sets) + (dw ? dw_temps(d) : gemm_temps(d)) + mask;
 }
 
 std::string weights_kernel_name(const WeightsKernelDesc& d) {

@@ -45,6 +45,7 @@
 // through scratch otherwise).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -302,6 +303,12 @@ struct WeightsKernelDesc {
 };
 static_assert(sizeof(WeightsKernelDesc) == 56, "WeightsKernelDesc must have no padding");
 
+// Rows of a desc's register tile (one accumulator set): m, times its
+// kernel rows and depth taps (depthwise kh; gemm folded taps kh x kd) or
+// its kw window's taps.
+inline int weights_tile_rows(const WeightsKernelDesc& d) {
+    return d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kd) * std::max<int>(1, d.kw_win);
+}
 // Accumulator registers a desc needs next to its other vector registers.
 int weights_kernel_vregs(const WeightsKernelDesc& d);
 // "wgemm_avx512_core_m6n4t0" / "wdw_avx2_k3n2t0_d384" / "wgemm_avx512_core_bf16_m13n2t0_dot" /

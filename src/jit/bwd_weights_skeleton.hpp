@@ -111,9 +111,7 @@ protected:
     // Tile rows (ic, or taps: kh kernel rows of m kw taps, row-major).
     // gemm kw_win: KW blocks of m rows (tap k, channel i), wei_kh_stride apart.
     // gemm folded taps: kd x kh runs of m rows, wei_kh_stride apart.
-    int rows() const {
-        return desc_.m * std::max<int>(1, desc_.kh) * std::max<int>(1, desc_.kd) * std::max<int>(1, desc_.kw_win);
-    }
+    int rows() const { return weights_tile_rows(desc_); }
     int vecs() const { return desc_.n; }
     // Accumulator (row, v) of the current set (desc.acc_sets: acc_set_).
     Xbyak::Xmm acc(int row, int v) const { return vec_.vreg((acc_set_ * rows() + row) * vecs() + v); }

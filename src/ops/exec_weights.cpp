@@ -1047,7 +1047,7 @@ void JitWeightsExecutor::build_lane_rows(std::vector<WeightsRow>& out, const std
 void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadState& ts, const char* src,
                                            int64_t kd, int64_t kh) const {
     const WeightsGeometry& g = plan_.geo;
-    const int64_t ic = p_.ic(), oc = p_.oc(), s = g.stride[2];
+    const int64_t ic = p_.ic(), s = g.stride[2];
     const WeightsPlan::WEdges e = plan_.w_edges();
     const int64_t slot_floats = (e.left_w + e.right_w) * ic;
     const float* fsrc = reinterpret_cast<const float*>(src);
@@ -1070,18 +1070,9 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
     auto key_of = [&](const RowPos& r, int64_t id, int64_t ih) {
         return ((r.n * g.in[0] + id) * g.in[1] + ih) * g.segs_per_row + r.seg;
     };
-    if (e.left == 0 && e.right >= g.out[2]) {  // no W edges (src padded: folded taps): all in place
-        for (const RowPos& r : ts.chunk) {
-            int64_t id = 0, ih = 0;
-            if (!tap_src_row(r, kd, kh, id, ih)) continue;
-            const float* row = fsrc + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * ic;
-            const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * dst_px_;
-            const int64_t a = r.seg * g.segment, b = std::min(g.out[2], a + g.segment);
-            add_row(out, offset_of(row + (a * s - g.pad[2]) * ic), dst + a * dst_px_, b - a);
-        }
-        return;
-    }
-    if (ts.edge_used < 0) {  // the chunk's first tap
+    // No W edges on a padded src (folded taps): every row in place, no copies or slots.
+    const bool edges = e.left > 0 || e.right < g.out[2];
+    if (edges && ts.edge_used < 0) {  // the chunk's first tap
         const bool overlap =
                 (g.k[0] - 1) * g.dil[0] + 1 > g.stride[0] || (g.k[1] - 1) * g.dil[1] + 1 > g.stride[1];
         int64_t lo = INT64_MAX, hi = -1;
@@ -1101,28 +1092,31 @@ void JitWeightsExecutor::build_folded_rows(std::vector<WeightsRow>& out, ThreadS
         int64_t id = 0, ih = 0;
         if (!tap_src_row(r, kd, kh, id, ih)) continue;
         const float* row = fsrc + ((r.n * g.in[0] + id) * g.in[1] + ih) * g.in[2] * ic;
-        const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * oc * 4;
-        bool copy = true;
-        int64_t index = (static_cast<int64_t>(j) * g.k[0] + kd) * g.k[1] + kh;
-        if (!ts.edge_slot.empty()) {
-            int32_t& known = ts.edge_slot[static_cast<size_t>(key_of(r, id, ih) - ts.edge_key0)];
-            copy = known < 0;
-            if (copy) known = ts.edge_used++;
-            index = known;
+        const int64_t dst = ((r.n * g.out[0] + r.od) * g.out[1] + r.oh) * g.out[2] * dst_px_;
+        bool copy = edges;
+        float* slot = nullptr;  // (no edges: copied() gets empty ranges only)
+        if (edges) {
+            int64_t index = (static_cast<int64_t>(j) * g.k[0] + kd) * g.k[1] + kh;
+            if (!ts.edge_slot.empty()) {
+                int32_t& known = ts.edge_slot[static_cast<size_t>(key_of(r, id, ih) - ts.edge_key0)];
+                copy = known < 0;
+                if (copy) known = ts.edge_used++;
+                index = known;
+            }
+            slot = ts.edges.data() + index * slot_floats;
         }
-        float* slot = ts.edges.data() + index * slot_floats;
         // The row's segment [a, b) cut at the W edges: pixels below e.left
         // and from e.right on read zero-padded copies, the rest src itself.
         const int64_t a = r.seg * g.segment, b = std::min(g.out[2], a + g.segment);
         auto copied = [&](int64_t lo, int64_t hi, float* to) {  // pixels [lo, hi) of an edge
             if (lo >= hi) return;
             if (copy) pad_copy(row, lo * s - g.pad[2], (hi - lo - 1) * s + (g.k[2] - 1) * g.dil[2] + 1, to);
-            add_row(out, offset_of(to), dst + lo * oc * 4, hi - lo);
+            add_row(out, offset_of(to), dst + lo * dst_px_, hi - lo);
         };
         copied(a, std::min(b, e.left), slot);
         const int64_t lo = std::max(a, e.left), hi = std::min(b, e.right);
-        if (hi > lo) add_row(out, offset_of(row + (lo * s - g.pad[2]) * ic), dst + lo * oc * 4, hi - lo);
-        copied(std::max(a, e.right), b, slot + e.left_w * ic);
+        if (hi > lo) add_row(out, offset_of(row + (lo * s - g.pad[2]) * ic), dst + lo * dst_px_, hi - lo);
+        copied(std::max(a, e.right), b, edges ? slot + e.left_w * ic : nullptr);
     }
 }
 

@@ -118,14 +118,15 @@ bool fold_taps_ok(const Problem& p, Isa isa) {
     const bool even_rows = kw_ic_rows_consecutive(p) && p.wei_str.k[1] == p.k[2] * p.wei_str.k[2] &&
                            p.wei_str.k[0] == p.k[1] * p.wei_str.k[1];
     const bool pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;  // (those keep their image pairs)
+    const int64_t max_ic = p.dt == data_type::f32 ? Cost::fold_taps_max_ic : Cost::fold_taps_max_ic_16bit;
+    if (pairs || (isa < Isa::avx512_core && p.k[0] == 1) || !foldable(p) || p.icg > max_ic || p.k[1] == 1 ||
+        (p.wei_str.o == 1 && !even_rows))
+        return false;
     // The padded copy within twice the activations the op reads anyway
     // (pads far wider than the kernel under strides well above it keep the
     // unpadded plan instead of a scratch of mostly zeros).
     const Problem q = padded_problem(p);
-    const int64_t max_ic = p.dt == data_type::f32 ? Cost::fold_taps_max_ic : Cost::fold_taps_max_ic_16bit;
-    const bool small_copy = q.in_sp() * q.ic() <= 2 * (p.in_sp() * p.ic() + p.out_sp() * p.oc());
-    return !pairs && (isa >= Isa::avx512_core || p.k[0] > 1) && foldable(p) && p.icg <= max_ic &&
-           p.k[1] > 1 && (p.wei_str.o != 1 || even_rows) && small_copy;
+    return q.in_sp() * q.ic() <= 2 * (p.in_sp() * p.ic() + p.out_sp() * p.oc());
 }
 
 // gemm kw windows (WeightsPlan::kw_phases): the kernel's m * T
@@ -550,11 +551,18 @@ bool fits(const WeightsPlan& plan, int m, int n, int tail, int kh = 1) {
 // in one tile of one vector where that fits the registers, else the kernel
 // rows with kd outside; neither: no fold (the caller plans the layer as
 // it is). The runs' displacements are 32-bit.
+// Folded taps: src bytes from a run of tile rows to the next kernel row's
+// and to the next depth tap's (the padded src, f32: WeightsKernelDesc::
+// row_disp / plane_disp).
+std::array<int64_t, 2> fold_run_disps(const WeightsGeometry& g) {
+    const int64_t pixel = g.g * g.icg * 4;
+    return {g.dil[1] * g.in[2] * pixel, g.dil[0] * g.in[1] * g.in[2] * pixel};
+}
+
 void choose_fold_taps(WeightsPlan& plan) {
     if (plan.fold_kw <= 1 || plan.staged || plan.blk.kind != WeightsKernelKind::gemm) return;
     const WeightsGeometry& g = plan.geo;
-    const int64_t pixel = g.g * g.icg * 4, row = g.dil[1] * g.in[2] * pixel;
-    const int64_t plane = g.dil[0] * g.in[1] * g.in[2] * pixel;
+    const auto [row, plane] = fold_run_disps(g);
     const int64_t tail = g.ocg % plan.blk.vlen;
     for (const int64_t kd : {g.k[0], int64_t(1)}) {
         plan.fold_kh = g.k[1];
@@ -1312,13 +1320,14 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
         d.tap_disp = static_cast<int32_t>(tap_disp);  // a src pixel
     }
     if (blk.kind == WeightsKernelKind::gemm && folded_taps()) {  // m: the tile's rows, fold_kd x fold_kh runs
-        const int64_t runs = fold_kh * fold_kd, pixel = geo.g * geo.icg * 4;  // f32 in place
+        const int64_t runs = fold_kh * fold_kd;
         if (m % runs) throw std::logic_error("weights plan: a folded-tap tile of " + std::to_string(m) + " rows");
+        const auto [row, plane] = fold_run_disps(geo);
         d.m = u8(m / runs, "m");
         d.kh = u8(fold_kh, "kh");
         d.kd = u8(fold_kd, "kd");
-        d.row_disp = i32(geo.dil[1] * geo.in[2] * pixel, "row_disp");
-        d.plane_disp = fold_kd > 1 ? i32(geo.dil[0] * geo.in[1] * geo.in[2] * pixel, "plane_disp") : 0;
+        d.row_disp = i32(row, "row_disp");
+        d.plane_disp = fold_kd > 1 ? i32(plane, "plane_disp") : 0;
     }
     d.acc_sets = u8(gemm_acc_sets(d), "acc_sets");
     return d;
@@ -1334,7 +1343,7 @@ int gemm_acc_sets(WeightsKernelDesc d) {
         return 0;
     const double chains = Cost::fma_per_cycle * Cost::fma_latency;
     const int regs = static_cast<Isa>(d.isa) >= Isa::avx512_core ? 32 : 16;
-    const int rows = d.m * std::max<int>(1, d.kh) * std::max<int>(1, d.kd);
+    const int rows = weights_tile_rows(d);
     for (int sets = std::min(4, static_cast<int>(std::ceil(chains / (rows * d.n)))); sets > 1; --sets) {
         d.acc_sets = static_cast<uint8_t>(sets);
         if (weights_kernel_vregs(d) <= regs) return sets;

@@ -210,8 +210,8 @@ struct WeightsPlan {
     // the tile rows too, a run of IC x KW rows per (kd, kh), so a tile of
     // one input channel takes every tap of a 3x3 / 3x3x3 kernel (1-3
     // channels: Cost::fold_taps_max_ic): per pixel one diff_dst load feeds
-    // 9 or 27 FMAs x n vectors,
-    // and each chunk is walked once instead of KD x KH times. The runs'
+    // 9 or 27 FMAs x n vectors, and each chunk is walked once instead of
+    // KD x KH times. The runs'
     // src rows are compile-time displacements from the tile's first
     // (WeightsKernelDesc::kd), which needs every tap inside src: src is
     // padded (prepad), so rows have no W edges either. m_tiles is 1.
@@ -274,10 +274,10 @@ struct WeightsPlan {
     WEdges w_edges() const;
     // Rows of the gemm tile space per group: input channels (x KW folded).
     int64_t gemm_rows() const { return geo.icg * fold_kw * fold_kh * fold_kd; }
-    // Kernel-row and depth taps of a gemm tile (folded taps), and the tap
-    // tiles per group: (KD / fold_kd) x (KH / fold_kh) x (KW / fold_kw).
+    // Kernel rows (and depth taps) folded into the gemm tiles; the tap
+    // tiles per group are then (KD / fold_kd) x (KH / fold_kh) x (KW / fold_kw).
     bool folded_taps() const { return fold_kh * fold_kd > 1; }
-    // 16-bit folded taps: the pad pass widens src to f32 (1-2 channels),
+    // 16-bit folded taps: the pad pass widens src to f32 (1-3 channels),
     // the kernels widen diff_dst as they load it (WeightsKernelDesc::in_dt).
     bool src_widened() const { return prepad && folded_taps() && dt != data_type::f32; }
     // Chunk pixels (tile_major): rows x segment, the staged slices' length.
