@@ -428,7 +428,7 @@ private:
     ArrayConverter widen_, round_;  // 16-bit plans: rows to f32, f32 sums to the output type
     NxcStrides dd_str_, dst_str_;  // dense NXC in the plan's geometry, elements (NCX windows: window_pad wider pixels)
     std::vector<std::vector<PhaseTap>> phases_;
-    // Segments: seg_window of each, and the part of it inside the row.
+    // Segments: seg_windows, and the part of each inside the row.
     std::vector<std::pair<int64_t, int64_t>> seg_windows_, seg_inside_;
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
     std::vector<std::shared_ptr<const DataKernel>> phase_kernels_;  // see phase_kernel
@@ -444,10 +444,8 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
       dst_str_(nxc_strides(plan.geo.in, p.ic() + plan.window_pad / es_)) {
     const DataGeometry& g = plan_.geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
-    for (int64_t s = 0; plan_.segments > 1 && s < plan_.segments; ++s) {
-        seg_windows_.push_back(seg_window(plan_, s));
-        seg_inside_.push_back(seg_window_inside(plan_, s));
-    }
+    if (plan_.segments > 1) seg_windows_ = seg_windows(plan_);
+    for (const auto& w : seg_windows_) seg_inside_.push_back(window_inside(plan_, w));
     win_dd_bytes_ = plan_.scratch.window_dd_rows * plan_.scratch.window_dd_px * dd_str_.w * es_;
     win_dst_bytes_ = plan_.scratch.window_dst_rows * plan_.scratch.window_dst_px * dst_str_.w * es_;
     if (p.dt != data_type::f32) {
@@ -1530,8 +1528,9 @@ void size_windows(DataPlan* pl) {
     const DataGeometry& g = pl->geo;
     pl->scratch.window_dd_px = pl->segments > 1 ? 0 : g.out[2];
     pl->scratch.window_dst_px = pl->segments > 1 ? 0 : g.in[2];
-    for (int64_t s = 0; pl->segments > 1 && s < pl->segments; ++s) {
-        const auto [x0, x1] = seg_window_inside(*pl, s);
+    const auto windows = pl->segments > 1 ? seg_windows(*pl) : std::vector<std::pair<int64_t, int64_t>>();
+    for (int64_t s = 0; s < static_cast<int64_t>(windows.size()); ++s) {
+        const auto [x0, x1] = window_inside(*pl, windows[static_cast<size_t>(s)]);
         pl->scratch.window_dd_px = std::max(pl->scratch.window_dd_px, x1 - x0);
         pl->scratch.window_dst_px = std::max(pl->scratch.window_dst_px, pl->seg_first(s + 1) - pl->seg_first(s));
     }

@@ -1508,9 +1508,19 @@ void JitWeightsExecutor::plan_dw_edges() {
         const int taps = kt == b.m_tiles - 1 ? b.m_last : b.m;
         std::vector<std::array<int64_t, 2>> valid;  // per tap of the tile
         for (int k = 0; k < taps; ++k) valid.push_back(valid_ow(g, kt * b.m + k));
+        // The taps reading inside src, [a, e), change only where a tap's
+        // valid range starts or ends: one piece between such points (a
+        // walk over the pixels took 30 us on 8000-pixel rows).
+        std::vector<int64_t> cuts = {0, g.out[2]};
+        for (const auto& v : valid)
+            for (const int64_t c : v)
+                if (c > 0 && c < g.out[2]) cuts.push_back(c);
+        std::sort(cuts.begin(), cuts.end());
+        cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
         std::vector<TapRun>& pieces = kw_pieces_[static_cast<size_t>(kt)];
-        for (int64_t ow = 0; ow < g.out[2]; ++ow) {
-            int a = taps, e = 0;  // the taps reading inside src: [a, e)
+        for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+            const int64_t ow = cuts[c], ow_end = cuts[c + 1];
+            int a = taps, e = 0;
             for (int k = 0; k < taps; ++k)
                 if (valid[static_cast<size_t>(k)][0] <= ow && ow < valid[static_cast<size_t>(k)][1]) {
                     a = std::min(a, k);
@@ -1519,9 +1529,9 @@ void JitWeightsExecutor::plan_dw_edges() {
             if (a >= e) continue;  // no work
             dw_edges_ = dw_edges_ || e - a < taps;
             if (!pieces.empty() && pieces.back().ow_hi == ow && pieces.back().a == a && pieces.back().b == e)
-                ++pieces.back().ow_hi;
+                pieces.back().ow_hi = ow_end;
             else
-                pieces.push_back({ow, ow + 1, a, e});
+                pieces.push_back({ow, ow_end, a, e});
         }
     }
     if (b.row_block > 1) {

@@ -338,11 +338,18 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
         }
         a_len_ = sw * colsp_;
     }
-    for (int64_t t = 0; t < p.k_sp(); ++t) {
-        const int64_t h = t / kw % kh, w = t % kw;
+    // Tap (d, h, w) in (KD, KH, KW) order: a kw tap's shift, then a kernel
+    // row's (no divisions a tap: 32x32 kernels have 1024).
+    std::vector<int64_t> w_shift(static_cast<size_t>(kw));
+    for (int64_t w = 0; w < kw; ++w) {
         const int64_t u = w * p.dil[2];
-        tap_shift_.push_back(2 * (planes_ ? h * p.dil[1] * pitch_ + u : u % p.stride[2] * colsp_ + u / p.stride[2]));
+        w_shift[static_cast<size_t>(w)] = planes_ ? u : u % p.stride[2] * colsp_ + u / p.stride[2];
     }
+    tap_shift_.reserve(static_cast<size_t>(p.k_sp()));
+    for (int64_t d = 0; d < p.k[0]; ++d)
+        for (int64_t h = 0; h < kh; ++h)
+            for (int64_t w = 0; w < kw; ++w)
+                tap_shift_.push_back(2 * ((planes_ ? h * p.dil[1] * pitch_ : 0) + w_shift[static_cast<size_t>(w)]));
     const int64_t image = p.in[0] * a_runs_ * a_run_bytes() / kBlock * icp_ +
                           p.out[0] * b_runs_ * b_run_bytes() / kBlock * ocp_;
     const int64_t image_steps = p.out[0] * b_runs_ * steps_;  // (a bound: runs reading outside src are skipped)

@@ -672,10 +672,7 @@ void choose_segments(const Problem& p, DataPlan* pl) {
     pl->segments = segs;
     pl->seg_pixels = npx / segs / m * m;
     int64_t widest = 0;
-    for (int64_t s = 0; s < segs; ++s) {
-        const auto w = seg_window(*pl, s);
-        widest = std::max(widest, w.second - w.first);
-    }
+    for (const auto& w : seg_windows(*pl)) widest = std::max(widest, w.second - w.first);
     pl->scratch.row_bytes = widest * pl->dd_pitch;
 }
 
@@ -813,23 +810,36 @@ std::pair<int64_t, int64_t> DataPlan::seg_range(int64_t r, int64_t s) const {
     return {std::min(npx, s * seg_pixels), s + 1 == segments ? npx : std::min(npx, (s + 1) * seg_pixels)};
 }
 
-std::pair<int64_t, int64_t> seg_window(const DataPlan& pl, int64_t s) {
-    int64_t lo = INT64_MAX, hi = INT64_MIN;
+std::vector<std::pair<int64_t, int64_t>> seg_windows(const DataPlan& pl) {
+    // Per phase, the least and greatest tap base (a phase's taps computed
+    // once: long rows have hundreds of segments).
+    std::vector<std::pair<int64_t, int64_t>> bases;
     for (int64_t r = 0; r < pl.geo.stride[2]; ++r) {
-        const auto [j0, j1] = pl.seg_range(r, s);
-        if (j0 == j1) continue;
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
         for (const PhaseTap& t : phase_taps(pl.geo, r)) {
-            lo = std::min(lo, t.base + j0);
-            hi = std::max(hi, t.base + j1);
+            lo = std::min(lo, t.base);
+            hi = std::max(hi, t.base);
         }
+        bases.emplace_back(lo, hi);
     }
-    return lo < hi ? std::make_pair(lo, hi) : std::make_pair(int64_t(0), int64_t(0));
+    std::vector<std::pair<int64_t, int64_t>> out;
+    for (int64_t s = 0; s < pl.segments; ++s) {
+        int64_t lo = INT64_MAX, hi = INT64_MIN;
+        for (int64_t r = 0; r < pl.geo.stride[2]; ++r) {
+            const auto [j0, j1] = pl.seg_range(r, s);
+            const auto [b0, b1] = bases[static_cast<size_t>(r)];
+            if (j0 == j1 || b0 > b1) continue;
+            lo = std::min(lo, b0 + j0);
+            hi = std::max(hi, b1 + j1);
+        }
+        out.push_back(lo < hi ? std::make_pair(lo, hi) : std::make_pair(int64_t(0), int64_t(0)));
+    }
+    return out;
 }
 
-std::pair<int64_t, int64_t> seg_window_inside(const DataPlan& pl, int64_t s) {
-    const auto [a, b] = seg_window(pl, s);
-    const int64_t x0 = std::clamp<int64_t>(a, 0, pl.geo.out[2]);
-    return {x0, std::clamp<int64_t>(b, x0, pl.geo.out[2])};
+std::pair<int64_t, int64_t> window_inside(const DataPlan& pl, std::pair<int64_t, int64_t> w) {
+    const int64_t x0 = std::clamp<int64_t>(w.first, 0, pl.geo.out[2]);
+    return {x0, std::clamp<int64_t>(w.second, x0, pl.geo.out[2])};
 }
 
 int64_t DataChannelBlocks::padded() const {

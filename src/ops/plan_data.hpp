@@ -216,7 +216,7 @@ struct DataPlan {
     // last segment takes the rest and the partial block). An item is
     // (segment, row group, run of channel blocks), segment-major; its rows
     // read padded copies of just the diff_dst window the segment's taps
-    // reach (seg_window), which stay in L2 for every channel block. NCX
+    // reach (seg_windows), which stay in L2 for every channel block. NCX
     // windows hold the segment's pixels of their rows.
     int64_t segments = 1, seg_pixels = 0;
     // Phase r's pixels [first, second) in segment s.
@@ -277,11 +277,11 @@ inline int64_t phase_pixel_count(const DataGeometry& g, int64_t r) {
     return r < g.in[2] ? (g.in[2] - r + g.stride[2] - 1) / g.stride[2] : 0;
 }
 
-// The diff_dst pixels [first, second) of a W row that segment s of the
-// plan reads (before 0 or from OW on: zero pads).
-std::pair<int64_t, int64_t> seg_window(const DataPlan& pl, int64_t s);
-// The part of seg_window inside the row, [0, OW).
-std::pair<int64_t, int64_t> seg_window_inside(const DataPlan& pl, int64_t s);
+// Per segment s of the plan, the diff_dst pixels [first, second) of a W
+// row that it reads (before 0 or from OW on: zero pads).
+std::vector<std::pair<int64_t, int64_t>> seg_windows(const DataPlan& pl);
+// The part of a segment's window inside the row, [0, OW).
+std::pair<int64_t, int64_t> window_inside(const DataPlan& pl, std::pair<int64_t, int64_t> w);
 
 // The types of the plan's kernels: its compute form and lane group, and
 // for row-taps plans entries of `row_taps` taps (a phase's count).
