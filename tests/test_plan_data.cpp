@@ -1,5 +1,7 @@
 // The data-gradient planner: golden plan text and properties.
 #include <catch2/catch.hpp>
+#include <algorithm>
+#include <climits>
 #include <random>
 #include <string>
 #include <vector>
@@ -458,4 +460,54 @@ TEST_CASE("data plan: row runs of equal kh taps", "[jit][data][plan]") {
                         }
                     }
     CHECK(checked > 10000);
+}
+
+TEST_CASE("data plan: segment windows hold every pixel their taps read, and no more", "[jit][data][plan]") {
+    // Long 1D rows cut into segments over strides, dilations, kernels and
+    // pads (wider than the kernel too): per segment, the diff_dst pixels
+    // [lo, hi) that seg_windows names are exactly those some phase pixel
+    // of the segment reads with some tap (pixel j of phase r, tap t: t.base + j).
+    std::mt19937 gen(11);
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(gen); };
+    int segmented = 0;
+    for (int iter = 0; iter < 60; ++iter) {
+        const int64_t k = pick(1, 9), s = pick(1, 4), dil = pick(1, 3), pb = pick(0, 10), pe = pick(0, 10);
+        const int64_t iw = pick(3000, 20000), c = 64 * pick(1, 4);
+        const int64_t ow = (iw + pb + pe - (k - 1) * dil - 1) / s + 1;
+        attributes a;
+        a.strides = {s};
+        a.dilations = {dil};
+        a.pads_begin = {pb};
+        a.pads_end = {(ow - 1) * s + (k - 1) * dil + 1 - iw - pb};
+        if (a.pads_end[0] < 0) continue;
+        a.dst_shape = {2, iw, c};
+        const Problem pr = make_problem(op_kind::conv_bwd_data, data_type::f32, a, {2, ow, c}, {k, c, c}, nullptr);
+        const DataPlan pl = plan_of(pr, Isa::avx512_core, 2);
+        INFO(pr.to_string() << " " << pl.to_string());
+        if (pl.segments < 2) continue;
+        ++segmented;
+        const auto windows = seg_windows(pl);
+        REQUIRE(static_cast<int64_t>(windows.size()) == pl.segments);
+        for (int64_t seg = 0; seg < pl.segments; ++seg) {
+            int64_t lo = INT64_MAX, hi = INT64_MIN;
+            for (int64_t r = 0; r < pl.geo.stride[2]; ++r) {
+                const auto [j0, j1] = pl.seg_range(r, seg);
+                for (const PhaseTap& t : phase_taps(pl.geo, r))
+                    for (int64_t j = j0; j < j1; ++j) {
+                        lo = std::min(lo, t.base + j);
+                        hi = std::max(hi, t.base + j + 1);
+                    }
+            }
+            INFO("segment " << seg);
+            if (lo > hi) {
+                CHECK(windows[static_cast<size_t>(seg)] == std::make_pair(int64_t(0), int64_t(0)));
+                continue;
+            }
+            CHECK(windows[static_cast<size_t>(seg)] == std::make_pair(lo, hi));
+            const auto inside = window_inside(pl, windows[static_cast<size_t>(seg)]);
+            CHECK(inside.first == std::clamp<int64_t>(lo, 0, ow));
+            CHECK(inside.second == std::clamp<int64_t>(hi, inside.first, ow));
+        }
+    }
+    CHECK(segmented > 10);  // the generator reaches segmented plans
 }

@@ -212,9 +212,11 @@ public:
     bool rows() const { return !planes_ && !flat_; }
     // The share of the tile products that are useful: channel tails and
     // the products across groups (amx_used_share; halves: 16 x 16 tiles).
-    double used_share() const {
-        if (!halves_) return amx_used_share(p_, ob0_, nob_);
-        return double(p_.ic()) * double(p_.ocg) / (double(div_up(p_.ic(), 16)) * 256.0);
+    double used_share() const { return halves_ ? halves_used_share(p_) : amx_used_share(p_, ob0_, nob_); }
+    // Groups of 16 or fewer channels on 16 x 16 tiles (halves_).
+    static bool takes_halves(const Problem& p) { return p.g > 1 && p.icg == p.ocg && 16 % p.icg == 0; }
+    static double halves_used_share(const Problem& p) {
+        return double(p.ic()) * double(p.ocg) / (double(div_up(p.ic(), 16)) * 256.0);
     }
 
 private:
@@ -287,7 +289,7 @@ AmxWeightsExecutor::AmxWeightsExecutor(const Problem& p)
     acc_w_ = nob_ * kBlock;
     flat_ = p.k_sp() == 1;
     planes_ = !flat_ && p.stride[1] == 1 && p.stride[2] == 1;
-    halves_ = p.g > 1 && p.icg == p.ocg && 16 % p.icg == 0;
+    halves_ = takes_halves(p);
     if (halves_) {
         for (int64_t t = 0; t < p.k_sp();) {
             int64_t n = 1;
@@ -666,6 +668,11 @@ std::unique_ptr<Executor> make_jit_weights_amx_executor(const Problem& p) {
     const bool all = amx_takes_all();
     if (!all && p.k_sp() == 1 && std::min(p.icg, p.ocg) < kAmxMinChannels1x1) return nullptr;
     if (!all && !amx_takes_ncx(p)) return nullptr;
+    // (Positions only lower the share: depthwise layers leave before their
+    // executor builds a tap set per few taps.)
+    if (!all && AmxWeightsExecutor::takes_halves(p) &&
+        AmxWeightsExecutor::halves_used_share(p) < kAmxMinShareHalves)
+        return nullptr;
     auto e = std::make_unique<AmxWeightsExecutor>(p);
     if (!all) {
         const double share = e->used_share() * e->position_share();
