@@ -1115,6 +1115,36 @@ TEST_CASE("data: streaming stores, aligned and not", "[jit][data][dtype]") {
     CHECK(streamed >= (runs("avx512_core") ? 4 : 1));
 }
 
+// A depthwise case of g groups, c channels in every type, bit for bit as
+// the reference on every ISA with diff_dst ending at an inaccessible page
+// and, in a second run, starting right after one; seen(dt, isa, plan text)
+// for each plan.
+template <typename Seen>
+void check_guarded_dw(int64_t g, int64_t c, const Geom& geo, Seen seen) {
+    for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+        DCase dc;
+        dc.dt = dt;
+        dc.g = g;
+        dc.ic = dc.oc = c;
+        set_geometry(dc, geo);
+        const auto ref = dc.make("ref");
+        const auto dd = testutil::small_ints(dt, ref.input0_elems(), 51);
+        const auto w = testutil::small_ints(dt, ref.input1_elems(), 52);
+        const auto expect = testutil::run(ref, dd, w);
+        const dottest::Guarded dd_front(dd, true), dd_end(dd), gw(w);
+        for (const std::string& isa : kAllIsas) {
+            if (!runs(isa)) continue;
+            const auto jit = dc.make(isa);
+            INFO(g << " groups, " << c << " ch, " << convgrad::dtype_name(dt) << ", " << isa << ": "
+                   << jit.describe());
+            require_jit_named(jit, isa);
+            seen(dt, isa, jit.describe());
+            CHECK(testutil::bitwise_equal(dottest::run_guarded(jit, dd_front, gw), expect));
+            CHECK(testutil::bitwise_equal(dottest::run_guarded(jit, dd_end, gw), expect));
+        }
+    }
+}
+
 // Depthwise and lane-group plans with an entry per kh row (or kernels
 // one tap wide) read the diff_dst rows in place: each W phase's kernel has
 // the row compiled in and leaves out the taps past its ends, block by block
@@ -1156,32 +1186,47 @@ TEST_CASE("data: depthwise kernels compile the W edges in and read diff_dst in p
     };
     int seq = 0;
     for (const Shape& sh : shapes)
-        for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
-            DCase c;
-            c.dt = dt;
-            c.g = sh.g;
-            c.ic = c.oc = sh.c;
-            set_geometry(c, sh.geo);
-            const auto ref = c.make("ref");
-            const auto dd = testutil::small_ints(dt, ref.input0_elems(), 51);
-            const auto w = testutil::small_ints(dt, ref.input1_elems(), 52);
-            const auto expect = testutil::run(ref, dd, w);
-            const dottest::Guarded dd_front(dd, true), dd_end(dd), gw(w);
-            for (const std::string& isa : kAllIsas) {
-                if (!runs(isa)) continue;
-                const auto jit = c.make(isa);
-                INFO(sh.g << " groups, " << sh.c << " ch, " << convgrad::dtype_name(dt) << ", " << isa << ": "
-                          << jit.describe());
-                require_jit_named(jit, isa);
-                if (isa == "avx512_core" && dt == data_type::f32)
-                    CHECK((jit.describe().find("W edges compiled in, rows read in place") != std::string::npos) ==
-                          sh.edges);
-                seq += jit.describe().find("one at a time") != std::string::npos;
-                CHECK(testutil::bitwise_equal(dottest::run_guarded(jit, dd_front, gw), expect));
-                CHECK(testutil::bitwise_equal(dottest::run_guarded(jit, dd_end, gw), expect));
-            }
-        }
+        check_guarded_dw(sh.g, sh.c, sh.geo, [&](data_type dt, const std::string& isa, const std::string& d) {
+            if (isa == "avx512_core" && dt == data_type::f32)
+                CHECK((d.find("W edges compiled in, rows read in place") != std::string::npos) == sh.edges);
+            seq += d.find("one at a time") != std::string::npos;
+        });
     CHECK(seq >= 12);  // the one-at-a-time form ran (rows of one and two pixels, the W stride of 3, ...)
+}
+
+// Long depthwise kernels take a kh row's taps one at a time, and a run of
+// kDataSeqLoopTaps or more taps over the same pixels of a block loops
+// (bwd_data_kernel.hpp): the interior blocks' every tap, and the runs of an
+// edge block between the taps where its first or last valid pixel moves.
+// Rows with interior blocks and without (shorter than the kernel's reach),
+// dilations 1-3 (runs of one tap at the edges), a W stride (phases), pads
+// one-sided and past the kernel, lane groups, 2D rows (bf16: kh row pairs),
+// channel tails. diff_dst ends at an inaccessible page (and, in a second
+// run, starts right after one): a tap looped over a pixel past the row
+// faults or adds a wrong value. Bit for bit as the reference.
+TEST_CASE("data: long depthwise kernels loop over runs of taps", "[jit][data][dtype]") {
+    struct Shape {
+        int64_t g, c;
+        Geom geo;
+    };
+    const Shape shapes[] = {
+            {17, 17, {{60}, {33}, {}, {}, {16}, {16}}},
+            {16, 16, {{50}, {19}, {}, {2}, {18}, {18}}},
+            {9, 9, {{45}, {9}, {}, {3}, {12}, {12}}},
+            {16, 16, {{10}, {25}, {}, {}, {12}, {12}}},
+            {20, 20, {{80}, {33}, {2}, {}, {16}, {16}}},
+            {16, 16, {{41}, {21}, {}, {}, {3}, {17}}},
+            {24, 24, {{30}, {12}, {}, {}, {15}, {15}}},
+            {8, 32, {{40}, {15}, {}, {}, {7}, {7}}},
+            {16, 16, {{5, 40}, {3, 31}, {}, {}, {1, 15}, {1, 15}}},
+            {33, 33, {{4, 23}, {2, 17}, {}, {1, 2}, {1, 16}, {0, 16}}},
+    };
+    int looped = 0;
+    for (const Shape& sh : shapes)
+        check_guarded_dw(sh.g, sh.c, sh.geo, [&](data_type, const std::string&, const std::string& d) {
+            looped += d.find("looped where they read the same pixels") != std::string::npos;
+        });
+    CHECK(looped >= 20);
 }
 
 // Depthwise layers whose diff_dst and diff_src together exceed 8 MiB

@@ -1138,7 +1138,9 @@ std::string DataPlan::body_text() const {
     const std::string kh = dw_row_pairs() ? "per kh pair" : "per kh";
     if (dw_row_taps) {
         const int64_t taps = row_tap_count(geo);
-        const std::string seq = dw_tap_seq ? " one at a time" : "";
+        const std::string seq = !dw_tap_seq                ? ""
+                                : taps >= kDataSeqLoopTaps ? " one at a time, looped where they read the same pixels"
+                                                           : " one at a time";
         const std::string head = geo.stride[2] > 1 ? kh + ", up to " + std::to_string(taps) + " taps of the phase" + seq
                                  : dw_tap_seq       ? kh + ", " + std::to_string(taps) + " taps" + seq
                                                     : kh;
