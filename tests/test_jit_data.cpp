@@ -1194,7 +1194,8 @@ TEST_CASE("data: depthwise kernels compile the W edges in and read diff_dst in p
     CHECK(seq >= 12);  // the one-at-a-time form ran (rows of one and two pixels, the W stride of 3, ...)
 }
 
-// Long depthwise kernels take a kh row's taps one at a time, and a run of
+// Long depthwise kernels take a kh row's taps one at a time or in groups
+// of 2-4 (the last group of a row holding fewer), and a run of
 // kDataSeqLoopTaps or more taps over the same pixels of a block loops
 // (bwd_data_kernel.hpp): the interior blocks' every tap, and the runs of an
 // edge block between the taps where its first or last valid pixel moves.
@@ -1221,12 +1222,14 @@ TEST_CASE("data: long depthwise kernels loop over runs of taps", "[jit][data][dt
             {16, 16, {{5, 40}, {3, 31}, {}, {}, {1, 15}, {1, 15}}},
             {33, 33, {{4, 23}, {2, 17}, {}, {1, 2}, {1, 16}, {0, 16}}},
     };
-    int looped = 0;
+    int looped = 0, grouped = 0;
     for (const Shape& sh : shapes)
         check_guarded_dw(sh.g, sh.c, sh.geo, [&](data_type, const std::string&, const std::string& d) {
             looped += d.find("looped where they read the same pixels") != std::string::npos;
+            grouped += d.find("in groups of") != std::string::npos;
         });
     CHECK(looped >= 20);
+    CHECK(grouped >= 20);
 }
 
 // Depthwise layers whose diff_dst and diff_src together exceed 8 MiB

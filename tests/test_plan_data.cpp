@@ -221,7 +221,7 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             types.lane_group = pl.lane_group;
             if (pl.dw_row_taps) {  // a phase's taps: all KW with a unit W stride (one at a time: tap_seq)
                 types.row_taps = static_cast<int>((pl.geo.k[2] + pl.geo.stride[2] - 1) / pl.geo.stride[2]);
-                types.tap_seq = pl.dw_tap_seq;
+                types.tap_seq = pl.dw_tap_seq ? pl.dw_tap_group : 0;
             }
             CHECK((!pl.dw_tap_seq || pl.dw_row_taps));
             if (pl.direct_row_taps) {  // whole rows, a kh row's KW taps per entry, one broadcast register

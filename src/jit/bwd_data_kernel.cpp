@@ -41,7 +41,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.row_x0 = direct_taps || dw_edges ? types.row_x0 : 0;
     d.row_w = direct_taps || dw_edges ? types.row_w : 0;
     d.row_nblocks = dw_edges ? types.row_nblocks : 0;
-    d.tap_seq = kind == DataKernelKind::depthwise && d.row_taps > 1 && types.tap_seq;
+    d.tap_seq = kind == DataKernelKind::depthwise && d.row_taps > 1 ? std::min(types.tap_seq, d.row_taps) : 0;
     d.w_tap_bytes = direct_taps ? types.w_tap_bytes : 0;
     d.block_rows = direct_taps ? std::max(1, types.block_rows) : 1;
     d.row_stride = direct_taps ? std::max(1, types.row_stride) : 1;
@@ -64,7 +64,8 @@ std::string to_string(const DataKernelDesc& d) {
     if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
     if (d.store == int32_t(DataStore::streaming)) os << "_nt";
     if (d.store == int32_t(DataStore::prefetched)) os << "_pfw";
-    if (d.row_taps > 1) os << "_taps" << d.row_taps << "d" << d.tap_dil << (d.tap_seq ? "seq" : "");
+    if (d.row_taps > 1)
+        os << "_taps" << d.row_taps << "d" << d.tap_dil << (d.tap_seq ? "seq" + std::to_string(d.tap_seq) : "");
     if (d.row_w && d.kind == int32_t(DataKernelKind::depthwise))
         os << "_edges" << d.row_x0 << "of" << d.row_w << "b" << d.row_nblocks;
     else if (d.row_w)
@@ -647,76 +648,82 @@ void DataKernel::depthwise_lane_group(int o, DwRows rows) {
         next_temp ^= 1;
         return t;
     };
-    if (d_.tap_seq) {
-        // Tap k's W, then pixel j's diff_dst vector j - k·dil for each j
-        // (at a W edge only the pixels whose q is inside the row).
-        auto tap = [&](int k) {
-            load_w(k, 0);
-            for (int j = 0; j < d_.m; ++j)
-                for (int v = 0; v < d_.n && dw_pixel_inside(j - k * dil); ++v) {
-                    const Xbyak::Xmm t = temp();
-                    load_dd(t, j - k * dil, v);
-                    multiply(j, v, 0, t);
+    // Taps k0 .. k0 + t - 1 at once: their W vectors in W registers 0 ..
+    // t - 1, then each diff_dst pixel q = p - k0·dil (p from -(t - 1)·dil)
+    // loaded once for every tap u whose pixel j = p + u·dil is in the block
+    // (at a W edge only the q inside the row).
+    auto group = [&](int k0, int t) {
+        for (int u = 0; u < t; ++u) load_w(k0 + u, u);
+        for (int pp = -(t - 1) * dil; pp < d_.m; ++pp) {
+            bool feeds = false;
+            for (int u = 0; u < t; ++u) feeds |= pp + u * dil >= 0 && pp + u * dil < d_.m;
+            const int q = pp - k0 * dil;
+            for (int v = 0; v < d_.n && feeds && dw_pixel_inside(q); ++v) {
+                const Xbyak::Xmm tmp = temp();
+                load_dd(tmp, q, v);
+                for (int u = 0; u < t; ++u) {
+                    const int j = pp + u * dil;
+                    if (j >= 0 && j < d_.m) multiply(j, v, u, tmp);
                 }
-        };
-        auto same_pixels = [&](int k0, int k1) {
-            for (int j = 0; j < d_.m; ++j)
-                if (dw_pixel_inside(j - k0 * dil) != dw_pixel_inside(j - k1 * dil)) return false;
-            return true;
-        };
-        auto no_pixels = [&](int k) {
-            for (int j = 0; j < d_.m; ++j)
-                if (dw_pixel_inside(j - k * dil)) return false;
-            return true;
-        };
-        const int unroll = kDataSeqLoopUnroll;
-        for (int k = 0; k < taps;) {
-            int end = k + 1;
-            while (end < taps && same_pixels(k, end)) ++end;
-            const int run = end - k;
-            if (no_pixels(k)) {  // taps that read only past a W edge: left out
-                k = end;
-                continue;
             }
-            if (run < kDataSeqLoopTaps) {
-                for (; k < end; ++k) tap(k);
-                continue;
-            }
-            // A run of taps over the same pixels (an interior block's every
-            // tap; an edge block has at most 2m + 1 runs) loops `unroll`
-            // taps a trip, the W and diff_dst pointers stepping a trip's
-            // taps: the code of a 63-tap kernel shrinks about 5 times.
-            const int trips = run / unroll;
-            const int w_step = unroll * d_.w_tap_step * lane_group_passes() * d_.n * vi_.vbytes();
-            const int dd_step = static_cast<int>(unroll * dil * d_.dd_pix_bytes);
-            auto step = [&](int sign) {
-                add(kW, sign * w_step);
-                sub(kDd, sign * dd_step);
-                if (rows == DwRows::pair) sub(kDd2, sign * dd_step);
-            };
-            Xbyak::Label l_trip;
-            mov(kOc, trips);
-            L(l_trip);
-            for (int u = 0; u < unroll; ++u) tap(k + u);
-            step(1);
-            dec(kOc);
-            jnz(l_trip, T_NEAR);
-            for (int u = trips * unroll; u < run; ++u) tap(k + u - trips * unroll);
-            step(-trips);
-            k = end;
         }
+    };
+    if (!d_.tap_seq) {
+        group(0, taps);
         return;
     }
-    for (int k = 0; k < taps; ++k) load_w(k, k);
-    for (int q = -(taps - 1) * dil; q < d_.m; ++q)
-        for (int v = 0; v < d_.n && dw_pixel_inside(q); ++v) {
-            const Xbyak::Xmm t = temp();
-            load_dd(t, q, v);
-            for (int k = 0; k < taps; ++k) {
-                const int j = q + k * dil;
-                if (j >= 0 && j < d_.m) multiply(j, v, k, t);
-            }
+    // Taps tap_seq at a time (the last group may hold fewer).
+    const int gsize = d_.tap_seq, ngroups = (taps + gsize - 1) / gsize;
+    auto group_taps = [&](int gi) { return std::min(gsize, taps - gi * gsize); };
+    auto tap_pixels = [&](int k, int j) { return dw_pixel_inside(j - k * dil); };
+    auto same_pixels = [&](int g0, int g1) {  // full groups whose taps read the same pixels
+        if (group_taps(g0) != gsize || group_taps(g1) != gsize) return false;
+        for (int u = 0; u < gsize; ++u)
+            for (int j = 0; j < d_.m; ++j)
+                if (tap_pixels(g0 * gsize + u, j) != tap_pixels(g1 * gsize + u, j)) return false;
+        return true;
+    };
+    auto no_pixels = [&](int gi) {
+        for (int u = 0; u < group_taps(gi); ++u)
+            for (int j = 0; j < d_.m; ++j)
+                if (tap_pixels(gi * gsize + u, j)) return false;
+        return true;
+    };
+    const int per_trip = std::max(1, kDataSeqLoopUnroll / gsize);  // groups a trip
+    for (int gi = 0; gi < ngroups;) {
+        int end = gi + 1;
+        while (end < ngroups && same_pixels(gi, end)) ++end;
+        const int run = end - gi;
+        if (no_pixels(gi)) {  // taps that read only past a W edge: left out
+            gi = end;
+            continue;
         }
+        if (group_taps(gi) < gsize || run * gsize < kDataSeqLoopTaps || run < 2 * per_trip) {  // unrolled
+            for (; gi < end; ++gi) group(gi * gsize, group_taps(gi));
+            continue;
+        }
+        // A run of groups over the same pixels (an interior block's every
+        // group; an edge block has at most 2m + 1 runs) loops per_trip
+        // groups a trip, the W and diff_dst pointers stepping a trip's taps.
+        const int trips = run / per_trip, trip_taps = per_trip * gsize;
+        const int w_step = trip_taps * d_.w_tap_step * lane_group_passes() * d_.n * vi_.vbytes();
+        const int dd_step = static_cast<int>(trip_taps * dil * d_.dd_pix_bytes);
+        auto step = [&](int sign) {
+            add(kW, sign * w_step);
+            sub(kDd, sign * dd_step);
+            if (rows == DwRows::pair) sub(kDd2, sign * dd_step);
+        };
+        Xbyak::Label l_trip;
+        mov(kOc, trips);
+        L(l_trip);
+        for (int u = 0; u < per_trip; ++u) group((gi + u) * gsize, gsize);
+        step(1);
+        dec(kOc);
+        jnz(l_trip, T_NEAR);
+        for (int u = trips * per_trip; u < run; ++u) group((gi + u - trips * per_trip) * gsize, gsize);
+        step(-trips);
+        gi = end;
+    }
 }
 
 // bf16_dot lane groups: t := the 16 bf16 diff_dst channels at r10 + disp

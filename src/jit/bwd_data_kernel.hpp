@@ -97,10 +97,11 @@ enum class DataCompute : int32_t {
 // Only what changes the emitted bytes. All fields are 4 or 8 bytes, ordered
 // so that the struct has no padding (the cache key is its raw bytes; the
 // builder also zero-fills it).
-// Depthwise taps one at a time (DataKernelDesc::tap_seq): a run of at
-// least kDataSeqLoopTaps consecutive taps over the same pixels of a block
-// (every tap of a block away from the W edges) runs in a loop of
-// kDataSeqLoopUnroll taps a trip instead of unrolled. Against the taps
+// Depthwise taps one at a time or in groups (DataKernelDesc::tap_seq): a
+// run of at least kDataSeqLoopTaps consecutive taps (whole groups) over the
+// same pixels of a block (every tap of a block away from the W edges) runs
+// in a loop of kDataSeqLoopUnroll taps (or one group) a trip instead of
+// unrolled. Against the taps
 // unrolled (Intel Xeon, 2 threads, min of 5, f32 / bf16 / f16): QuartzNet's
 // 1D kernels of 33-87 taps 0.98-1.55x (87 taps at dilation 2: 1.55x f32,
 // 1.22x bf16), the other kernels of 9-31 taps 0.93-1.09x (unchanged ones
@@ -169,10 +170,11 @@ struct DataKernelDesc {
     // block of a run finishes its row before the next one starts.
     int32_t tail_m = 0;
     int32_t row_nblocks = 0;      // depthwise W edges (row_w > 0): full blocks a row
-    // Depthwise with row_taps > 1: the taps one after another, each with
-    // its W vectors in the n W registers and every diff_dst vector loaded
-    // for it (the registers of one tap an entry; row_taps only carries the
-    // taps' offsets, and with them the W edges).
+    // Depthwise with row_taps > 1: 0, every tap's W vectors in registers
+    // at once; else the taps in groups of tap_seq one group after another,
+    // each group's W vectors in tap_seq·n W registers and every diff_dst
+    // vector the group reads loaded for it (1: one tap at a time; row_taps
+    // carries the taps' offsets, and with them the W edges).
     int32_t tap_seq = 0;
     int32_t row_stride = 1;       // direct row taps: the W stride (see row_x0)
     int64_t w_tap_bytes = 0;      // direct row taps: W bytes between taps k and k+1
@@ -197,7 +199,7 @@ struct DataKernelTypes {
     int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise, direct row taps: see DataKernelDesc
     int row_x0 = 0, row_w = 0;      // direct row taps, depthwise W edges: see DataKernelDesc
     int row_nblocks = 0;            // depthwise W edges: see DataKernelDesc
-    bool tap_seq = false;           // depthwise: see DataKernelDesc
+    int tap_seq = 0;                // depthwise: see DataKernelDesc
     int64_t w_tap_bytes = 0;        // direct row taps: see DataKernelDesc
     int block_rows = 1;             // direct row taps: see DataKernelDesc
     int tail_m = 0;                 // see DataKernelDesc
@@ -215,7 +217,7 @@ std::string to_string(const DataKernelDesc& d);
 // Vector registers a desc needs (accumulators, weights, temporaries, AVX2 mask).
 int data_kernel_vregs(const DataKernelDesc& d);
 // ... of them the W vectors (n a tap held at once).
-inline int data_kernel_w_vregs(const DataKernelDesc& d) { return (d.tap_seq ? 1 : d.row_taps) * d.n; }
+inline int data_kernel_w_vregs(const DataKernelDesc& d) { return (d.tap_seq ? d.tap_seq : d.row_taps) * d.n; }
 
 // Direct row taps: the pixel of an m-pixel block that tap k of diff_dst
 // pixel x adds to, or -1 (see DataKernelDesc::row_x0, tap_dil and

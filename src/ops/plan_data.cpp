@@ -54,6 +54,8 @@ constexpr double kCallCycles = 60.0;         // one kernel call incl. entry list
 // (about half a Zen 4 / 5 reorder buffer): a block of few accumulators and
 // a short reduction is not latency-bound when the next block overlaps it.
 constexpr double kOpsInFlight = 200.0;
+// Depthwise taps one at a time: the most taps a group holds (DataPlan::dw_tap_group).
+constexpr int kMaxDwTapGroup = 4;
 constexpr double kEntryCycles = 8.0;         // one kernel entry per block: pointers, W loads issue
 // col2im: a run of one target row (a masked read-modify-write of diff_src
 // and its set-up; measured 11-23 cycles on AMD Zen 4, one thread: RegNetX
@@ -328,6 +330,19 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                     };
                     const double f = rows_in_blocks(kh_runs, r);  // the rest: one row a block
                     return f * rows_cost(r) + (1 - f) * rows_cost(1);
+                }
+                if (pl.dw_tap_seq) {
+                    // Groups of t taps (DataPlan::dw_tap_group): a group's W
+                    // loads, and each diff_dst vector it reads loaded (16-bit:
+                    // widened, an FMA-port operation) once for its taps.
+                    auto group = [&](int64_t t) {
+                        const double dd = double((m + (t - 1) * row_tap_pixels(g)) * n) * dd_rows;
+                        const double cvt = pl.types.compute == DataCompute::widen ? dd : 0.0;
+                        return std::max({(double(t * m * n) + cvt) / kFmaPerCycle,
+                                         (double(t * n) + dd) / kVecLoadsPerCycle, double(t) * lat});
+                    };
+                    const int64_t t = std::min<int64_t>(pl.dw_tap_group, taps);  // the last group: the rest
+                    return double(taps / t) * group(t) + (taps % t ? group(taps % t) : 0.0) + kEntryCycles;
                 }
                 if (!pl.dw_row_taps) {
                     // A block's chains overlap the next block's of the same
@@ -758,7 +773,7 @@ DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps) {
         t.row_taps = static_cast<int>(row_taps);
         t.tap_dil = static_cast<int>(row_tap_pixels(pl.geo));
         t.w_tap_step = static_cast<int>(pl.geo.stride[2]);
-        t.tap_seq = pl.dw_tap_seq;
+        t.tap_seq = pl.dw_tap_seq ? pl.dw_tap_group : 0;
     }
     if (pl.direct_row_taps) {
         if (t.compute == DataCompute::widen) {  // widened in the padded rows (choose_padded_rows)
@@ -925,6 +940,30 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
             (g.stride[2] == 1 || g.dil[2] == 1)) {
             pl->dw_row_taps = true;
             pl->dw_tap_seq = true;
+        }
+        // Long kernels' taps one at a time load (16-bit: widen) a diff_dst
+        // vector per FMA; groups of 2 or 4 taps share each (DataPlan::
+        // dw_tap_group), at fewer pixels a block. The model picks the group
+        // and the blocking. Groups forced (Intel Xeon, 2 threads, min of 5,
+        // Conformer dw31, QuartzNet 33-87 taps, RepLKNet 29x29): 2 against 1
+        // geomean 1.21x (bf16 / f16 1.20-1.50x), 4 against 2 1.16x, 6
+        // against 4 1.01x. As chosen, against one at a time over QuartzNet,
+        // the Conformer and RepLKNet (27 cells): f32 0.98-1.51x, bf16 / f16
+        // 1.45-1.89x; RepLKNet 13x13 and QuartzNet's stride-2 layer
+        // 0.95-1.01x. bf16 vdpbf16ps plans (kh row pairs) keep one tap at
+        // a time.
+        if (ok && pl->dw_tap_seq && row_tap_count(g) >= kDataSeqLoopTaps && !is_dot(*pl)) {
+            DataPlan best = *pl;
+            best.est_cycles = -1;
+            for (int t = 1; t <= kMaxDwTapGroup; t *= 2) {
+                DataPlan x = *pl;
+                x.dw_tap_group = t;
+                // Within 2 %, the larger group: fewer loads, which the
+                // bound does not count where the FMAs bind (f32: 4 against
+                // 2, modelled even, ran 1.10x).
+                if (choose_blocking(p, &x) && (best.est_cycles < 0 || x.est_cycles <= best.est_cycles * 1.02)) best = x;
+            }
+            if (best.est_cycles >= 0) *pl = best;
         }
     } else {
         pl->path = DataPath::direct;
@@ -1138,12 +1177,19 @@ std::string DataPlan::body_text() const {
     const std::string kh = dw_row_pairs() ? "per kh pair" : "per kh";
     if (dw_row_taps) {
         const int64_t taps = row_tap_count(geo);
-        const std::string seq = !dw_tap_seq                ? ""
-                                : taps >= kDataSeqLoopTaps ? " one at a time, looped where they read the same pixels"
-                                                           : " one at a time";
+        const int64_t t = dw_tap_seq ? std::min<int64_t>(dw_tap_group, taps) : taps;  // taps a group
+        const std::string seq = (!dw_tap_seq ? ""
+                                 : t > 1     ? " in groups of " + std::to_string(t)
+                                             : " one at a time") +
+                                (dw_tap_seq && taps >= kDataSeqLoopTaps ? ", looped where they read the same pixels"
+                                                                        : "");
         const std::string head = geo.stride[2] > 1 ? kh + ", up to " + std::to_string(taps) + " taps of the phase" + seq
                                  : dw_tap_seq       ? kh + ", " + std::to_string(taps) + " taps" + seq
                                                     : kh;
+        if (dw_tap_seq && t > 1)
+            return head + ": " + per_o + "per group " + std::to_string(t * blk.n) + " W loads, " +
+                   std::to_string((blk.m + (t - 1) * row_tap_pixels(geo)) * blk.n) + dd + ", " +
+                   std::to_string(t * blk.m * blk.n) + " FMAs";
         if (dw_tap_seq)
             return head + ": " + per_o + "per tap " + std::to_string(blk.n) + " W loads, " +
                    std::to_string(blk.m * blk.n) + dd + ", " + std::to_string(blk.m * blk.n) + " FMAs";

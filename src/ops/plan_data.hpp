@@ -151,6 +151,9 @@ struct DataPlan {
     // entry (DataKernelDesc::tap_seq): plans whose blocking left no room
     // for a row's W vectors, or short strided phases.
     bool dw_tap_seq = false;
+    // ... in groups of this many taps (DataKernelDesc::tap_seq): each
+    // diff_dst vector loaded once for a group's taps.
+    int dw_tap_group = 1;
     // Depthwise bf16 with vdpbf16ps (G = 1, types.row_pairs set): a
     // diff_src row's valid kh rows of one kd, kh and kh + row_pair_step, go
     // through the kernel in pairs (DataKernelDesc::row_pairs), W packed as
