@@ -1,6 +1,5 @@
 #include "jit/bwd_data_kernel.hpp"
 
-
 #include <algorithm>
 #include <cstddef>
 #include <cstring>

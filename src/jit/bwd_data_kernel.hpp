@@ -94,15 +94,12 @@ enum class DataCompute : int32_t {
     bf16_dot = 2,  // vdpbf16ps on pairs of oc (direct, and depthwise lane groups; avx512_core_bf16)
 };
 
-// Only what changes the emitted bytes. All fields are 4 or 8 bytes, ordered
-// so that the struct has no padding (the cache key is its raw bytes; the
-// builder also zero-fills it).
 // Depthwise taps one at a time or in groups (DataKernelDesc::tap_seq): a
 // run of at least kDataSeqLoopTaps consecutive taps (whole groups) over the
 // same pixels of a block (every tap of a block away from the W edges) runs
 // in a loop of kDataSeqLoopUnroll taps (or one group) a trip instead of
-// unrolled. Against the taps
-// unrolled (Intel Xeon, 2 threads, min of 5, f32 / bf16 / f16): QuartzNet's
+// unrolled. Against the taps unrolled (one at a time; Intel Xeon, 2
+// threads, min of 5, f32 / bf16 / f16): QuartzNet's
 // 1D kernels of 33-87 taps 0.98-1.55x (87 taps at dilation 2: 1.55x f32,
 // 1.22x bf16), the other kernels of 9-31 taps 0.93-1.09x (unchanged ones
 // read 0.85-1.14x); the code 3-9 times smaller (63 taps 168 -> 28 KB, 87
@@ -111,6 +108,9 @@ enum class DataCompute : int32_t {
 inline constexpr int kDataSeqLoopTaps = 8;
 inline constexpr int kDataSeqLoopUnroll = 2;
 
+// Only what changes the emitted bytes. All fields are 4 or 8 bytes, ordered
+// so that the struct has no padding (the cache key is its raw bytes; the
+// builder also zero-fills it).
 struct DataKernelDesc {
     int32_t isa = 0;      // Isa
     int32_t kind = 0;     // DataKernelKind
