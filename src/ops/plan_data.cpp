@@ -948,10 +948,10 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
         // Conformer dw31, QuartzNet 33-87 taps, RepLKNet 29x29): 2 against 1
         // geomean 1.21x (bf16 / f16 1.20-1.50x), 4 against 2 1.16x, 6
         // against 4 1.01x. As chosen, against one at a time over QuartzNet,
-        // the Conformer and RepLKNet (27 cells): f32 0.98-1.51x, bf16 / f16
-        // 1.45-1.89x; RepLKNet 13x13 and QuartzNet's stride-2 layer
-        // 0.95-1.01x. bf16 vdpbf16ps plans (kh row pairs) keep one tap at
-        // a time.
+        // the Conformer and RepLKNet (30 cells): f32 0.98-1.51x, bf16 / f16
+        // 1.45-1.89x (RepLKNet 13x13 and QuartzNet's stride-2 layer, whose
+        // plans hold a row's taps at once, unchanged: 0.95-1.01x). bf16
+        // vdpbf16ps plans (kh row pairs) keep one tap at a time.
         if (ok && pl->dw_tap_seq && row_tap_count(g) >= kDataSeqLoopTaps && !is_dot(*pl)) {
             DataPlan best = *pl;
             best.est_cycles = -1;
