@@ -121,16 +121,38 @@ void check_types(const GeomCase& sh, Pred planned) {
     if (runs("avx512_core")) CHECK(hits >= 1);
 }
 
+// The kernels a data-gradient op built (describe(): "kernels N").
+int kernels_built(const convgrad::op& o) {
+    const std::string d = o.describe();
+    const size_t at = d.rfind("kernels ");
+    REQUIRE(at != std::string::npos);
+    return std::stoi(d.substr(at + 8));
+}
+
 // A plan with streaming stores (AVX-512 plans; AVX2 blocks of half a line
 // may not stream), run into an aligned output (streaming) and one 16 bytes
-// off (the kernels without them), both starting as 0x7f bytes: equal to
-// `expect` bit for bit. Returns whether the plan streams.
+// off (the same kernels, storing plainly), both starting as 0x7f bytes:
+// equal to `expect` bit for bit. The plan builds one kernel per W phase
+// and channel block kind (full blocks, the last one; a single block: the
+// last only), each call choosing its stores. Returns whether the plan
+// streams.
 bool check_streaming(const DCase& c, const testutil::Buffer& dd, const testutil::Buffer& w,
                      const testutil::Buffer& expect) {
     const auto jit = c.make(testutil::vector_isa());
     INFO(jit.describe());
     const bool streams = jit.describe().find("streaming stores") != std::string::npos;
     if (runs("avx512_core")) CHECK(streams);
+    // describe(): "mM nNxV", "for cb in T (L channels/group", "W phase in P"
+    const std::string d = jit.describe();
+    const auto number_after = [&](const std::string& key) {
+        const size_t at = d.find(key);
+        REQUIRE(at != std::string::npos);
+        return std::stoi(d.substr(at + key.size()));
+    };
+    const int vecs = number_after(" n"), vlen = number_after(std::to_string(vecs) + "x");
+    const int lanes = number_after("for cb in " + std::to_string(number_after("for cb in ")) + " (");
+    const int kinds = lanes > vecs * vlen ? 2 : 1;  // blocks a group: one, or full ones and the last
+    CHECK(kernels_built(jit) == number_after("W phase in ") * kinds);
     const size_t bytes = expect.bytes.size();
     std::unique_ptr<uint8_t, decltype(&std::free)> out(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 64 + 63) / 64 * 64)),
                                                        &std::free);

@@ -61,8 +61,8 @@ std::string to_string(const DataKernelDesc& d) {
        << "_dd" << d.dd_pix_bytes << "_dst" << d.dst_pix_bytes;
     if (d.dd_block_bytes != d.m * d.dd_pix_bytes) os << "_blk" << d.dd_block_bytes;
     if (d.cvt_pix_bytes) os << "_cvt" << d.cvt_pix_bytes;
-    if (d.store == int32_t(DataStore::streaming)) os << "_nt";
-    if (d.store == int32_t(DataStore::prefetched)) os << "_pfw";
+    if (store_prefetches(d.store)) os << "_pfw";
+    if (store_may_stream(d.store)) os << "_nt";
     if (d.row_taps > 1)
         os << "_taps" << d.row_taps << "d" << d.tap_dil << (d.tap_seq ? "seq" + std::to_string(d.tap_seq) : "");
     if (d.row_w && d.kind == int32_t(DataKernelKind::depthwise))
@@ -303,7 +303,16 @@ void DataKernel::prefetch_next_row() {
 void DataKernel::block_body() {
     if (dw_edges()) prefetch_next_row();
     init_accumulators();
-    if (d_.store == int32_t(DataStore::prefetched)) prefetch_block_dst();
+    if (store_prefetches(d_.store)) {
+        Xbyak::Label l_streams;
+        if (store_may_stream(d_.store)) {  // a streaming call's lines are not read
+            mov(kTmp, arg(*this, &DataKernelArgs::streaming));
+            test(kTmp, kTmp);
+            jnz(l_streams, T_NEAR);
+        }
+        prefetch_block_dst();
+        L(l_streams);
+    }
     entry_loop();
     store_accumulators();
 }
@@ -810,24 +819,43 @@ void DataKernel::prefetch_block_dst() {
 // dst when args.store_final, else keeps f32 partial sums in acc.
 void DataKernel::store_accumulators() {
     if (out_dt() == data_type::f32) {
-        store_block(true);
+        store_final();
         return;
     }
     Xbyak::Label l_partial, l_done;
     mov(kTmp, arg(*this, &DataKernelArgs::store_final));
     test(kTmp, kTmp);
-    jz(l_partial);
-    store_block(true);
-    jmp(l_done);
+    jz(l_partial, T_NEAR);
+    store_final();
+    jmp(l_done, T_NEAR);
     L(l_partial);
-    store_block(false);
+    store_block(false, false);
+    L(l_done);
+}
+
+// The final store to dst: non-temporal when the call streams
+// (DataKernelArgs::streaming, a *_or_streaming desc), else plain.
+void DataKernel::store_final() {
+    if (!store_may_stream(d_.store)) {
+        store_block(true, false);
+        return;
+    }
+    Xbyak::Label l_plain, l_done;
+    mov(kTmp, arg(*this, &DataKernelArgs::streaming));
+    test(kTmp, kTmp);
+    jz(l_plain, T_NEAR);
+    store_block(true, true);
+    jmp(l_done, T_NEAR);
+    L(l_plain);
+    store_block(true, false);
     L(l_done);
 }
 
 // One store of the m × n tile, the last vector masked when there is a tail:
-// to_dst rounds to out_dt at rcx, else f32 at r12. Clobbers the W and
-// temporary registers (VecCvt's scratch) and the accumulators.
-void DataKernel::store_block(bool to_dst) {
+// to_dst rounds to out_dt at rcx (nt: non-temporal stores), else f32 at
+// r12. Clobbers the W and temporary registers (VecCvt's scratch) and the
+// accumulators.
+void DataKernel::store_block(bool to_dst, bool nt) {
     const data_type dt = to_dst ? out_dt() : data_type::f32;
     const int64_t pix = to_dst ? d_.dst_pix_bytes : d_.dst_pix_bytes / VecCvt::elem_bytes(out_dt()) * 4;
     const Xbyak::Reg64 base = to_dst ? kDst : kAcc;
@@ -839,7 +867,7 @@ void DataKernel::store_block(bool to_dst) {
             if (d_.tail && v == d_.n - 1)
                 cvt_.store_tail(a, vi_.vreg(j * d_.n + v), dt, d_.tail, t0, t1);
             else
-                cvt_.store(a, vi_.vreg(j * d_.n + v), dt, t0, t1, to_dst && d_.store == int32_t(DataStore::streaming));
+                cvt_.store(a, vi_.vreg(j * d_.n + v), dt, t0, t1, nt);
         }
 }
 

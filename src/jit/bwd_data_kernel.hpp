@@ -73,12 +73,19 @@ enum class DataKernelKind : int32_t {
     depthwise = 1,  // diff_dst vectors over channels times W vectors
 };
 
-// How a block's final stores reach diff_src.
+// How a block's final stores reach diff_src. The *_or_streaming kinds
+// choose per call: non-temporal stores, which bypass the caches (whole
+// aligned vectors only), when DataKernelArgs::streaming is set, else the
+// other kind; one kernel serves both (the executor streams only into a
+// 64-byte-aligned diff_src, known at execute), so creation builds one.
 enum class DataStore : int32_t {
     plain = 0,
-    streaming = 1,   // non-temporal stores bypass the caches (whole aligned vectors only)
+    plain_or_streaming = 1,
     prefetched = 2,  // before its FMAs, each block prefetches its diff_src lines for writing
+    prefetched_or_streaming = 3,
 };
+inline bool store_may_stream(int32_t store) { return store & 1; }
+inline bool store_prefetches(int32_t store) { return store & 2; }
 
 // Depthwise bf16_dot with G = 1 (DataKernelDesc::row_pairs): how the two
 // rows of a pair become dword pairs.
@@ -190,11 +197,13 @@ struct DataKernelTypes {
     DataCompute compute = DataCompute::f32;
     data_type in = data_type::f32, out = data_type::f32;
     int64_t cvt_pix_bytes = 0;
-    // streaming: non-temporal moves, every vector store must cover whole
+    // *_or_streaming: non-temporal moves in the calls that set
+    // DataKernelArgs::streaming; every vector store must then cover whole
     // 64-byte-aligned halves or lines of diff_src (the executor checks the
     // alignment), and the caller must sfence before others read it.
     // prefetched: PREFETCHW of every line the block will store, issued before
-    // the block's FMAs, so the lines' reads for ownership overlap them.
+    // the block's FMAs, so the lines' reads for ownership overlap them (not
+    // in the calls that stream).
     DataStore store = DataStore::plain;
     int row_taps = 1, tap_dil = 1, w_tap_step = 1;  // depthwise, direct row taps: see DataKernelDesc
     int row_x0 = 0, row_w = 0;      // direct row taps, depthwise W edges: see DataKernelDesc
@@ -257,6 +266,9 @@ struct DataKernelArgs {
     // one row further on (the row the next diff_src row reads first), whose
     // lines under each block's pixels the block prefetches to L2; null: none.
     const void* dd_pf = nullptr;
+    // Nonzero (a desc's *_or_streaming store): the final stores to dst are
+    // non-temporal, dst 64-byte aligned; zero: the desc's other kind.
+    int64_t streaming = 0;
 };
 
 class DataKernel final : public JitKernel {
@@ -332,7 +344,8 @@ private:
     }
     void prefetch_block_dst();
     void store_accumulators();
-    void store_block(bool to_dst);
+    void store_final();
+    void store_block(bool to_dst, bool nt);
 
     bool dot() const { return d_.compute == int32_t(DataCompute::bf16_dot); }
     bool widen_direct() const {

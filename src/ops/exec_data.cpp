@@ -388,8 +388,8 @@ private:
                      const DataKernel& k, const char* wblock, int64_t chan_dd, char* dst, float* acc, bool last,
                      int64_t noc, int64_t chunk, const DataKernelArgs& reps, ThreadCtx& ctx) const;
     // Direct and depthwise (not row blocks, not col): W phase r's kernel.
-    const DataKernel& phase_kernel(int64_t r, bool last, bool nt) const {
-        return *phase_kernels_[static_cast<size_t>((r * 2 + last) * 2 + nt)];
+    const DataKernel& phase_kernel(int64_t r, bool last) const {
+        return *phase_kernels_[static_cast<size_t>(r * 2 + last)];
     }
     void col_rows(const char* dd, const char* wp, float* image, int64_t n, int64_t ra, int64_t rb,
                   float* colbuf, float* cvt, std::vector<ColRuns>& runs) const;
@@ -458,10 +458,12 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
 }
 
 // Every kernel the plan can call. Direct and depthwise plans: one per W
-// phase (its full blocks and its partial block), channel block kind and
-// store kind (phase_kernel). Row blocks (a block of block_rows rows, and of
-// one row) and the col path (full and partial pixel blocks, f32 columns):
-// kernel(mb, last); their items make no streaming stores.
+// phase (its full blocks and its partial block) and channel block kind
+// (phase_kernel); with streaming stores, each call chooses them or the
+// others (DataStore), so a misaligned diff_src needs no kernel of its own.
+// Row blocks (a block of block_rows rows, and of one row) and the col
+// path (full and partial pixel blocks, f32 columns): kernel(mb, last);
+// their items make no streaming stores.
 void JitDataExecutor::build_kernels() {
     const DataBlocking& b = plan_.blk;
     const DataGeometry& g = plan_.geo;
@@ -474,7 +476,7 @@ void JitDataExecutor::build_kernels() {
             col ? plan_.cb.padded() * 4 : (plan_.direct_row_taps ? 1 : g.stride[2]) * dst_str_.w * es_;
     // mb pixels a block, the last (narrower) channel block or not,
     // streaming stores, an entry's row taps, the pixels of a partial block.
-    auto build = [&](int64_t mb, bool last, bool nt, int64_t taps, int64_t tail_m, int64_t r = 0) {
+    auto build = [&](int64_t mb, bool last, int64_t taps, int64_t tail_m, int64_t r = 0) {
         DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
         if (col) types.out = data_type::f32;
         if (plan_.direct_row_taps) {  // W taps one [oc][lanes] block apart; whole rows a block
@@ -483,7 +485,9 @@ void JitDataExecutor::build_kernels() {
         }
         // Row blocks: the next block starts block_rows rows further in the slab.
         const int64_t dd_block = plan_.row_blocks ? plan_.scratch.row_bytes * std::max<int64_t>(1, mb / row_px) : 0;
-        types.store = nt ? DataStore::streaming : plan_.pf_store ? DataStore::prefetched : DataStore::plain;
+        const bool nt = plan_.nt_store && !col && !plan_.row_blocks;
+        types.store = plan_.pf_store ? (nt ? DataStore::prefetched_or_streaming : DataStore::prefetched)
+                                     : (nt ? DataStore::plain_or_streaming : DataStore::plain);
         types.tail_m = static_cast<int>(tail_m);
         if (plan_.dw_edges) {  // phase r's row: tap 0 of pixel 0 reads pixel row_x0
             const std::vector<PhaseTap>& pt = phases_[static_cast<size_t>(r)];
@@ -502,14 +506,13 @@ void JitDataExecutor::build_kernels() {
         return k;
     };
     if (!col && !plan_.row_blocks) {
-        phase_kernels_.assign(static_cast<size_t>(4 * g.stride[2]), nullptr);
+        phase_kernels_.assign(static_cast<size_t>(2 * g.stride[2]), nullptr);
         for (int64_t r = 0; r < g.stride[2]; ++r) {
             const int64_t taps = plan_.dw_row_taps ? static_cast<int64_t>(phases_[static_cast<size_t>(r)].size()) : 0;
-            for (int nt = 0; nt <= plan_.nt_store; ++nt)
-                for (int last = 0; last < 2; ++last)
-                    if (last || plan_.cb.per_group > 1)
-                        phase_kernels_[static_cast<size_t>((r * 2 + last) * 2 + nt)] =
-                                build(b.m, last, nt, taps, phase_pixel_count(g, r) % b.m, r);
+            for (int last = 0; last < 2; ++last)
+                if (last || plan_.cb.per_group > 1)
+                    phase_kernels_[static_cast<size_t>(r * 2 + last)] =
+                            build(b.m, last, taps, phase_pixel_count(g, r) % b.m, r);
         }
         return;
     }
@@ -517,7 +520,7 @@ void JitDataExecutor::build_kernels() {
     for (int64_t mb : {int64_t(b.m), (col ? p_.out[2] : g.in[2]) % b.m})
         for (int last = 0; last < 2; ++last)
             if (mb > 0 && (last || plan_.cb.per_group > 1) && !kernels_[kernel_slot(mb, last)])
-                kernels_[kernel_slot(mb, last)] = build(mb, last, false, 0, 0);
+                kernels_[kernel_slot(mb, last)] = build(mb, last, 0, 0);
 }
 
 void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
@@ -1228,6 +1231,7 @@ DataKernelArgs JitDataExecutor::call_args(const DataKernelArgs& rep, int64_t noc
     a.accumulate = chunk > 0;
     a.store_final = chunk + 1 == chunks();
     a.cvt = ctx.cvt.floats();
+    a.streaming = ctx.nt;
     return a;
 }
 
@@ -1326,7 +1330,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
         const int64_t off = chan_off + (r + j0 * g.stride[2]) * dst_str_.w;
         float* acc = acc_row ? acc_row + off : reinterpret_cast<float*>(dst + (row_off + off) * es_);
         const PhaseCall pc{(j1 - j0) / m, j0 - w0, seg + 1 == segs};
-        direct_call(rts, taps, pc, phase_kernel(r, last, ctx.nt), wblock, chan_dd, dst + (row_off + off) * es_, acc,
+        direct_call(rts, taps, pc, phase_kernel(r, last), wblock, chan_dd, dst + (row_off + off) * es_, acc,
                     last, noc, chunk, rep, ctx);
     }
 }
