@@ -258,9 +258,17 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
             // oc chunks tile the reduction.
             CHECK(pl.oc_chunk >= 1);
             CHECK(pl.oc_chunk <= pr.ocg);  // depthwise: all G of a lane group in one pass
-            // Scratch: packed W holds every lane of every block and tap.
+            // Scratch: packed W holds every lane of every block and tap;
+            // W read in place (depthwise f32, whole vectors): none.
             const int64_t per_block_rows = pl.path == DataPath::col ? pr.ocg : pr.k_sp() * pr.ocg;
-            CHECK(pl.scratch.wpack_elems == (lanes ? 1 : pr.g) * cb.padded() * per_block_rows);
+            if (pl.w_in_place) {
+                CHECK(pl.path == DataPath::depthwise);
+                CHECK(pr.dt == data_type::f32);
+                CHECK(cb.tail_lanes == 0);
+                CHECK(pl.scratch.wpack_elems == 0);
+            } else {
+                CHECK(pl.scratch.wpack_elems == (lanes ? 1 : pr.g) * cb.padded() * per_block_rows);
+            }
             // Padded diff_dst pixels: OC f32 elements, one line more when spread out of an L1 set.
             if (pl.padded_rows) CHECK(pl.dd_pitch == pr.oc() * 4 + (pl.dd_pitch_spread ? 64 : 0));
             if (pl.row_blocks) {  // whole rows as blocks; a slab holds the plane; W chunks fit L1 (row taps: L2)

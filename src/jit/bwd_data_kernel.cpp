@@ -41,7 +41,7 @@ DataKernelDesc make_data_desc(Isa isa, DataKernelKind kind, int m, int n, int ta
     d.row_w = direct_taps || dw_edges ? types.row_w : 0;
     d.row_nblocks = dw_edges ? types.row_nblocks : 0;
     d.tap_seq = kind == DataKernelKind::depthwise && d.row_taps > 1 ? std::min(types.tap_seq, d.row_taps) : 0;
-    d.w_tap_bytes = direct_taps ? types.w_tap_bytes : 0;
+    d.w_tap_bytes = direct_taps || (kind == DataKernelKind::depthwise && types.lane_group == 1) ? types.w_tap_bytes : 0;
     d.block_rows = direct_taps ? std::max(1, types.block_rows) : 1;
     d.row_stride = direct_taps ? std::max(1, types.row_stride) : 1;
     d.tail_m = types.tail_m;
@@ -65,6 +65,7 @@ std::string to_string(const DataKernelDesc& d) {
     if (store_may_stream(d.store)) os << "_nt";
     if (d.row_taps > 1)
         os << "_taps" << d.row_taps << "d" << d.tap_dil << (d.tap_seq ? "seq" + std::to_string(d.tap_seq) : "");
+    if (d.w_tap_bytes && d.kind == int32_t(DataKernelKind::depthwise)) os << "_wtap" << d.w_tap_bytes;
     if (d.row_w && d.kind == int32_t(DataKernelKind::depthwise))
         os << "_edges" << d.row_x0 << "of" << d.row_w << "b" << d.row_nblocks;
     else if (d.row_w)
@@ -576,10 +577,17 @@ void DataKernel::oc_step_row_taps(int i) {
         }
 }
 
+// Depthwise: bytes from an entry's W to its tap k's (pass 0): packed,
+// k·w_tap_step·passes·n vectors; read in place, k·w_tap_step·w_tap_bytes.
+int64_t DataKernel::dw_w_tap(int k) const {
+    const int64_t tap = int64_t(k) * d_.w_tap_step;
+    return d_.w_tap_bytes ? tap * d_.w_tap_bytes : tap * lane_group_passes() * d_.n * vi_.vbytes();
+}
+
 // Depthwise, one entry: for each of the G output channels o of a lane
 // group (one pass for G = 1; bf16_dot: each of the G / 2 pairs of them),
-// row_taps × n weight vectors (tap k at (k·w_tap_step·passes + o)·n vectors
-// from r11)
+// row_taps × n weight vectors (tap k at dw_w_tap(k) + o·n vectors from
+// r11)
 // times the pixels' permuted diff_dst vectors. Reads r10, r11; clobbers rbx
 // (G >= 8, bf16_dot).
 void DataKernel::depthwise_taps() {
@@ -611,7 +619,7 @@ void DataKernel::depthwise_lane_group(int o, DwRows rows) {
     auto load_w = [&](int k, int reg) {
         for (int v = 0; v < d_.n; ++v)
             vi_.load(vi_.vreg(mn + reg * d_.n + v),
-                     ptr[kW + ((k * d_.w_tap_step * lane_group_passes() + o) * d_.n + v) * vi_.vbytes()]);
+                     ptr[kW + static_cast<int>(dw_w_tap(k)) + (o * d_.n + v) * vi_.vbytes()]);
     };
     // One diff_dst vector (pixel q, vector v) into t: widened, permuted or
     // paired as the kernel reads diff_dst.
@@ -714,7 +722,7 @@ void DataKernel::depthwise_lane_group(int o, DwRows rows) {
         // group; an edge block has at most 2m + 1 runs) loops per_trip
         // groups a trip, the W and diff_dst pointers stepping a trip's taps.
         const int trips = run / per_trip, trip_taps = per_trip * gsize;
-        const int w_step = trip_taps * d_.w_tap_step * lane_group_passes() * d_.n * vi_.vbytes();
+        const int w_step = static_cast<int>(dw_w_tap(trip_taps));
         const int dd_step = static_cast<int>(trip_taps * dil * d_.dd_pix_bytes);
         auto step = [&](int sign) {
             add(kW, sign * w_step);

@@ -184,7 +184,10 @@ struct DataKernelDesc {
     // carries the taps' offsets, and with them the W edges).
     int32_t tap_seq = 0;
     int32_t row_stride = 1;       // direct row taps: the W stride (see row_x0)
-    int64_t w_tap_bytes = 0;      // direct row taps: W bytes between taps k and k+1
+    // Direct row taps: W bytes between taps k and k+1. Depthwise (G = 1):
+    // nonzero, W read in place, tap k's vectors k·w_tap_step·w_tap_bytes
+    // after tap 0's; 0, packed (n vectors a tap).
+    int64_t w_tap_bytes = 0;
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)
     int64_t cvt_pix_bytes = 0;    // widen, direct: f32 scratch bytes between pixels
@@ -326,6 +329,7 @@ private:
     void load_row_pair(const Xbyak::Xmm& t, int disp, bool tail, DwRows rows);
     // Depthwise passes per entry: G output channels, or G / 2 pairs (bf16_dot
     // lane groups; row pairs: one).
+    int64_t dw_w_tap(int k) const;
     int lane_group_passes() const { return dot() && d_.lane_group > 1 ? d_.lane_group / 2 : d_.lane_group; }
     // Depthwise: the permutation index (lane groups of 8+, bf16_dot pairs),
     // the register after the two diff_dst temporaries.

@@ -479,6 +479,7 @@ void JitDataExecutor::build_kernels() {
     auto build = [&](int64_t mb, bool last, int64_t taps, int64_t tail_m, int64_t r = 0) {
         DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
         if (col) types.out = data_type::f32;
+        if (plan_.w_in_place) types.w_tap_bytes = p_.wei_str.k[2] * 4;  // the user's kw stride
         if (plan_.direct_row_taps) {  // W taps one [oc][lanes] block apart; whole rows a block
             types.w_tap_bytes = plan_.ocg_w * plan_.cb.width(last) * plan_.w_elem_bytes;
             types.block_rows = static_cast<int>(mb / row_px);
@@ -527,7 +528,8 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
     const int threads = this->threads();
     const char* dd = static_cast<const char*>(in0);
     const ScratchLease wp(Scratch::data_wpack, plan_.scratch.wpack_elems * plan_.w_elem_bytes);
-    pack_weights(in1, wp.get(), threads);
+    if (!plan_.w_in_place) pack_weights(in1, wp.get(), threads);
+    const char* w = plan_.w_in_place ? static_cast<const char*>(in1) : wp.get();
     char* dst = static_cast<char*>(out);
     ScratchLease dd_nxc, dst_nxc;
     if (plan_.scratch.whole_nxc) {  // NCX rows of several images: whole tensors
@@ -538,9 +540,9 @@ void JitDataExecutor::run(const void* in0, const void* in1, void* out) const {
         dst = dst_nxc.get();
     }
     if (plan_.path == DataPath::col)
-        run_col(dd, wp.get(), dst, threads);
+        run_col(dd, w, dst, threads);
     else
-        run_direct(dd, wp.get(), dst, threads);
+        run_direct(dd, w, dst, threads);
     if (plan_.scratch.whole_nxc) transpose_images(dst, out, es_, p_.mb, p_.in_sp(), p_.ic(), threads, plan_.isa);
 }
 
@@ -1213,7 +1215,9 @@ DataKernelArgs JitDataExecutor::rep_steps(int64_t reps) const {
     rep.nreps = reps;
     const int64_t rep_chans = cbs.per_group == 1 ? p_.icg : cbs.block;
     rep.dd_rep_bytes = (cbs.per_group == 1 ? ocg : cbs.block * dw) * (plan_.widen_rows ? 4 : es_);
-    rep.w_rep_bytes = (cbs.per_group == 1 ? cbs.padded() : cbs.block) * p_.k_sp() * w_oc_rows() * plan_.w_elem_bytes;
+    rep.w_rep_bytes = plan_.w_in_place ? cbs.block * 4  // the next block's channels of the same tap
+                                       : (cbs.per_group == 1 ? cbs.padded() : cbs.block) * p_.k_sp() * w_oc_rows() *
+                                                 plan_.w_elem_bytes;
     rep.dst_rep_bytes = rep_chans * es_;
     rep.acc_rep_bytes = rep_chans * 4;
     return rep;
@@ -1273,8 +1277,11 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const int64_t ocg = dw ? 1 : p_.ocg, ocg_w = w_oc_rows(), oc0 = chunk * plan_.oc_chunk;
     const int64_t noc = std::min(plan_.oc_chunk, ocg - oc0);
     const int64_t ksp = p_.k_sp();
-    const char* wblock = wp + (grp * cbs.padded() * ksp * ocg_w + blk * cbs.block * ksp * ocg_w + oc0 * width) *
-                                      plan_.w_elem_bytes;
+    // (W in place: the user's, the block's channels of every tap.)
+    const char* wblock = plan_.w_in_place
+                                 ? wp + blk * cbs.block * 4
+                                 : wp + (grp * cbs.padded() * ksp * ocg_w + blk * cbs.block * ksp * ocg_w + oc0 * width) *
+                                                plan_.w_elem_bytes;
     const int64_t chan_dd = dw ? blk * cbs.block : grp * ocg + oc0;
     // Elements of the row's pixel 0 (NCX windows of a segment: before the
     // window's start; every offset from it lies inside).
@@ -1368,7 +1375,9 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
     } else {
         for (const RowTap& rt : rts)
             for (const PhaseTap& pt : taps) {
-                const char* w = wblock + (rt.tap_dh * kw_n + pt.kw) * ocg_w * width * plan_.w_elem_bytes;
+                const int64_t tap = rt.tap_dh * kw_n + pt.kw;
+                const char* w = plan_.w_in_place ? wblock + w_tap_offset(tap) * 4
+                                                 : wblock + tap * ocg_w * width * plan_.w_elem_bytes;
                 add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + (pt.base + pc.shift) * pix_bytes, w);
                 if (plan_.dw_row_taps) break;  // the phase's first tap stands for the row's taps
             }

@@ -78,6 +78,11 @@ constexpr int64_t kWResidentBytes = 512 * 1024;
 // about kSegmentBytes, beside a W chunk in L2.
 constexpr int64_t kLongRowBytes = 1 << 20;
 constexpr int64_t kSegmentBytes = 256 * 1024;
+// Depthwise f32 W read in place (DataPlan::w_in_place) up to this many
+// diff_dst pixels a channel (kernels of at most 9 taps: the first; see
+// make_data_plan).
+constexpr int64_t kWInPlaceSmallPixels = 1024;
+constexpr int64_t kWInPlacePixels = 256;
 // NCX windows of segments: a channel's run at least this long (AMD Zen 5,
 // 2 threads, 1D depthwise and grouped layers in NCX: runs of 512 / 1024 /
 // 2048 bytes 1.08 / 1.11 / 1.04x against segments sized for L2 alone,
@@ -641,7 +646,7 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
 
 void size_scratch(const Problem& p, DataPlan* pl) {
     DataScratch& s = pl->scratch;
-    s.wpack_elems = wpack_elems(p, *pl);
+    s.wpack_elems = pl->w_in_place ? 0 : wpack_elems(p, *pl);
     const bool ncx_col = !p.nxc && pl->path == DataPath::col;
     s.whole_nxc = !p.nxc && !pl->ncx_windows && !ncx_col;
     const int64_t images = s.whole_nxc ? p.mb : ncx_col ? 1 : 0;
@@ -1053,6 +1058,24 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     pl->ncx_windows = !p.nxc && geo.images_per_row == 1 &&
                       (pl->path == DataPath::depthwise || (pl->path == DataPath::direct && !long_dense));
     choose_cache_blocking(p, pl);
+    // Packing a depthwise layer's W (a run of a block's channels per tap,
+    // every execute) had been 40-65 % of the data gradient of
+    // RepLKNet-31B's 27x27 / 13x13 stages and of MobileNet v1's last 7x7
+    // layers on one image (Intel Xeon, 2 threads: a throwaway switch
+    // leaving the pack out, timed against it); there the kernels read XIO
+    // W in place. Its share falls with the diff_dst pixels a channel, and
+    // W in place, its taps a channel count apart, crowds a few L1 sets:
+    // against packing (same host, min of 5), 3x3 layers 1.04-2.07x up to
+    // 784 pixels, 0.98-1.03x at 3136; 13x13 / 27x27 kernels 1.31-1.77x up
+    // to 196, 0.95 / 1.00x at 784, 0.88x at 3136. (16-bit W is widened by
+    // the pack, row pairs and lane groups interleaved: those keep it.)
+    const WeightStrides& ws = p.wei_str;
+    const int64_t tap_span = (p.k[2] - 1) * ws.k[2] * 4;  // a kh row's taps, in one displacement
+    const int64_t dd_pixels = p.mb * p.out_sp();
+    const bool pack_costly = dd_pixels <= (p.k_sp() <= 9 ? kWInPlaceSmallPixels : kWInPlacePixels);
+    pl->w_in_place = pl->path == DataPath::depthwise && pl->lane_group == 1 && p.dt == data_type::f32 &&
+                     !pl->dw_row_pairs() && ws.o == 1 && pl->cb.tail_lanes == 0 &&
+                     tap_span < (int64_t(1) << 30) && pack_costly;
     size_scratch(p, pl);
     pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
@@ -1210,7 +1233,7 @@ std::string DataPlan::to_string() const {
     os << "jit:" << isa_name(isa) << " " << data_path_name(path);
     if (lane_group > 1) os << " (lane groups of " << lane_group << ")";
     os << " m" << blk.m << " n" << blk.n << "x"
-       << blk.vlen << (blk.bcast_in_fma ? " bcast-in-fma" : "");
+       << blk.vlen << (blk.bcast_in_fma ? " bcast-in-fma" : "") << (w_in_place ? " W read in place" : "");
     if (dt != data_type::f32)
         os << " " << dtype_name(dt)
            << (dw_row_pairs()  ? " vdpbf16ps on kh row pairs (kh, kh+" + std::to_string(row_pair_step) + ")"
