@@ -617,9 +617,13 @@ void DataKernel::depthwise_lane_group(int o, DwRows rows) {
     const int mn = d_.m * d_.n, taps = d_.row_taps, dil = d_.tap_dil, g = d_.lane_group;
     const int dd_vec_bytes = vi_.vlen() * VecCvt::elem_bytes(in_dt());
     auto load_w = [&](int k, int reg) {
-        for (int v = 0; v < d_.n; ++v)
-            vi_.load(vi_.vreg(mn + reg * d_.n + v),
-                     ptr[kW + static_cast<int>(dw_w_tap(k)) + (o * d_.n + v) * vi_.vbytes()]);
+        for (int v = 0; v < d_.n; ++v) {
+            const Xbyak::Xmm w = vi_.vreg(mn + reg * d_.n + v);
+            if (d_.w_tap_bytes)  // in place, in the kernel's input type (16-bit: widened here)
+                cvt_.load(w, ptr[kW + static_cast<int>(dw_w_tap(k)) + v * dd_vec_bytes], in_dt());
+            else
+                vi_.load(w, ptr[kW + static_cast<int>(dw_w_tap(k)) + (o * d_.n + v) * vi_.vbytes()]);
+        }
     };
     // One diff_dst vector (pixel q, vector v) into t: widened, permuted or
     // paired as the kernel reads diff_dst.

@@ -185,8 +185,9 @@ struct DataKernelDesc {
     int32_t tap_seq = 0;
     int32_t row_stride = 1;       // direct row taps: the W stride (see row_x0)
     // Direct row taps: W bytes between taps k and k+1. Depthwise (G = 1):
-    // nonzero, W read in place, tap k's vectors k·w_tap_step·w_tap_bytes
-    // after tap 0's; 0, packed (n vectors a tap).
+    // nonzero, W read in place in in_dt (16-bit: widened as loaded), tap
+    // k's vectors k·w_tap_step·w_tap_bytes after tap 0's; 0, packed (f32
+    // or bf16 pairs, n vectors a tap).
     int64_t w_tap_bytes = 0;
     int64_t dd_pix_bytes = 0;     // diff_dst bytes between pixels j and j+1
     int64_t dst_pix_bytes = 0;    // final diff_src bytes between pixels j and j+1 (acc: the same in f32)

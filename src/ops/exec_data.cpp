@@ -479,7 +479,7 @@ void JitDataExecutor::build_kernels() {
     auto build = [&](int64_t mb, bool last, int64_t taps, int64_t tail_m, int64_t r = 0) {
         DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
         if (col) types.out = data_type::f32;
-        if (plan_.w_in_place) types.w_tap_bytes = p_.wei_str.k[2] * 4;  // the user's kw stride
+        if (plan_.w_in_place) types.w_tap_bytes = p_.wei_str.k[2] * es_;  // the user's kw stride
         if (plan_.direct_row_taps) {  // W taps one [oc][lanes] block apart; whole rows a block
             types.w_tap_bytes = plan_.ocg_w * plan_.cb.width(last) * plan_.w_elem_bytes;
             types.block_rows = static_cast<int>(mb / row_px);
@@ -1215,7 +1215,7 @@ DataKernelArgs JitDataExecutor::rep_steps(int64_t reps) const {
     rep.nreps = reps;
     const int64_t rep_chans = cbs.per_group == 1 ? p_.icg : cbs.block;
     rep.dd_rep_bytes = (cbs.per_group == 1 ? ocg : cbs.block * dw) * (plan_.widen_rows ? 4 : es_);
-    rep.w_rep_bytes = plan_.w_in_place ? cbs.block * 4  // the next block's channels of the same tap
+    rep.w_rep_bytes = plan_.w_in_place ? cbs.block * es_  // the next block's channels of the same tap
                                        : (cbs.per_group == 1 ? cbs.padded() : cbs.block) * p_.k_sp() * w_oc_rows() *
                                                  plan_.w_elem_bytes;
     rep.dst_rep_bytes = rep_chans * es_;
@@ -1279,7 +1279,7 @@ void JitDataExecutor::direct_item(const char* dd, const char* wp, char* dst, int
     const int64_t ksp = p_.k_sp();
     // (W in place: the user's, the block's channels of every tap.)
     const char* wblock = plan_.w_in_place
-                                 ? wp + blk * cbs.block * 4
+                                 ? wp + blk * cbs.block * es_
                                  : wp + (grp * cbs.padded() * ksp * ocg_w + blk * cbs.block * ksp * ocg_w + oc0 * width) *
                                                 plan_.w_elem_bytes;
     const int64_t chan_dd = dw ? blk * cbs.block : grp * ocg + oc0;
@@ -1376,7 +1376,7 @@ void JitDataExecutor::direct_call(const std::vector<RowTap>& rts, const std::vec
         for (const RowTap& rt : rts)
             for (const PhaseTap& pt : taps) {
                 const int64_t tap = rt.tap_dh * kw_n + pt.kw;
-                const char* w = plan_.w_in_place ? wblock + w_tap_offset(tap) * 4
+                const char* w = plan_.w_in_place ? wblock + w_tap_offset(tap) * es_
                                                  : wblock + tap * ocg_w * width * plan_.w_elem_bytes;
                 add_entry(ctx.entries, rt.dd_row + chan_dd * row_es + (pt.base + pc.shift) * pix_bytes, w);
                 if (plan_.dw_row_taps) break;  // the phase's first tap stands for the row's taps

@@ -78,8 +78,8 @@ constexpr int64_t kWResidentBytes = 512 * 1024;
 // about kSegmentBytes, beside a W chunk in L2.
 constexpr int64_t kLongRowBytes = 1 << 20;
 constexpr int64_t kSegmentBytes = 256 * 1024;
-// Depthwise f32 W read in place (DataPlan::w_in_place) up to this many
-// diff_dst pixels a channel (kernels of at most 9 taps: the first; see
+// Depthwise W read in place (DataPlan::w_in_place) up to this many
+// diff_dst pixels a channel (f32 kernels of at most 9 taps: the first; see
 // make_data_plan).
 constexpr int64_t kWInPlaceSmallPixels = 1024;
 constexpr int64_t kWInPlacePixels = 256;
@@ -1067,15 +1067,26 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // W in place, its taps a channel count apart, crowds a few L1 sets:
     // against packing (same host, min of 5), 3x3 layers 1.04-2.07x up to
     // 784 pixels, 0.98-1.03x at 3136; 13x13 / 27x27 kernels 1.31-1.77x up
-    // to 196, 0.95 / 1.00x at 784, 0.88x at 3136. (16-bit W is widened by
-    // the pack, row pairs and lane groups interleaved: those keep it.)
+    // to 196, 0.95 / 1.00x at 784, 0.88x at 3136. 16-bit W is widened as
+    // the kernel loads it, a conversion per W vector a block, on the FMA
+    // ports: f16 1.07-1.68x up to 196 pixels, 3x3 layers 0.88-1.03x at
+    // 784. (bf16 row pairs and lane groups interleave W in the pack: those
+    // keep it.)
     const WeightStrides& ws = p.wei_str;
-    const int64_t tap_span = (p.k[2] - 1) * ws.k[2] * 4;  // a kh row's taps, in one displacement
+    const int64_t w_es = static_cast<int64_t>(dtype_size(p.dt));
+    const int64_t tap_span = (p.k[2] - 1) * ws.k[2] * w_es;  // a kh row's taps, in one displacement
     const int64_t dd_pixels = p.mb * p.out_sp();
-    const bool pack_costly = dd_pixels <= (p.k_sp() <= 9 ? kWInPlaceSmallPixels : kWInPlacePixels);
-    pl->w_in_place = pl->path == DataPath::depthwise && pl->lane_group == 1 && p.dt == data_type::f32 &&
-                     !pl->dw_row_pairs() && ws.o == 1 && pl->cb.tail_lanes == 0 &&
-                     tap_span < (int64_t(1) << 30) && pack_costly;
+    const bool pack_costly =
+            dd_pixels <= (p.dt == data_type::f32 && p.k_sp() <= 9 ? kWInPlaceSmallPixels : kWInPlacePixels);
+    // A large kernel's taps crowd their L1 sets beyond the ways: its W
+    // loads come from L2, which blocks of few pixels (a W load per one or
+    // two FMAs) do not hide (AVX2, RepLKNet 13x13 at 1024 channels, m2:
+    // 0.85x in place; m5 27x27 1.31x).
+    const bool w_loads_hidden = p.k_sp() <= 9 || pl->blk.m >= 4;
+    // (The kernel reads W as its diff_dst: not where padded rows widen that.)
+    pl->w_in_place = pl->path == DataPath::depthwise && pl->lane_group == 1 && !is_dot(*pl) &&
+                     !pl->dw_row_pairs() && !pl->widen_rows && ws.o == 1 && pl->cb.tail_lanes == 0 &&
+                     tap_span < (int64_t(1) << 30) && pack_costly && w_loads_hidden;
     size_scratch(p, pl);
     pl->rows = row_images(p, pl->geo) * pl->geo.in[0] * pl->geo.in[1];
     pl->grid.threads = std::max(1, threads);
