@@ -846,7 +846,7 @@ void DataKernel::store_accumulators() {
 }
 
 // The final store to dst: non-temporal when the call streams
-// (DataKernelArgs::streaming, a *_or_streaming desc), else plain.
+// (DataKernelArgs::streaming, a *_or_streaming desc), else ordinary.
 void DataKernel::store_final() {
     if (!store_may_stream(d_.store)) {
         store_block(true, false);

@@ -328,9 +328,10 @@ private:
     void load_lane_group(const Xbyak::Xmm& t, int disp, int o, bool tail);
     void load_pairs(const Xbyak::Xmm& t, int disp, bool tail);
     void load_row_pair(const Xbyak::Xmm& t, int disp, bool tail, DwRows rows);
+    // Depthwise: bytes from an entry's W to its tap k's.
+    int64_t dw_w_tap(int k) const;
     // Depthwise passes per entry: G output channels, or G / 2 pairs (bf16_dot
     // lane groups; row pairs: one).
-    int64_t dw_w_tap(int k) const;
     int lane_group_passes() const { return dot() && d_.lane_group > 1 ? d_.lane_group / 2 : d_.lane_group; }
     // Depthwise: the permutation index (lane groups of 8+, bf16_dot pairs),
     // the register after the two diff_dst temporaries.

@@ -474,8 +474,8 @@ void JitDataExecutor::build_kernels() {
     // (Row taps: a block's pixels are a row's, every W phase.)
     const int64_t dst_pix =
             col ? plan_.cb.padded() * 4 : (plan_.direct_row_taps ? 1 : g.stride[2]) * dst_str_.w * es_;
-    // mb pixels a block, the last (narrower) channel block or not,
-    // streaming stores, an entry's row taps, the pixels of a partial block.
+    // mb pixels a block, the last (narrower) channel block or not, an
+    // entry's row taps, the pixels of a partial block, the W phase.
     auto build = [&](int64_t mb, bool last, int64_t taps, int64_t tail_m, int64_t r = 0) {
         DataKernelTypes types = data_kernel_types(plan_, std::max<int64_t>(1, taps));
         if (col) types.out = data_type::f32;
