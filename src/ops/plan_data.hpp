@@ -160,13 +160,13 @@ struct DataPlan {
     // [block][pair, alone][tap][lanes] dword pairs: (W[kh], W[kh + step])
     // and (W[kh], 0).
     bool dw_row_pairs() const { return types.row_pairs != DataRowPairs::none; }
+    int64_t row_pair_step = 0;
     // Depthwise (G = 1, not vdpbf16ps) with W's channels adjacent (XIO)
     // in whole vectors: the kernels read W where it is (16-bit: widened as
     // loaded), each tap's vectors at the channel block's offset in its tap
     // (DataKernelDesc::w_tap_bytes), so no packing per execute
     // (make_data_plan).
     bool w_in_place = false;
-    int64_t row_pair_step = 0;
     int lane_group = 1;  // depthwise: channels per group G (1: a depthwise convolution)
     // Edges read per-thread copies of the diff_dst rows with zero pixels on
     // both W sides (widened to f32 when widen_rows), so a phase runs as one
