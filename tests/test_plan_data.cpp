@@ -337,6 +337,24 @@ TEST_CASE("data plan: properties over random problems", "[jit][data][plan]") {
     CHECK(strided_row_taps > 0);  // ... and under a stride
 }
 
+// Where a channel block's W does not stay in L2, a row group holds at
+// least 56 diff_src pixels that some kernel tap reaches, so that each
+// block's W serves them all: a strided 1x1 layer's rows of inserted zeros
+// and its zero pixels do not count.
+TEST_CASE("data plan: row groups count the pixels a kernel tap reaches", "[jit][data][plan]") {
+    // ResNet-50 res5a_branch1 (1x1 s2, 1024 -> 2048 at 14 -> 7, 8 MiB of W):
+    // 7 pixels on every other row, 16 rows a group.
+    const DataPlan s2 = plan_of(square(1, 1024, 2048, 14, 1, 2, 0, 7), Isa::avx512_core, 2);
+    CHECK(s2.group_rows == 16);
+    CHECK(s2.to_string().find("for group in 28 groups of 16 of the 448 (n, id, ih) rows") != std::string::npos);
+    // 512 -> 1024 at 28 -> 14: 14 pixels on every other row, 8 rows.
+    CHECK(plan_of(square(1, 512, 1024, 28, 1, 2, 0, 14), Isa::avx2, 2).group_rows == 8);
+    // A 3x3 s2 layer's taps reach every row and pixel: 56 / 14 -> 4 rows.
+    CHECK(plan_of(square(1, 1024, 1024, 14, 3, 2, 1, 7), Isa::avx512_core, 2).group_rows == 4);
+    // 1x1 s3 at 21 -> 7: 7 pixels on every third row, 24 rows.
+    CHECK(plan_of(square(1, 1024, 1024, 21, 1, 3, 0, 7), Isa::avx512_core, 2).group_rows == 24);
+}
+
 TEST_CASE("data plan: a block's broadcast rows fit the L1 sets", "[jit][data][plan]") {
     // diff_dst pixels 1, 2, 4 and 8 KiB apart (256..2048 oc in f32): the m
     // rows a block broadcasts from must not put more lines into one of the

@@ -88,7 +88,8 @@ constexpr int64_t kWInPlacePixels = 256;
 // 2048 bytes 1.08 / 1.11 / 1.04x against segments sized for L2 alone,
 // 44-pixel windows of 1536 channels were 0.55-0.87x whole rows).
 constexpr int64_t kWindowSegmentRunBytes = 1024;
-// A row group covers at least this many diff_src pixels per channel block.
+// A row group covers at least this many diff_src pixels a kernel tap
+// reaches per channel block (group_rows_for).
 constexpr int64_t kGroupPixels = 56;
 // Items a thread should get at least, where the plan can cut its work finer.
 constexpr int64_t kItemsPerThread = 8;
@@ -592,6 +593,26 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     pl->scratch.row_slots = g.k[0] * (pl->group_rows + (g.k[1] - 1) * g.dil[1]) + 2;
 }
 
+// Rows of a row group (W not resident): enough that kGroupPixels diff_src
+// pixels a kernel tap reaches share each channel block's W. A strided
+// layer's rows and W phases no tap reaches (a 1x1 s2 layer's inserted
+// zeros: three pixels of four) do not count: ResNet-50 res5a_branch1
+// (1x1 s2, 8 MiB of W), counting all pixels, ran groups of 4 rows, 14
+// computed pixels a pass over W (see docs/PERFORMANCE.md).
+int64_t group_rows_for(const DataGeometry& g) {
+    int64_t pixels = 0;  // a row's pixels in W phases with taps
+    for (const PhaseSize& ph : phase_sizes(g)) pixels += ph.taps > 0 ? ph.pixels : 0;
+    int64_t hit_rows = 1, rows = 1;  // rows with taps: the residues (k·dil - pad) mod stride of D and H
+    for (int a = 0; a < 2; ++a) {
+        std::vector<bool> hit(static_cast<size_t>(g.stride[a]));
+        for (int64_t k = 0; k < g.k[a]; ++k)
+            hit[static_cast<size_t>(((k * g.dil[a] - g.pad[a]) % g.stride[a] + g.stride[a]) % g.stride[a])] = true;
+        hit_rows *= std::count(hit.begin(), hit.end(), true);
+        rows *= g.stride[a];
+    }
+    return std::max<int64_t>(1, div_up(kGroupPixels * rows, std::max<int64_t>(rows, pixels * hit_rows)));
+}
+
 // oc chunks (the W chunk of a channel block stays in L2; widen: the scratch
 // in L1), the loop order, edge handling, col chunk.
 void choose_cache_blocking(const Problem& p, DataPlan* pl) {
@@ -614,7 +635,7 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
     if (pl->row_blocks)
         pl->group_rows = pl->geo.in[1];
     else if (!w_resident && pl->path != DataPath::col)
-        pl->group_rows = std::max<int64_t>(1, div_up(kGroupPixels, pl->geo.in[2]));
+        pl->group_rows = group_rows_for(pl->geo);
     if (pl->ncx_windows && !pl->row_blocks) {
         // NCX windows: each item reads a run of every channel's planes; a
         // whole image on small planes (one sequential read), else rows
