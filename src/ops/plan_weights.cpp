@@ -401,12 +401,23 @@ int64_t staged_pitch(const WeightsPlan& plan, const Problem& p, int64_t bytes, i
 // conv5 3x3, MobileNet 1x1, WaveNet / TCN 1D, ResNet-50 res2a_branch2a
 // 1.18x). Narrower OC lost there (EfficientNet-B0 32 -> 16 0.68x, U-Net's
 // 64 -> 2 head 0.54x), as did 3-5 ic tiles (16 -> 96 0.91x).
+// AVX-512 f32 grouped layers (groups wider than the depthwise lanes) take
+// blocked staging too: row staging keeps every group's channels of a pixel
+// together, so a group's tile reads 2-4 lines of each pixel a whole
+// staged pixel apart (4 KiB + 64 for ResNeXt-50 conv5's 1024 channels),
+// and those lines leave L1 between the group's tap and ic-tile calls.
+// Intel Xeon (2 MiB L2), 2 threads, each file's minibatch, min of 5, the 8
+// grouped layers of the shape files whose f32 plans stage rows, two runs:
+// 1.02-1.33x (ResNeXt-50 conv5_g3x3 / _s2 1.25-1.27 / 1.16-1.17x, long 1D
+// g8_k3 1.29-1.33x, wav2vec 2.0 pos_conv 1.17-1.21x). 16-bit inputs keep row staging, which widens them
+// in one pass (blocked: 0.84-1.22x, two layers lost 8-16 %).
 bool blocked_ok(const WeightsPlan& plan) {
     const WeightsBlocking& b = plan.blk;
     const bool shares = (b.m_tiles >= Cost::blocked_min_ic_tiles && b.tiles >= Cost::blocked_min_tiles) ||
                         (b.m_tiles >= Cost::blocked_wide_min_ic_tiles && plan.geo.ocg >= Cost::blocked_wide_oc);
-    return plan.isa == Isa::avx2 && plan.staged && b.kind == WeightsKernelKind::gemm && !plan.tile_major &&
-           plan.fold_kw == 1 && plan.kw_phases == 0 && !plan.kw_lanes && !plan.pairs && shares;
+    const bool avx512_groups = plan.isa >= Isa::avx512_core && plan.geo.g > 1 && plan.dt == data_type::f32;
+    return (avx512_groups || (plan.isa == Isa::avx2 && shares)) && plan.staged && b.kind == WeightsKernelKind::gemm &&
+           !plan.tile_major && plan.fold_kw == 1 && plan.kw_phases == 0 && !plan.kw_lanes && !plan.pairs;
 }
 
 double tile_cycles(double fmas, double loads, double instrs, double latency) {
