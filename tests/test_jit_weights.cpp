@@ -849,6 +849,54 @@ TEST_CASE("weights: staged grouped rows are spread a line apart", "[jit][weights
     for (const std::string& isa : jit_isas(true)) CHECK(plain.make(isa).describe().find(" pitch+64") == std::string::npos);
 }
 
+// AVX-512 f32 grouped layers that stage rows (pixels a multiple of 2 KiB
+// apart, groups too wide for kw windows or lanes) stage their chunks per
+// tile ("blocked"): groups of 32 and 64 input channels, output channel
+// tails (40 and 24 per group), W and H strides, 1D and 3D, both weight
+// formats, ConvTranspose; bitwise equal to the reference for 1-3 threads.
+TEST_CASE("weights: AVX-512 grouped layers stage chunks per tile", "[jit][weights]") {
+    const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    std::vector<Case> cases;
+    auto add = [&](int64_t ic, int64_t oc, int64_t g, dims in, dims k, dims s) {
+        Case c;
+        c.ic = ic;
+        c.oc = oc;
+        c.g = g;
+        c.in = in;
+        c.k = k;
+        c.s = s;
+        c.pb = c.pe = dims(in.size(), 1);
+        c.mb = 3;
+        cases.push_back(c);
+    };
+    add(512, 512, 16, {9, 7}, {3, 3}, {});       // 32 -> 32 a group
+    add(512, 640, 16, {8, 6}, {3, 3}, {2, 2});   // 32 -> 40: a tail vector, strided
+    add(1024, 384, 16, {7, 7}, {3, 3}, {1, 2});  // 64 -> 24, W stride 2
+    add(512, 512, 16, {29}, {5}, {});            // 1D
+    add(512, 512, 8, {4, 5, 4}, {3, 3, 3}, {});  // 3D, 64 a group
+    for (Case c : cases) {
+        for (const char* wfmt : {"XIO", "OIX"})
+            for (bool transpose : {false, true}) {  // ConvTranspose: the same convolution view
+                c.wfmt = wfmt;
+                c.transpose = transpose;
+                if (avx512) {
+                    const std::string d = c.make("avx512_core").describe();
+                    INFO(label(c, "avx512_core") << "\n" << d);
+                    CHECK(d.find(" staged ") != std::string::npos);
+                    CHECK(d.find(" blocked ") != std::string::npos);
+                }
+                for (int t : {1, 2, 3}) {
+                    tbb::task_arena arena(t);
+                    arena.execute([&] { check_exact(c, 11); });
+                }
+            }
+        // 16-bit inputs keep row staging (widened in one pass).
+        c.dt = convgrad::data_type::f16;
+        if (avx512) CHECK(c.make("avx512_core").describe().find(" blocked ") == std::string::npos);
+        check_exact_any_type(c);
+    }
+}
+
 // Groups of G = 2, 4, 8 channels (IC/g == OC/g) run the depthwise kernel
 // with a tile row per (tap, input channel of the group): group counts that
 // end in a channel tail on both ISAs, pixel windows (unit W stride) and
