@@ -40,6 +40,18 @@ void check_exact(const Case& c, uint32_t seed = 1) {
     }
 }
 
+// Adds cases[1] in NCX / OIX, and `t` with pads of 1 as a ConvTranspose
+// (src and diff_dst swapped: the same convolution view).
+void add_ncx_and_transpose(std::vector<Case>& cases, Case t) {
+    Case ncx = cases[1];
+    ncx.nxc = false;
+    ncx.wfmt = "OIX";
+    cases.push_back(ncx);
+    t.transpose = true;
+    t.pb = t.pe = dims(t.in.size(), 1);
+    cases.push_back(t);
+}
+
 // The R of describe()'s "rows=RxSpx": the reduction's rows, more than the
 // images once rows are cut into segments.
 int64_t described_rows(const std::string& d) {
@@ -227,15 +239,9 @@ TEST_CASE("weights: one vector of output channels a group runs kw windows", "[ji
     // kw_window_cases, NCX / OIX, ConvTranspose; not for W dilation, W
     // strides past the kernel width, nor wider groups.
     std::vector<Case> cases = wtest::kw_window_cases();
-    Case ncx = cases[1];
-    ncx.nxc = false;
-    ncx.wfmt = "OIX";
-    cases.push_back(ncx);
-    Case t = conv2d(32, 32, {6, 7}, {3, 3});  // ConvTranspose: src and diff_dst swapped
-    t.transpose = true;
+    Case t = conv2d(32, 32, {6, 7}, {3, 3});
     t.g = 2;
-    t.pb = t.pe = {1, 1};
-    cases.push_back(t);
+    add_ncx_and_transpose(cases, t);
     for (Case c : cases) {
         c.mb = 3;
         const int64_t ocg = (c.transpose ? c.ic : c.oc) / c.g;
@@ -262,6 +268,55 @@ TEST_CASE("weights: one vector of output channels a group runs kw windows", "[ji
             CHECK(c.make(isa).describe().find(" kw-window") == std::string::npos);
         }
         check_exact(c);
+    }
+    const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases[1]), false);
+    CHECK(runs.outputs.size() == jit_isas(false).size());
+}
+
+// On AVX-512, layers without groups of 17-32 output channels at unit W
+// stride run kw windows of two vectors (each tap's two diff_dst vectors in
+// the window): output-channel tails, kernel widths 2-7, pads none to wider
+// than the kernel, rows of one pixel (no window), input channels that
+// split into tiles, H strides and dilation, 1D and 3D, NCX / OIX,
+// ConvTranspose, f16; W strides and groups keep their tiles. Bitwise equal
+// to the reference, the same bits on 1-4 threads.
+TEST_CASE("weights: two vectors of output channels run kw windows on AVX-512", "[jit][weights]") {
+    std::vector<Case> cases = wtest::w_row_cases({{1, 16, 24, 9, 3, 1, 1, 1},
+                                                  {1, 20, 32, 13, 5, 2, 2, 1},
+                                                  {1, 19, 17, 7, 7, 3, 3, 1},
+                                                  {1, 33, 30, 12, 4, 0, 3, 1},
+                                                  {1, 24, 32, 6, 2, 0, 1, 1},
+                                                  {1, 18, 20, 1, 3, 1, 1, 1},
+                                                  {1, 40, 31, 10, 6, 7, 1, 1}});
+    Case c1 = conv2d(24, 28, {23}, {3});
+    c1.pb = c1.pe = {1};
+    cases.push_back(c1);
+    Case c3 = conv2d(20, 32, {4, 5, 6}, {3, 3, 3});
+    c3.pb = c3.pe = {1, 1, 1};
+    cases.push_back(c3);
+    add_ncx_and_transpose(cases, conv2d(24, 20, {6, 9}, {3, 3}));
+    const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    for (Case c : cases) {
+        c.mb = 3;
+        if (avx512) {
+            const std::string d = c.make("avx512_core").describe();
+            INFO(label(c, "avx512_core") << "\n" << d);
+            CHECK((d.find(" kw-window") != std::string::npos) == wtest::windowed(c, 32));
+            if (wtest::windowed(c, 32)) CHECK(d.find("n2x16") != std::string::npos);
+        }
+        check_exact(c, 3);
+        c.dt = convgrad::data_type::f16;
+        check_exact_any_type(c);
+    }
+    Case strided = cases[0];
+    strided.s = {1, 2};
+    Case grouped = conv2d(64, 64, {7, 9}, {3, 3});
+    grouped.g = 2;
+    grouped.pb = grouped.pe = {1, 1};
+    for (Case c : {strided, grouped}) {
+        c.mb = 3;
+        if (avx512) CHECK(c.make("avx512_core").describe().find(" kw-window") == std::string::npos);
+        check_exact(c, 3);
     }
     const wtest::ThreadRuns runs = wtest::check_thread_counts(wtest::split_size(cases[1]), false);
     CHECK(runs.outputs.size() == jit_isas(false).size());

@@ -21,7 +21,7 @@ bool avx512(const WeightsKernelDesc& d) { return static_cast<Isa>(d.isa) >= Isa:
 // single vector, which broadcasts inside the FMA; copies that pair bf16
 // images need a second register there.
 int gemm_temps(const WeightsKernelDesc& d) {
-    if (d.kw_win > 0) return d.kw_win + 2;  // the diff_dst window, two broadcast registers
+    if (d.kw_win > 0) return d.kw_win * d.n + 2;  // the diff_dst window, two broadcast registers
     const bool embedded = avx512(d) && d.n == 1;
     return d.n + (embedded ? 0 : 1) + (embedded && (d.stage || d.pair_dst) && d.dot ? 1 : 0);
 }
@@ -138,10 +138,11 @@ void WeightsSkeleton::generate() {
             desc_.kw_lanes ? desc_.kw_pad < desc_.kw_win && desc_.kw_last < desc_.kw_win && desc_.w_stride >= 1
                            : desc_.kw_pad < desc_.kw_win && desc_.kw_tail < desc_.kw_win &&
                                      desc_.kw_head + desc_.kw_pad <= desc_.kw_win - 1;
-    if (desc_.kw_win > 0 && (dw() || dot() || desc_.stage || desc_.n != 1 || desc_.kh > 1 || desc_.in_dt ||
+    const bool window_vecs_ok = desc_.n == 1 || (desc_.n == 2 && vec_.avx512() && !desc_.kw_lanes);
+    if (desc_.kw_win > 0 && (dw() || dot() || desc_.stage || !window_vecs_ok || desc_.kh > 1 || desc_.in_dt ||
                              desc_.edges || !window_edges_ok))
-        throw error("JIT kernel " + name() + ": kw windows need an f32 gemm kernel of one vector, without copies, "
-                    "and edges shorter than the kernel");
+        throw error("JIT kernel " + name() + ": kw windows need an f32 gemm kernel of one vector (two on AVX-512 "
+                    "without lanes), without copies, and edges shorter than the kernel");
     if (desc_.kw_lanes && (desc_.kw_win == 0 || !vec_.avx512() || desc_.m > 8 ||
                            (desc_.lane_pairs && (desc_.m != 8 || desc_.tail))))
         throw error("JIT kernel " + name() + ": kw lanes need a kw window on AVX-512 and at most 8 output channels");
@@ -677,7 +678,8 @@ private:
         }
         if (windowed()) {  // one pixel at phase P, then the window shifts by moves
             window_step(phase(), 0, kw_win() - 1, true);
-            for (int k = kw_win() - 1; k >= 1; --k) vec_.mov(window(k, phase()), window(k - 1, phase()));
+            for (int k = kw_win() - 1; k >= 1; --k)
+                for (int v = 0; v < vecs(); ++v) vec_.mov(window(k, phase(), v), window(k - 1, phase(), v));
             return;
         }
         const bool embedded = vec_.avx512() && vecs() == 1;
@@ -734,8 +736,8 @@ private:
         return int64_t(run / kh) * desc_.plane_disp + int64_t(run % kh) * desc_.row_disp + 4 * (i % desc_.m);
     }
 
-    // kw_win: tap k's diff_dst vector at src pixel u of the row (phase u
-    // mod KW) lives in register (u - k) mod KW: blocks of KW pixels rename
+    // kw_win: tap k's diff_dst vector v at src pixel u of the row (phase u
+    // mod KW) lives in register n ((u - k) mod KW) + v: blocks of KW pixels rename
     // instead of moving, and advance the pointers themselves (block_step
     // 0). The loops run at phase P = kw_head mod KW (the head's
     // straight-line pixels come first); a single pixel shifts the window by
@@ -746,15 +748,18 @@ private:
     // kw_lanes: blocks of two pixels (the skeleton then tests for a row of edges only).
     // desc.acc_sets: blocks of one pixel a set.
     int block_pixels() const override { return lanes() ? 2 : windowed() ? kw_win() : acc_sets(); }
-    Xbyak::Xmm window(int k, int u) const { return temp(((u - k) % kw_win() + kw_win()) % kw_win()); }
-    Xbyak::Xmm bcast_reg(int i) const { return temp(kw_win() + i % 2); }
+    Xbyak::Xmm window(int k, int u, int v) const {
+        return temp(((u - k) % kw_win() + kw_win()) % kw_win() * vecs() + v);
+    }
+    Xbyak::Xmm bcast_reg(int i) const { return temp(kw_win() * vecs() + i % 2); }
     // Src pixel at phase u: its tap-0 diff_dst vector (when `load`), then per
     // channel a broadcast and the FMAs of taps [k0, k1].
     void window_step(int u, int k0, int k1, bool load) {
-        if (load) load_slice_vec(window(0, u), ptr[reg_dst_], 0);
+        for (int v = 0; load && v < vecs(); ++v) load_slice_vec(window(0, u, v), ptr[reg_dst_ + v * vec_.vbytes()], v);
         for (int i = 0; i < desc_.m; ++i) {
             vec_.bcast(bcast_reg(i), ptr[reg_src_ + 4 * i]);
-            for (int k = k0; k <= k1; ++k) vec_.fma(acc(k * desc_.m + i, 0), window(k, u), bcast_reg(i));
+            for (int k = k0; k <= k1; ++k)
+                for (int v = 0; v < vecs(); ++v) vec_.fma(acc(k * desc_.m + i, v), window(k, u, v), bcast_reg(i));
         }
     }
     void next_pixel(bool dst) {
@@ -783,7 +788,7 @@ private:
         if (pad > 0) mov(reg_scratch_, reg_dst_);
         for (int k = 1; k <= pad; ++k) {
             sub(reg_scratch_, reg_dst_step_);
-            load_slice_vec(window(k, 0), ptr[reg_scratch_], 0);
+            for (int v = 0; v < vecs(); ++v) load_slice_vec(window(k, 0, v), ptr[reg_scratch_ + v * vec_.vbytes()], v);
         }
         for (int i = 0; i < desc_.kw_head; ++i) {
             window_step(i, 0, std::min(kw_win() - 1, pad + i), true);

@@ -193,8 +193,9 @@ struct WeightsKernelDesc {
     uint8_t row_cut = 0;   // see row_px
     // gemm: 0, or the kw taps of a window (a W phase's: see
     // WeightsPlan::kw_phases; taps s apart in src, which src_step carries).
-    // With kw_win = KW > 0 (f32 elements, n == 1) the tile is m input
-    // channels x KW taps, rows (tap k, channel i) at diff_weights + k *
+    // With kw_win = KW > 0 (f32 elements, n == 1, or 2 on AVX-512 without
+    // kw_lanes: each tap's n diff_dst vectors in the window) the tile is m
+    // input channels x KW taps, rows (tap k, channel i) at diff_weights + k *
     // wei_kh_stride + i * wei_row_stride, and a row entry walks src pixels
     // q from its src_offset, the tap-0 output pixel t = q + pad at its
     // dst_offset: src pixel q's m broadcasts each feed the FMAs of taps k

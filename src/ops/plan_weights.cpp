@@ -129,13 +129,15 @@ bool fold_taps_ok(const Problem& p, Isa isa) {
     return q.in_sp() * q.ic() <= 2 * (p.in_sp() * p.ic() + p.out_sp() * p.oc());
 }
 
-// gemm kw windows (WeightsPlan::kw_phases): the kernel's m * T
-// accumulators (T = ceil(KW / s), phase 0's taps), T diff_dst vectors and
-// two broadcast registers in the vector file, for m of at least 1.
+// gemm kw windows (WeightsPlan::kw_phases): the kernel's m * T * n
+// accumulators (T = ceil(KW / s), phase 0's taps; n vectors of output
+// channels, two on AVX-512), T * n diff_dst vectors and two broadcast
+// registers in the vector file, for m of at least 1.
+int64_t kw_window_vecs(const Problem& p, Isa isa) { return div_up(p.ocg, isa >= Isa::avx512_core ? 16 : 8); }
 int64_t kw_window_max_m(const Problem& p, Isa isa, int64_t taps) {
     const int64_t vlen = isa >= Isa::avx512_core ? 16 : 8, regs = isa >= Isa::avx512_core ? 32 : 16;
-    const int64_t mask = isa < Isa::avx512_core && p.ocg % vlen ? 1 : 0;
-    return (regs - mask - taps - 2) / taps;
+    const int64_t mask = isa < Isa::avx512_core && p.ocg % vlen ? 1 : 0, n = kw_window_vecs(p, isa);
+    return (regs - mask - taps * n - 2) / (taps * n);
 }
 int64_t kw_window_max_m(const Problem& p, Isa isa) {
     return kw_window_max_m(p, isa, div_up(p.k[2], std::max<int64_t>(1, p.stride[2])));
@@ -182,8 +184,20 @@ bool kw_window_ok(const Problem& p, const WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
     if (plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1 || g.k[2] < 2 || g.merged)
         return false;
-    if (g.stride[2] > std::min<int64_t>(g.k[2], WeightsPlan::kMaxKwPhases) || g.dil[2] != 1 || p.ocg > vlen ||
-        kw_window_max_m(p, plan.isa) < 1)
+    // Two vectors of output channels (17-32) on AVX-512: layers without
+    // groups at unit W stride. Against their m x n tiles (m11 x n2: 0.59
+    // loads an FMA; m4 x n2 windows over 3 taps: 0.25), Intel Xeon, 2
+    // threads, each file's minibatch, min of 3: the 23 f32 weight gradients
+    // of the shape files this changes 0.96-1.53x, geomean 1.17x (GoogLeNet v1
+    // 5x5 1.15-1.23x, GoogLeNet v3 conv_1_1 1.19x, HRNet-W18 branch1 1.46x,
+    // DenseNet-121 growth 3x3 1.16x; the losses 3-8 us 1D layers), the 16
+    // ConvTranspose ones 1.00-1.5x (1.15x), bf16 / f16 0.99-1.4x (1.19x). Grouped
+    // layers keep their blocked tiles (ResNeXt-50 conv5 3x3 s2 0.94x with
+    // windows), and W strides their plain tiles (phases of one or two taps:
+    // 0.92-1.08x).
+    const int64_t max_vecs = plan.isa >= Isa::avx512_core && p.g == 1 && g.stride[2] == 1 ? 2 : 1;
+    if (g.stride[2] > std::min<int64_t>(g.k[2], WeightsPlan::kMaxKwPhases) || g.dil[2] != 1 ||
+        p.ocg > max_vecs * vlen || kw_window_max_m(p, plan.isa) < 1)
         return false;
     // AVX2 under a W stride: 0.92-1.14x (RegNetY-400MF, ResNeXt-50 conv3
     // s2, 8 channels a group: phase 0 in tiles of 4), even overall: not taken.
@@ -1572,7 +1586,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     if (plan.kw_phases > 0) {  // the taps of a W phase in the tile, the channels split evenly
         WeightsBlocking& b = plan.blk;
         const WeightsGeometry& g = plan.geo;
-        b.n = b.n_last = 1;
+        b.n = b.n_last = static_cast<int>(kw_window_vecs(p, plan.isa));
         b.n_tiles = 1;
         b.m_tiles = 0;
         for (int64_t r = 0; r < plan.kw_phases; ++r) {
@@ -1593,7 +1607,10 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
         double cycles = 0;
         for (int64_t r = 0; r < plan.kw_phases; ++r) {
             const WeightsPlan::KwPhase& f = plan.kw_phase[static_cast<size_t>(r)];
-            auto tile = [&](double m) { return tile_cycles(m * f.taps, m + 1, m * f.taps + m + 3, latency); };
+            const double n = b.n;
+            auto tile = [&](double m) {
+                return tile_cycles(m * f.taps * n, m + n, m * f.taps * n + m + n + 2, latency);
+            };
             cycles += (double(f.m_tiles - 1) * tile(double(f.m)) + tile(double(f.m_last))) * double(f.row_px);
         }
         b.cycles_per_pixel = double(g.k[0] * g.k[1] * g.g) * cycles / double(g.out[2]);

@@ -218,8 +218,10 @@ struct WeightsPlan {
     // 16-bit types (not bf16 pairs) are not staged then: see src_widened.
     int64_t fold_kh = 1, fold_kd = 1;
     // gemm kw windows (WeightsKernelDesc::kw_win). One vector of output
-    // channels per group (groups of up to 16 channels, 8 on AVX2), W
-    // dilation 1, 32-bit elements: a tile holds the kw taps of one W phase
+    // channels per group (groups of up to 16 channels, 8 on AVX2; on
+    // AVX-512 two vectors, up to 32 channels, for layers without groups at
+    // unit W stride), W dilation 1, 32-bit elements: a tile holds the kw
+    // taps of one W phase
     // (taps k = phase + s * j at W stride s; every tap at stride 1) of m
     // input channels, and a row entry walks the phase's src pixels of its
     // input row (s apart), each broadcast feeding one FMA per tap of the
