@@ -913,12 +913,8 @@ TEST_CASE("weights: AVX-512 grouped layers stage chunks per tile", "[jit][weight
     const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
     std::vector<Case> cases;
     auto add = [&](int64_t ic, int64_t oc, int64_t g, dims in, dims k, dims s) {
-        Case c;
-        c.ic = ic;
-        c.oc = oc;
+        Case c = conv2d(ic, oc, in, k);
         c.g = g;
-        c.in = in;
-        c.k = k;
         c.s = s;
         c.pb = c.pe = dims(in.size(), 1);
         c.mb = 3;

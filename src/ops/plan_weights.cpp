@@ -423,8 +423,9 @@ int64_t staged_pitch(const WeightsPlan& plan, const Problem& p, int64_t bytes, i
 // Intel Xeon (2 MiB L2), 2 threads, each file's minibatch, min of 5, the 8
 // grouped layers of the shape files whose f32 plans stage rows, two runs:
 // 1.02-1.33x (ResNeXt-50 conv5_g3x3 / _s2 1.25-1.27 / 1.16-1.17x, long 1D
-// g8_k3 1.29-1.33x, wav2vec 2.0 pos_conv 1.17-1.21x). 16-bit inputs keep row staging, which widens them
-// in one pass (blocked: 0.84-1.22x, two layers lost 8-16 %).
+// g8_k3 1.29-1.33x, wav2vec 2.0 pos_conv 1.17-1.21x). 16-bit inputs keep
+// row staging, which widens them in one pass (blocked: 0.84-1.22x, two
+// layers lost 8-16 %).
 bool blocked_ok(const WeightsPlan& plan) {
     const WeightsBlocking& b = plan.blk;
     const bool shares = (b.m_tiles >= Cost::blocked_min_ic_tiles && b.tiles >= Cost::blocked_min_tiles) ||
