@@ -355,6 +355,18 @@ TEST_CASE("data plan: row groups count the pixels a kernel tap reaches", "[jit][
     CHECK(plan_of(square(1, 1024, 1024, 21, 1, 3, 0, 7), Isa::avx512_core, 2).group_rows == 24);
 }
 
+TEST_CASE("data plan: the col path's W beyond L2 streams from L3", "[jit][data][plan]") {
+    // ViT-B/16's patch embedding (768 <- 16x16x3 s16): each column chunk
+    // reads all 2.3 MB of W, so blocks load few W vectors per FMA (m5 x n5
+    // loaded one per 5 FMAs and ran 1.4-1.6x slower than m14 x n2).
+    for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16}) {
+        const DataPlan pl = plan_of(square(1, 3, 768, 224, 16, 16, 0, 14, dt), Isa::avx512_core, 2);
+        INFO(dtype_name(dt) << "\n" << pl.to_string());
+        REQUIRE(pl.path == DataPath::col);
+        CHECK(pl.blk.m >= 8);  // W vectors per FMA: 1 / m
+    }
+}
+
 TEST_CASE("data plan: a block's broadcast rows fit the L1 sets", "[jit][data][plan]") {
     // diff_dst pixels 1, 2, 4 and 8 KiB apart (256..2048 oc in f32): the m
     // rows a block broadcasts from must not put more lines into one of the

@@ -44,6 +44,13 @@ constexpr double kLoadsPerCycle = 2.0;
 constexpr double kAvx2BcastLoads = 1.25;
 // W vectors stream from L2 when a channel block's W does not fit L1.
 constexpr double kL2BytesPerCycle = 32.0;
+// ... and from L3 when the col path's W (every group's: each column chunk
+// reads all of it) exceeds the L2 budget kWChunkBytes. ViT-B/16's patch
+// embedding (768 <- 16x16x3, 2.3 MB of W) ran m5 x n5 blocks, L2-bound in
+// the model, at 38-46 % of peak: one core streamed W from this host's L3
+// at 8 bytes a cycle (a probe: m1 x n8 FMAs on 8 MiB of W vectors). Zen
+// 4 / 5 cores read L3 at up to 32 bytes a cycle; 16 is between.
+constexpr double kL3BytesPerCycle = 16.0;
 constexpr int64_t kL1WBytes = 32 * 1024;
 // Row-taps plans' W chunk, from L2 (ResNet-50 res5 3x3 at 7x7, 2 threads:
 // f32 240-251 -> 254-267 GFLOP/s, bf16 482-487 -> 490-496 against the L1
@@ -152,11 +159,11 @@ constexpr int kMinRowTapAccs = 4;
 constexpr int64_t kWidenMaxOcChunk = 256;
 
 // Cycles of one oc step (direct; bf16_dot: an oc pair) or one tap
-// (depthwise) of an m × n block of `vbytes`-byte vectors; `w_in_l2`: the W
-// vectors come from L2.
+// (depthwise) of an m × n block of `vbytes`-byte vectors; `w_rate`: the
+// bytes a cycle the W vectors arrive at from L2 or L3 (0: from L1).
 // Depthwise: `dd_rows` diff_dst vectors per pixel and vector (row pairs:
 // the two rows of a pair, on average).
-double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, bool w_in_l2,
+double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, double w_rate,
                    double latency = kFmaLatency, double dd_rows = 1) {
     const double fma = m * n / kFmaPerCycle;
     double loads = 0;
@@ -165,8 +172,8 @@ double step_cycles(DataPath path, int m, int n, bool bcast_in_fma, int vbytes, b
     else  // AVX2 (32-byte vectors) weighs its broadcasts (see kAvx2BcastLoads)
         loads = std::max(n / kVecLoadsPerCycle,
                          (n + (bcast_in_fma ? m * n : m) * (vbytes == 32 ? kAvx2BcastLoads : 1.0)) / kLoadsPerCycle);
-    const double l2 = w_in_l2 ? n * vbytes / kL2BytesPerCycle : 0.0;
-    return std::max({fma, loads, latency, l2});
+    const double w = w_rate > 0 ? n * vbytes / w_rate : 0.0;
+    return std::max({fma, loads, latency, w});
 }
 
 bool is_dot(const DataPlan& pl) { return pl.types.compute == DataCompute::bf16_dot; }
@@ -301,7 +308,7 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
     const DataPath path = pl.path;
     const double red = reduction_steps(p, pl);
     const double lat = is_dot(pl) ? kDotLatency : kFmaLatency;
-    const bool l2 = w_block_in_l2(p, pl, b);
+    const double w_rate = w_block_in_l2(p, pl, b) ? kL2BytesPerCycle : 0.0;
     const int vb = b.vlen * 4;
     // Entries per diff_src row: its (kd, kh) rows, or with row pairs about
     // half of each kd's kh rows rounded up, each reading 2 rows but the
@@ -355,7 +362,7 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                     // call as far as the core keeps both in flight.
                     const double ops = double(taps) * entries * red * (m * n + m + n);
                     const double overlap = std::max(1.0, std::min(blocks_per_call, kOpsInFlight / ops));
-                    return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, l2, lat / overlap, dd_rows);
+                    return taps * step_cycles(path, m, n, b.bcast_in_fma, vb, w_rate, lat / overlap, dd_rows);
                 }
                 // One entry for the row's taps: each diff_dst vector loaded
                 // once; the entry's fixed cost (W loads, loop) favours long blocks.
@@ -383,10 +390,11 @@ int64_t col_chunk_pixels(int64_t padded, int m, int64_t ow) {
 
 // Cost of the col path: a GEMM per diff_dst pixel, then the scatter.
 double col_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb) {
-    const bool l2 = w_block_in_l2(p, pl, b);
+    const bool w_in_l3 = p.g * cb.padded() * p.ocg * pl.w_elem_bytes > kWChunkBytes;
+    const double w_rate = w_in_l3 ? kL3BytesPerCycle : w_block_in_l2(p, pl, b) ? kL2BytesPerCycle : 0.0;
     auto channel_block = [&](int n) {  // per_group - 1 blocks of n vectors, the last of tail_n
         const double lat = is_dot(pl) ? kDotLatency : kFmaLatency;
-        return step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, l2, lat) / b.m * reduction_steps(p, pl);
+        return step_cycles(DataPath::col, b.m, n, b.bcast_in_fma, b.vlen * 4, w_rate, lat) / b.m * reduction_steps(p, pl);
     };
     double per_pixel = double(cb.per_group - 1) * channel_block(b.n) + channel_block(cb.tail_n);
     // Runs per pixel: a target row's taps are one run when they are adjacent
