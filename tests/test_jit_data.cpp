@@ -479,6 +479,12 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
             const std::string d = c.make("avx512_core").describe();
             INFO(d);
             CHECK(d.find(" col ") != std::string::npos);
+            // 16-bit columns on f32 FMAs of 4 or more lane blocks: diff_dst widened once a
+            // chunk, for all of them (fewer widen in each kernel)
+            const size_t at = d.find("lane block in ");
+            REQUIRE(at != std::string::npos);
+            const bool once = dt != data_type::f32 && std::stoi(d.substr(at + 14)) >= 4;
+            CHECK((d.find("widened to f32 once a column chunk") != std::string::npos) == once);
             if (dt != data_type::bf16 || !runs("avx512_core_bf16")) continue;
             const std::string pairs = c.make("avx512_core_bf16").describe();
             INFO(pairs);
@@ -521,6 +527,21 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     c.nxc = false;
     c.wfmt = "OIX";
     check_col(c, false);
+    // A patch embedding in miniature (16x16 stride 16 from 3 channels: 768
+    // lanes, 4 or more lane blocks reading one widened chunk; rows of 28
+    // pixels), then in two groups (a group's channels widened pixel by pixel).
+    DCase patch;
+    static_cast<wtest::Case&>(patch) = wtest::conv2d(3, 40, {16, 448}, {16, 16});
+    patch.s = {16, 16};
+    check_col(patch, true);
+    if (runs("avx512_core")) {
+        patch.dt = data_type::f16;
+        CHECK(patch.make("avx512_core").describe().find("once a column chunk") != std::string::npos);
+    }
+    patch.g = 2;  // two groups: each widened pixel by pixel
+    patch.ic = 6;
+    patch.oc = 34;
+    check_col(patch, false);
     // A kernel only in D (3x1x1, a (2+1)D temporal layer): H and W carry no
     // tap, and the col path must still write every (n, id, ih) row.
     DCase t;

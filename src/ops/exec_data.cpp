@@ -469,7 +469,7 @@ void JitDataExecutor::build_kernels() {
     const DataGeometry& g = plan_.geo;
     const bool col = plan_.path == DataPath::col;
     const bool dw = plan_.path == DataPath::depthwise;
-    const int64_t dd_pix = plan_.dd_pitch;
+    const int64_t dd_pix = plan_.col_widened ? p_.ocg * 4 : plan_.dd_pitch;  // col_widened: the chunk's f32 copy
     const int64_t row_px = g.in[2];  // row blocks: a block's rows of row_px pixels
     // (Row taps: a block's pixels are a row's, every W phase.)
     const int64_t dst_pix =
@@ -1468,9 +1468,19 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
             for (int64_t grp = 0; grp < p.g; ++grp)
                 for (int64_t ow0 = 0; ow0 < p.out[2]; ow0 += plan_.col_pixels) {
                     const int64_t px = std::min(plan_.col_pixels, p.out[2] - ow0);
+                    const char* chunk_dd = dd_row + (ow0 * oc + grp * p.ocg) * es_;
+                    int64_t dd_pix = oc * es_;
+                    if (plan_.col_widened) {  // px pixels of ocg channels, f32, once for every lane block
+                        if (p.g == 1)
+                            widen_(chunk_dd, cvt, px * oc);
+                        else
+                            for (int64_t j = 0; j < px; ++j) widen_(chunk_dd + j * oc * es_, cvt + j * p.ocg, p.ocg);
+                        chunk_dd = reinterpret_cast<const char*>(cvt);
+                        dd_pix = p.ocg * 4;
+                    }
                     for (int64_t b = 0; b < cb.per_group; ++b) {
                         const bool last = b + 1 == cb.per_group;
-                        const DataEntry e{dd_row + (ow0 * oc + grp * p.ocg) * es_,
+                        const DataEntry e{chunk_dd,
                                           wp + (grp * padded + b * cb.block) * plan_.ocg_w * plan_.w_elem_bytes};
                         DataKernelArgs a;
                         a.entries = &e;
@@ -1482,7 +1492,7 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
                         a.nblocks = px / m;
                         if (a.nblocks) kernel(m, last)(a);
                         if (px % m == 0) continue;
-                        const DataEntry er{static_cast<const char*>(e.dd) + px / m * m * oc * es_, e.w};
+                        const DataEntry er{static_cast<const char*>(e.dd) + px / m * m * dd_pix, e.w};
                         a.entries = &er;
                         a.dst = colbuf + b * cb.block + px / m * m * padded;
                         a.acc = static_cast<float*>(a.dst);

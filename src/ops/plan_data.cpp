@@ -133,6 +133,14 @@ constexpr double kStreamingFlopsPerByte = 256.0;
 // measured the other way.
 constexpr double kDwCachedBytesAvx2 = 8 << 20;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
+// 16-bit col plans widen a chunk's diff_dst once for all lane blocks from
+// this many (DataPlan::col_widened). Against widening in each lane block's
+// kernel (Intel Xeon, 2 threads, mb 8, min of 5): ViT / DeiT patch
+// embeddings (10-24 lane blocks) 1.06-1.26x, AlexNet conv1, the I3D stem
+// and small 3D test layers 0.93-1.08x; with every block count, stems and
+// first layers of 1-2 blocks ran 0.73-0.96x (a pass over a chunk of up to
+// 512 pixels, where the kernels widen in L1 a block at a time).
+constexpr int64_t kColWidenMinBlocks = 4;
 // NCX windows (DataPlan::ncx_windows): row groups of whole images where a
 // channel's diff_src plane is at most kWindowPlaneBytes, else of at least
 // kWindowRunBytes a channel. Both taken from the weight gradient's measured
@@ -659,7 +667,9 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
         if (plane % kCacheLineBytes == 0) pl->group_rows = div_up(pl->group_rows, step) * step;
     }
     choose_padded_rows(p, pl);
-    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
+    pl->col_widened = pl->path == DataPath::col && pl->types.compute == DataCompute::widen &&
+                      pl->cb.per_group >= kColWidenMinBlocks;
+    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise && !pl->col_widened)
         pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
     // The oc loop's trips prefetch the next block's m pixels of diff_dst,
     // a linear walk: where a chunk is each pixel's whole dd_pitch (one
@@ -685,7 +695,7 @@ void size_scratch(const Problem& p, DataPlan* pl) {
     const int64_t ocg = pl->path == DataPath::depthwise ? 1 : p.ocg;
     if (narrow_out && pl->path != DataPath::col && div_up(ocg, pl->oc_chunk) > 1)
         s.acc_floats = pl->group_rows * pl->geo.in[2] * p.ic();  // the group's diff_src rows (planes when folded)
-    s.cvt_floats = pl->types.cvt_pix_bytes / 4 * pl->blk.m;
+    s.cvt_floats = pl->col_widened ? pl->col_pixels * p.ocg : pl->types.cvt_pix_bytes / 4 * pl->blk.m;
     if (narrow_out && pl->path == DataPath::col) s.col_rows_floats = p.in_sp() * p.ic();
 }
 
@@ -808,6 +818,10 @@ DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps) {
         t.tap_dil = static_cast<int>(row_tap_pixels(pl.geo));
         t.w_tap_step = static_cast<int>(pl.geo.stride[2]);
         t.tap_seq = pl.dw_tap_seq ? pl.dw_tap_group : 0;
+    }
+    if (pl.col_widened) {  // widened by the executor, a column chunk at a time
+        t.compute = DataCompute::f32;
+        t.in = data_type::f32;
     }
     if (pl.direct_row_taps) {
         if (t.compute == DataCompute::widen) {  // widened in the padded rows (choose_padded_rows)
@@ -1279,6 +1293,7 @@ std::string DataPlan::to_string() const {
            << (dw_row_pairs()  ? " vdpbf16ps on kh row pairs (kh, kh+" + std::to_string(row_pair_step) + ")"
                : is_dot(*this) ? " vdpbf16ps on oc pairs"
                : widen_rows    ? " widened to f32 in padded rows"
+               : col_widened   ? " widened to f32 once a column chunk"
                                : " widened to f32");
     os << " threads " << grid.threads << "\n";
     const char* lane_name = path == DataPath::col ? "(tap, ic) lanes" : "channels";

@@ -172,6 +172,12 @@ struct DataPlan {
     // both W sides (widened to f32 when widen_rows), so a phase runs as one
     // sequence of blocks; without edges the kernels read diff_dst itself.
     bool padded_rows = false, widen_rows = false;
+    // Col path, 16-bit f32-compute plans of kColWidenMinBlocks lane blocks
+    // or more: the executor widens a (group, column chunk)'s diff_dst
+    // pixels to f32 once, and every lane block's kernel reads them as f32
+    // (widened in the kernels, each lane block converts them again: 24
+    // times a chunk for ViT-B/16's 768 lanes). See choose_cache_blocking.
+    bool col_widened = false;
     int64_t pad_left = 0, pad_right = 0;  // zero pixels before / after a padded row
     // Depthwise plans with one entry a kh row (dw_row_taps, or kernels one
     // tap wide), rows not long: no padded copies; each W phase's kernel has
