@@ -368,6 +368,9 @@ private:
     void pack_dw_runs(const T* w, char* wp, int64_t it0, int64_t it1) const;
     void pack_row_sources(int64_t g, int64_t b, int64_t x, int64_t width, std::vector<int64_t>& src) const;
     int64_t w_tap_offset(int64_t tap) const;  // elements of the user's W to spatial tap `tap`
+    // Bytes between the kernels' diff_dst pixels: col_widened plans read a
+    // chunk's f32 copy of the group's channels, the others diff_dst itself.
+    int64_t kernel_dd_pitch() const { return plan_.col_widened ? p_.ocg * 4 : plan_.dd_pitch; }
     void run_direct(const char* dd, const char* wp, char* dst, int threads) const;
     void run_col(const char* dd, const char* wp, char* dst, int threads) const;
     void direct_item(const char* dd, const char* wp, char* dst, int64_t row, int64_t seg, int64_t cb,
@@ -469,7 +472,7 @@ void JitDataExecutor::build_kernels() {
     const DataGeometry& g = plan_.geo;
     const bool col = plan_.path == DataPath::col;
     const bool dw = plan_.path == DataPath::depthwise;
-    const int64_t dd_pix = plan_.col_widened ? p_.ocg * 4 : plan_.dd_pitch;  // col_widened: the chunk's f32 copy
+    const int64_t dd_pix = kernel_dd_pitch();
     const int64_t row_px = g.in[2];  // row blocks: a block's rows of row_px pixels
     // (Row taps: a block's pixels are a row's, every W phase.)
     const int64_t dst_pix =
@@ -1451,7 +1454,7 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
     const DataChannelBlocks& cb = plan_.cb;
     const int64_t padded = cb.padded(), m = plan_.blk.m;
     std::vector<ColTarget> targets;
-    const int64_t row_chunks = col_row_chunks();
+    const int64_t row_chunks = col_row_chunks(), dd_pix = kernel_dd_pitch();
     for (int64_t od = 0; od < p.out[0]; ++od)
         for (int64_t oh = 0; oh < p.out[1]; ++oh) {
             targets.clear();
@@ -1469,14 +1472,12 @@ void JitDataExecutor::col_rows(const char* dd, const char* wp, float* image, int
                 for (int64_t ow0 = 0; ow0 < p.out[2]; ow0 += plan_.col_pixels) {
                     const int64_t px = std::min(plan_.col_pixels, p.out[2] - ow0);
                     const char* chunk_dd = dd_row + (ow0 * oc + grp * p.ocg) * es_;
-                    int64_t dd_pix = oc * es_;
                     if (plan_.col_widened) {  // px pixels of ocg channels, f32, once for every lane block
                         if (p.g == 1)
                             widen_(chunk_dd, cvt, px * oc);
                         else
                             for (int64_t j = 0; j < px; ++j) widen_(chunk_dd + j * oc * es_, cvt + j * p.ocg, p.ocg);
                         chunk_dd = reinterpret_cast<const char*>(cvt);
-                        dd_pix = p.ocg * 4;
                     }
                     for (int64_t b = 0; b < cb.per_group; ++b) {
                         const bool last = b + 1 == cb.per_group;
