@@ -950,15 +950,16 @@ TEST_CASE("weights: AVX-512 grouped layers stage chunks per tile", "[jit][weight
 
 // Groups of G = 2, 4, 8 channels (IC/g == OC/g) run the depthwise kernel
 // with a tile row per (tap, input channel of the group): group counts that
-// end in a channel tail on both ISAs, pixel windows (unit W stride) and
-// single pixels (W stride 2), dilation, 1D / 2D / 3D, pre-padding (the
-// weights formats: in "weights: data and weight formats").
+// end in a channel tail on both ISAs, pixel windows (unit W stride, 3 and 5
+// taps) and single pixels (W stride 2), dilation, 1D / 2D / 3D, pre-padding
+// (the weights formats: in "weights: data and weight formats").
 TEST_CASE("weights: lane groups of 2, 4 and 8 channels", "[jit][weights]") {
     for (const wtest::LaneGroupCase& lc : wtest::lane_group_cases()) {
         INFO("G " << lc.group_size << " groups " << lc.c.g << " rank " << lc.c.nsp());
         const std::string lg = "(lane groups of " + std::to_string(lc.group_size) + ")";
-        // Groups of 8 under a W stride pair groups in kw lanes on AVX-512.
-        const bool pairs = lc.group_size == 8 && lc.c.s.back() > 1;
+        // Groups of 8 of up to 3 undilated taps a row pair groups in kw lanes on
+        // AVX-512, at any W stride.
+        const bool pairs = lc.group_size == 8 && lc.c.d.back() == 1 && lc.c.k.back() <= 3;
         if (convgrad::max_isa() != "avx2") {
             CHECK((lc.c.make("avx512_core").describe().find(lg) != std::string::npos) == !pairs);
             CHECK((lc.c.make("avx512_core").describe().find("kw-lanes(group pairs)") != std::string::npos) == pairs);
@@ -1846,11 +1847,15 @@ TEST_CASE("weights: bitwise identical for 1, 2, 3 and 4 threads", "[jit][weights
     dw.g = 32;
     dw.mb = 4;
     dw.pb = dw.pe = {1, 1};
-    Case lanes = conv2d(48, 48, {14, 14}, {3, 3});  // lane groups of 8
+    Case lanes = conv2d(48, 48, {14, 14}, {3, 5});  // lane groups of 8 (5 taps: not group pairs)
     lanes.g = 6;
     lanes.mb = 4;
-    lanes.pb = lanes.pe = {1, 1};
-    for (const Case& c : {big, few, dw, lanes}) {
+    lanes.pb = lanes.pe = {1, 2};
+    Case pairs = conv2d(48, 48, {14, 14}, {3, 3});  // group pairs in kw lanes
+    pairs.g = 6;
+    pairs.mb = 4;
+    pairs.pb = pairs.pe = {1, 1};
+    for (const Case& c : {big, few, dw, lanes, pairs}) {
         const wtest::ThreadRuns runs = wtest::check_thread_counts(c, false);
         // Thread counts also give the reference answer (not just agree).
         const Buffer want = testutil::run(c.make("ref"), runs.a, runs.b);

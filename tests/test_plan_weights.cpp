@@ -255,10 +255,10 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             // bf16 pairs, on output rows of 14 pixels or more.
             const bool bf16_dot = dt == convgrad::data_type::bf16 && isa >= Isa::avx512_core_bf16;
             const bool wide8 = isa != Isa::avx2 && !bf16_dot && p.out[2] >= 14;
-            // Groups of 8 under a W stride on AVX-512 (kernels of 2 or 3 taps,
+            // Groups of 8 on AVX-512 at any W stride (kernels of 2 or 3 taps,
             // the kw lanes edges) pair groups in the gemm kernel instead.
             const bool pair8 = isa != Isa::avx2 && !bf16_dot && p.icg == 8 && p.ocg == 8 && p.g > 1 &&
-                               p.stride[2] > 1 && p.dil[2] == 1 && p.k[2] >= 2 && p.k[2] <= 3;
+                               p.dil[2] == 1 && p.k[2] >= 2 && p.k[2] <= 3;
             const bool lanes = p.icg == p.ocg && (p.icg == 1 || p.icg == 2 || p.icg == 4 || (p.icg == 8 && wide8));
             CHECK(dw == (p.g > 1 && lanes && !pair8));
             CHECK(b.lane_group == (dw ? p.icg : 1));
@@ -336,13 +336,14 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
                 }
                 if (f.row > 0 && (f.pad >= ow || ow < f.taps - 1)) window = false;
             }
-            // kw lanes (AVX-512, W stride > 1): every tap of m output channels
-            // over one vector of input channels, output pixels walked; those
-            // with a tap inside src form the row, its head those with a tap
-            // left of src, its tail those with one right of it (brute force).
+            // kw lanes (AVX-512, W stride > 1, or any for group pairs): every
+            // tap of m output channels over one vector of input channels,
+            // output pixels walked; those with a tap inside src form the row,
+            // its head those with a tap left of src, its tail those with one
+            // right of it (brute force).
             const int64_t in_w = p.in[2];
             bool laned = !dw && !bf16_pairs && isa != Isa::avx2 && base.fold_kw == 1 && !base.geo.merged &&
-                         kw >= 2 && sw >= 2 && p.dil[2] == 1 && p.icg <= 16 && p.ocg <= 16;
+                         kw >= 2 && (sw >= 2 || pair8) && p.dil[2] == 1 && p.icg <= 16 && p.ocg <= 16;
             struct Lanes {
                 int64_t first = -1, row = 0, head = 0, tail = 0, pad = 0, last = 0;
             } ln;

@@ -124,6 +124,13 @@ inline std::vector<LaneGroupCase> lane_group_cases() {
                 }
                 r.push_back({gs, c});
             }
+    for (int64_t gs : {2, 4, 8}) {  // 5 taps a row at unit stride: pixel windows (groups of 8 too)
+        Case c = conv2d(gs * 4, gs * 4, {5, 23}, {3, 5});
+        c.g = 4;
+        c.s = c.d = {1, 1};
+        c.pb = c.pe = {1, 2};
+        r.push_back({gs, c});
+    }
     return r;
 }
 
@@ -304,7 +311,8 @@ inline std::vector<Case> kw_lanes_cases() {
 // group over 16 or more input channels at any W stride (few_oc_lanes; bf16
 // widened), or W stride 2 or more (not bf16 pairs) with up to 16 input and
 // output channels a group (not the folded single groups of fewer than 16
-// input channels); and W edges the kernel compiles in: the output pixels
+// input channels), or pairs of groups of 8 channels at any W stride with
+// up to 3 taps; and W edges the kernel compiles in: the output pixels
 // with a tap inside src, at most KW of them with taps left of src and KW
 // with taps right of it, none with both.
 // (ic / oc: the Case's, of the convolution form for ConvTranspose too.)
@@ -312,11 +320,12 @@ inline bool few_oc(const Case& c) { return c.oc / c.g <= 8 && c.ic / c.g >= 16; 
 inline bool laned(const Case& c, const std::string& isa) {
     const int64_t icg = c.ic / c.g, ocg = c.oc / c.g;
     const bool few_oc = wtest::few_oc(c);
+    const bool group_pairs = c.g >= 2 && icg == 8 && ocg == 8 && c.k[c.nsp() - 1] <= 3;
     if (isa.rfind("avx512", 0) != 0 || (c.dt == convgrad::data_type::bf16 && isa == "avx512_core_bf16" && !few_oc))
         return false;
     const size_t w = c.nsp() - 1;
     const int64_t pad = c.at(c.pb, w, 0), kw = c.k[w], s = c.at(c.s, w, 1), ow = c.out(w), in = c.in[w];
-    if (c.at(c.d, w, 1) != 1 || kw < 2 || kw > 15 || s < (few_oc ? 1 : 2)) return false;
+    if (c.at(c.d, w, 1) != 1 || kw < 2 || kw > 15 || s < (few_oc || group_pairs ? 1 : 2)) return false;
     if (!few_oc && (icg > 16 || ocg > 16 || (c.g == 1 && icg < 16))) return false;
     int64_t row = 0, head = 0, tail = 0;
     for (int64_t t = 0; t < ow; ++t) {

@@ -54,8 +54,10 @@ using Cost = WeightsCostModel;
 // f32 / f16 groups of 8 on wider planes gain 0.78-1.54x (ResNeXt-50 conv3
 // 1.36-1.54x, RegNetY stages 1-3 0.78-1.38x, geomean about 1.15x); groups of
 // 2 and 4 fill at most a quarter of a gemm vector (ResNeXt-50 conv2, G 4:
-// f32 37 -> 136, bf16 pairs 61 -> 148). Groups of 8 under a W stride on
-// AVX-512 go to kw lanes over pairs of groups (lane_pairs_ok).
+// f32 37 -> 136, bf16 pairs 61 -> 148). Groups of 8 of up to 3 taps a row
+// at W dilation 1 on AVX-512 go to kw lanes over pairs of groups
+// (lane_pairs_ok), so the lane groups of 8 serve wider kernels, dilated
+// rows and 1-tap rows there.
 bool lane_pairs_ok(const Problem& p, Isa isa);
 bool few_oc_lanes(const Problem& p, Isa isa);
 
@@ -256,7 +258,7 @@ bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
         return false;
     const bool few_oc = few_oc_lanes(p, plan.isa);  // any width of input channels, any W stride
     if (!few_oc && (p.icg > 16 || p.ocg > 16)) return false;
-    return kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo, few_oc ? 1 : 2);
+    return kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo, few_oc || lane_pairs_ok(p, plan.isa) ? 1 : 2);
 }
 
 // Few output channels a group over a vector or more of input channels
@@ -270,15 +272,22 @@ bool few_oc_lanes(const Problem& p, Isa isa) {
 
 // kw lanes over pairs of groups of 8 channels (WeightsPlan::lane_pairs):
 // AVX-512 without bf16 pairs, kernels of up to 3 taps (tiles of all 8
-// output channels), the kw lanes W geometry. These leave
+// output channels), the kw lanes W geometry at any W stride. These leave
 // the depthwise lane groups of 8 (against them, AMD Zen 5, 2 threads, min
 // of 5, f32 / f16: RegNetY-400MF s1-s4 s2 1.42-2.00 / 1.31-1.58x, ResNeXt-50
 // conv3 s2 1.09 / 1.23x; kw lanes of one group, half the lanes idle, had
-// measured 0.89-1.13x there).
+// measured 0.89-1.13x there). At W stride 1 too: the lane groups permute
+// a src vector per 2-3 FMAs (the FMA port's on Intel) and leave 7x7 rows
+// to one group's kw windows (half the lanes idle); against them, Intel
+// Xeon (KVM), 2 threads, min of 5, mb 32, every plan of the shape files
+// that moved (RegNetY-400MF s2-s4, ResNeXt-50 conv3, the 1D / 3D
+// channel-block-8 cases), weight and ConvTranspose weight gradients:
+// f32 1.06-1.43x, f16 1.18-1.61x (geomean 1.29x over 24 cells), bf16
+// without the BF16 ISA 1.17-1.47x. Not measured on Zen 5.
 bool lane_pairs_ok(const Problem& p, Isa isa) {
     if (isa < Isa::avx512_core || (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16)) return false;
     return p.g >= 2 && p.icg == 8 && p.ocg == 8 && kw_lanes_max_m(p.k[2]) >= 8 &&
-           kw_lanes_w_ok(make_geometry(p, false));
+           kw_lanes_w_ok(make_geometry(p, false), 1);
 }
 
 // f32 is staged (copied) where measured faster than reading the user's
