@@ -260,7 +260,7 @@ TEST_CASE("weights: one vector of output channels a group runs kw windows", "[ji
     ws.k = {3, 4};
     Case wd = cases[1];
     wd.d = {1, 2};
-    Case wide = conv2d(64, 64, {7, 7}, {3, 3});
+    Case wide = conv2d(96, 96, {7, 7}, {3, 3});  // 48 channels a group: three vectors
     wide.g = 2;
     for (const Case& c : {ws, wd, wide}) {
         for (const std::string& isa : jit_isas(false)) {
@@ -273,13 +273,14 @@ TEST_CASE("weights: one vector of output channels a group runs kw windows", "[ji
     CHECK(runs.outputs.size() == jit_isas(false).size());
 }
 
-// On AVX-512, layers without groups of 17-32 output channels at unit W
-// stride run kw windows of two vectors (each tap's two diff_dst vectors in
-// the window): output-channel tails, kernel widths 2-7, pads none to wider
+// On AVX-512, layers of 17-32 output channels a group at unit W stride run
+// kw windows of two vectors (each tap's two diff_dst vectors in the
+// window): output-channel tails, kernel widths 2-7, pads none to wider
 // than the kernel, rows of one pixel (no window), input channels that
 // split into tiles, H strides and dilation, 1D and 3D, NCX / OIX,
-// ConvTranspose, f16; W strides and groups keep their tiles. Bitwise equal
-// to the reference, the same bits on 1-4 threads.
+// ConvTranspose, f16, groups (ResNeXt-50 conv5 in miniature); W strides
+// keep their tiles. Bitwise equal to the reference, the same bits on 1-4
+// threads.
 TEST_CASE("weights: two vectors of output channels run kw windows on AVX-512", "[jit][weights]") {
     std::vector<Case> cases = wtest::w_row_cases({{1, 16, 24, 9, 3, 1, 1, 1},
                                                   {1, 20, 32, 13, 5, 2, 2, 1},
@@ -295,6 +296,14 @@ TEST_CASE("weights: two vectors of output channels run kw windows on AVX-512", "
     c3.pb = c3.pe = {1, 1, 1};
     cases.push_back(c3);
     add_ncx_and_transpose(cases, conv2d(24, 20, {6, 9}, {3, 3}));
+    Case grouped = conv2d(128, 128, {7, 7}, {3, 3});  // 4 groups of 32 at 7x7
+    grouped.g = 4;
+    grouped.pb = grouped.pe = {1, 1};
+    cases.push_back(grouped);
+    Case g24 = conv2d(48, 72, {9, 11}, {3, 3});  // 3 groups of 16 -> 24, a tail of 8
+    g24.g = 3;
+    g24.pb = g24.pe = {1, 1};
+    cases.push_back(g24);
     const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
     for (Case c : cases) {
         c.mb = 3;
@@ -310,10 +319,9 @@ TEST_CASE("weights: two vectors of output channels run kw windows on AVX-512", "
     }
     Case strided = cases[0];
     strided.s = {1, 2};
-    Case grouped = conv2d(64, 64, {7, 9}, {3, 3});
-    grouped.g = 2;
-    grouped.pb = grouped.pe = {1, 1};
-    for (Case c : {strided, grouped}) {
+    Case grouped_s2 = grouped;
+    grouped_s2.s = {2, 2};
+    for (Case c : {strided, grouped_s2}) {
         c.mb = 3;
         if (avx512) CHECK(c.make("avx512_core").describe().find(" kw-window") == std::string::npos);
         check_exact(c, 3);
@@ -907,7 +915,8 @@ TEST_CASE("weights: staged grouped rows are spread a line apart", "[jit][weights
 // AVX-512 f32 grouped layers that stage rows (pixels a multiple of 2 KiB
 // apart, groups too wide for kw windows or lanes) stage their chunks per
 // tile ("blocked"): groups of 32 and 64 input channels, output channel
-// tails (40 and 24 per group), W and H strides, 1D and 3D, both weight
+// tails (40 and 24 per group; 48 at unit W stride, where 32 take kw
+// windows), W and H strides, 1D and 3D, both weight
 // formats, ConvTranspose; bitwise equal to the reference for 1-3 threads.
 TEST_CASE("weights: AVX-512 grouped layers stage chunks per tile", "[jit][weights]") {
     const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
@@ -920,10 +929,10 @@ TEST_CASE("weights: AVX-512 grouped layers stage chunks per tile", "[jit][weight
         c.mb = 3;
         cases.push_back(c);
     };
-    add(512, 512, 16, {9, 7}, {3, 3}, {});       // 32 -> 32 a group
+    add(512, 768, 16, {9, 7}, {3, 3}, {});       // 32 -> 48 a group (32 -> 32 takes kw windows)
     add(512, 640, 16, {8, 6}, {3, 3}, {2, 2});   // 32 -> 40: a tail vector, strided
     add(1024, 384, 16, {7, 7}, {3, 3}, {1, 2});  // 64 -> 24, W stride 2
-    add(512, 512, 16, {29}, {5}, {});            // 1D
+    add(512, 768, 16, {29}, {5}, {});            // 1D
     add(512, 512, 8, {4, 5, 4}, {3, 3, 3}, {});  // 3D, 64 a group
     for (Case c : cases) {
         for (const char* wfmt : {"XIO", "OIX"})

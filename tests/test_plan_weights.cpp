@@ -307,9 +307,12 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             const bool bf16_pairs = dt == convgrad::data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
             const int64_t pad = p.pad_begin[2], ow = p.out[2], kw = p.k[2], sw = p.stride[2];
             const int regs = isa == Isa::avx2 ? 16 : 32, mask = isa == Isa::avx2 && p.ocg % 8 ? 1 : 0;
-            auto max_m = [&](int64_t taps) { return (regs - mask - taps - 2) / taps; };
+            // (kw windows: n vectors of output channels, two on AVX-512 at unit W stride)
+            const int64_t win_n = (p.ocg + vlen - 1) / vlen;
+            auto max_m = [&](int64_t taps) { return (regs - mask - taps * win_n - 2) / (taps * win_n); };
             bool window = !dw && !bf16_pairs && base.fold_kw == 1 && kw >= 2 && sw <= std::min<int64_t>(kw, 4) &&
-                          p.dil[2] == 1 && p.ocg <= vlen && !base.geo.merged && max_m((kw + sw - 1) / sw) >= 1 &&
+                          p.dil[2] == 1 && p.ocg <= (isa != Isa::avx2 && sw == 1 ? 2 : 1) * vlen &&
+                          !base.geo.merged && max_m((kw + sw - 1) / sw) >= 1 &&
                           (sw == 1 || isa != Isa::avx2);
             struct Phase {
                 int64_t taps = 0, first = -1, pad = 0, row = 0, head = 0, tail = 0;
@@ -401,7 +404,7 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             }
             CHECK(base.kw_phases == (window ? sw : 0));
             if (base.kw_phases > 0) {
-                CHECK(b.n == 1);
+                CHECK(b.n == win_n);
                 CHECK(b.n_tiles == 1);
                 for (int64_t r = 0; r < sw; ++r) {
                     INFO("phase " << r);

@@ -186,18 +186,21 @@ bool kw_window_ok(const Problem& p, const WeightsPlan& plan) {
     const WeightsGeometry& g = plan.geo;
     if (plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1 || g.k[2] < 2 || g.merged)
         return false;
-    // Two vectors of output channels (17-32) on AVX-512: layers without
-    // groups at unit W stride. Against their m x n tiles (m11 x n2: 0.59
+    // Two vectors of output channels (17-32) on AVX-512 at unit W stride.
+    // Against their m x n tiles (m11 x n2: 0.59
     // loads an FMA; m4 x n2 windows over 3 taps: 0.25), Intel Xeon, 2
     // threads, each file's minibatch, min of 3: the 23 f32 weight gradients
     // of the shape files this changes 0.96-1.53x, geomean 1.17x (GoogLeNet v1
     // 5x5 1.15-1.23x, GoogLeNet v3 conv_1_1 1.19x, HRNet-W18 branch1 1.46x,
     // DenseNet-121 growth 3x3 1.16x; the losses 3-8 us 1D layers), the 16
-    // ConvTranspose ones 1.00-1.5x (1.15x), bf16 / f16 0.99-1.4x (1.19x). Grouped
-    // layers keep their blocked tiles (ResNeXt-50 conv5 3x3 s2 0.94x with
-    // windows), and W strides their plain tiles (phases of one or two taps:
-    // 0.92-1.08x).
-    const int64_t max_vecs = plan.isa >= Isa::avx512_core && p.g == 1 && g.stride[2] == 1 ? 2 : 1;
+    // ConvTranspose ones 1.00-1.5x (1.15x), bf16 / f16 0.99-1.4x (1.19x). W
+    // strides keep their plain tiles (phases of one or two taps: 0.92-1.08x;
+    // ResNeXt-50 conv5 3x3 s2 0.94x). Grouped layers, against their blocked
+    // staged tiles (same host and command, min of 5): ResNeXt-50 conv5 3x3
+    // (32 a group at 7x7) f32 1.00x / f16 1.31x, as ConvTranspose 1.05x /
+    // 1.29x; 32-, 24- and 20-channel groups at 7x7-56x56 (3x3, one 5x5)
+    // 1.09-1.24x in f32 and f16.
+    const int64_t max_vecs = plan.isa >= Isa::avx512_core && g.stride[2] == 1 ? 2 : 1;
     if (g.stride[2] > std::min<int64_t>(g.k[2], WeightsPlan::kMaxKwPhases) || g.dil[2] != 1 ||
         p.ocg > max_vecs * vlen || kw_window_max_m(p, plan.isa) < 1)
         return false;
