@@ -434,6 +434,51 @@ TEST_CASE("data: lane groups of 2, 4 and 8 channels", "[jit][data]") {
     check_exact(mixed);
 }
 
+// 16-bit lane groups of 4 or 8 channels on diff_dst rows of 1.5 KiB or more
+// (NXC) widen those rows into padded f32 rows once, and their kernels run
+// f32 (each diff_dst vector is loaded once per output channel of a group,
+// which widened it every time); shorter rows and NCX keep the edges in the
+// kernels and widen on load. Unit and W-stride-2 rows, 2D and 3D, f16 and
+// bf16 (bf16 widens on avx512_core and AVX2; with BF16 it pairs), exact on
+// every ISA.
+TEST_CASE("data: 16-bit lane groups widen their diff_dst rows once", "[jit][data]") {
+    auto lanes = [](int64_t gs, int64_t groups, dims in, dims s) {
+        DCase c;
+        c.g = groups;
+        c.ic = c.oc = gs * groups;
+        c.in = in;
+        c.k = dims(in.size(), 3);
+        c.s = s;
+        c.pb = c.pe = dims(in.size(), 1);
+        return c;
+    };
+    const DCase wide = lanes(8, 8, {5, 28}, {1, 2});          // 14 x 64 x 2 bytes = 1792
+    const DCase unit = lanes(8, 8, {4, 13}, {1, 1});          // 13 x 64 x 2 = 1664
+    const DCase g4 = lanes(4, 16, {3, 20}, {1, 1});           // groups of 4, 2560
+    const DCase vol = lanes(8, 6, {3, 4, 17}, {1, 1, 1});     // 3D, 17 x 48 x 2 = 1632
+    const DCase narrow = lanes(8, 8, {5, 16}, {1, 2});        // 8 x 64 x 2 = 1024: edges
+    DCase ncx = wide;
+    ncx.nxc = false;
+    for (const DCase& base : {wide, unit, g4, vol, narrow, ncx}) {
+        DCase c = base;
+        INFO("G " << c.ic / c.g << " groups " << c.g << " W " << c.in.back() << (c.nxc ? " NXC" : " NCX"));
+        const bool widened = c.nxc && base.in.back() != 16;
+        for (data_type dt : {data_type::f16, data_type::bf16}) {
+            c.dt = dt;
+            for (const std::string isa : {"avx512_core", "avx2"}) {
+                if (!runs(isa)) continue;
+                const std::string d = c.make(isa).describe();
+                INFO(isa << ": " << d);
+                CHECK(d.find("(lane groups of") != std::string::npos);
+                CHECK((d.find("widened to f32 in padded rows") != std::string::npos) == widened);
+            }
+            check_exact(c, kAllIsas);
+        }
+        c.dt = data_type::f32;  // (f32 reads its rows in place as before)
+        check_exact(c, kAllIsas);
+    }
+}
+
 // Groups of 6-17 input channels with a kernel larger than 1x1 (RegNetX's
 // groups of 16 at 7x7, 3D groups of 6): the direct path with one vector of
 // channels per group and the broadcast inside the FMA, not the column path

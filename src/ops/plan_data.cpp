@@ -84,6 +84,9 @@ constexpr int64_t kWResidentBytes = 512 * 1024;
 // row reads take more than kLongRowBytes padded; a segment's windows take
 // about kSegmentBytes, beside a W chunk in L2.
 constexpr int64_t kLongRowBytes = 1 << 20;
+// 16-bit lane groups of 4 or more channels widen their diff_dst rows into
+// padded f32 rows from rows of this many bytes (choose_padded_rows).
+constexpr int64_t kLaneWidenRowBytes = 1536;
 constexpr int64_t kSegmentBytes = 256 * 1024;
 // Depthwise W read in place (DataPlan::w_in_place) up to this many
 // diff_dst pixels a channel (f32 kernels of at most 9 taps: the first; see
@@ -579,8 +582,23 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     // geomean 1.16x at mb 32 (L3-resident 3x3 / 5x5 / 7x7 layers at unit
     // stride 1.2-1.46x, X3D 3x3x3 1.22-1.94x), 1.19x at mb 8; lane groups
     // (ResNeXt-50, RegNetY) 1.00-1.39x.
+    // 16-bit lane groups of G >= 4 channels pad and widen instead: their
+    // kernels load each diff_dst vector G times (permuted per output
+    // channel), which widened every load. Against edges in the kernels,
+    // Intel Xeon, 2 threads, f16, min of 5, each file's minibatch: groups
+    // of 8 (RegNetY-400MF, ResNeXt-50 conv3, synthetic 2D / 3D / 5x5 s2)
+    // 1.12-1.49x, RegNetY s4 at 7x7 1.01x; ResNeXt-50 conv2 (G 4) 1.20x;
+    // AVX2 f16 1.05-1.46x on those (0.94x RegNetY s4). Rows under
+    // kLaneWidenRowBytes keep the edges: the shape files' small grouped
+    // layers (6-64 channels, rows of 160 bytes to 1 KiB) ran 0.75-0.96x
+    // padded, 1.75 KiB rows (32 and 64 channels of 28 / 14 pixels at W
+    // stride 2) 1.28-1.40x. NXC only: NCX, whose windows copy each row
+    // already, ran 0.87-1.29x (geomean 1.11x, five layers of 15 slower).
+    const bool lane_widen = p.nxc && pl->path == DataPath::depthwise && pl->lane_group >= 4 &&
+                            pl->types.compute == DataCompute::widen &&
+                            g.out[2] * pl->dd_pitch >= kLaneWidenRowBytes;
     const bool dw_one_entry_a_row = pl->dw_row_taps || g.k[2] == 1;
-    if (pl->path == DataPath::depthwise && dw_one_entry_a_row &&
+    if (pl->path == DataPath::depthwise && dw_one_entry_a_row && !lane_widen &&
         g.k[0] * g.k[1] * g.out[2] * pl->dd_pitch <= kLongRowBytes) {
         pl->dw_edges = true;
         pl->padded_rows = false;
@@ -589,8 +607,8 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     }
     // Depthwise keeps 16-bit rows and widens on load instead: each value is
     // loaded once per kh row there, and copying half the bytes measured
-    // 10-15 % faster for bf16 (equal for f16).
-    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise) {
+    // 10-15 % faster for bf16 (equal for f16). Not the lane groups above.
+    if (pl->types.compute == DataCompute::widen && (pl->path != DataPath::depthwise || lane_widen)) {
         pl->widen_rows = true;
         pl->types.compute = DataCompute::f32;
         pl->types.in = data_type::f32;
