@@ -587,8 +587,9 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     // channel), which widened every load. Against edges in the kernels,
     // Intel Xeon, 2 threads, f16, min of 5, each file's minibatch: groups
     // of 8 (RegNetY-400MF, ResNeXt-50 conv3, synthetic 2D / 3D / 5x5 s2)
-    // 1.12-1.49x, RegNetY s4 at 7x7 1.01x; ResNeXt-50 conv2 (G 4) 1.20x;
-    // AVX2 f16 1.05-1.46x on those (0.94x RegNetY s4). Rows under
+    // 1.14-1.54x, RegNetY s4 at 7x7 0.97x, a synthetic 1D s2 0.98x;
+    // ResNeXt-50 conv2 (G 4) 1.24x; AVX2 f16 1.06-1.55x (0.94x RegNetY s4),
+    // AVX2 bf16 1.04-2.80x, bf16 without the BF16 ISA 1.03-1.35x. Rows under
     // kLaneWidenRowBytes keep the edges: the shape files' small grouped
     // layers (6-64 channels, rows of 160 bytes to 1 KiB) ran 0.75-0.96x
     // padded, 1.75 KiB rows (32 and 64 channels of 28 / 14 pixels at W

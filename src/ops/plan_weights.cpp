@@ -187,8 +187,8 @@ bool kw_window_ok(const Problem& p, const WeightsPlan& plan) {
     if (plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1 || g.k[2] < 2 || g.merged)
         return false;
     // Two vectors of output channels (17-32) on AVX-512 at unit W stride.
-    // Against their m x n tiles (m11 x n2: 0.59
-    // loads an FMA; m4 x n2 windows over 3 taps: 0.25), Intel Xeon, 2
+    // Against their m x n tiles (m11 x n2: 0.59 loads an FMA; m4 x n2
+    // windows over 3 taps: 0.25), Intel Xeon, 2
     // threads, each file's minibatch, min of 3: the 23 f32 weight gradients
     // of the shape files this changes 0.96-1.53x, geomean 1.17x (GoogLeNet v1
     // 5x5 1.15-1.23x, GoogLeNet v3 conv_1_1 1.19x, HRNet-W18 branch1 1.46x,
