@@ -686,9 +686,14 @@ void choose_cache_blocking(const Problem& p, DataPlan* pl) {
         if (plane % kCacheLineBytes == 0) pl->group_rows = div_up(pl->group_rows, step) * step;
     }
     choose_padded_rows(p, pl);
-    pl->col_widened = pl->path == DataPath::col && pl->types.compute == DataCompute::widen &&
-                      pl->cb.per_group >= kColWidenMinBlocks;
-    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise && !pl->col_widened)
+    // (As widen_rows: the executor widens, the kernels run f32.)
+    if (pl->path == DataPath::col && pl->types.compute == DataCompute::widen &&
+        pl->cb.per_group >= kColWidenMinBlocks) {
+        pl->col_widened = true;
+        pl->types.compute = DataCompute::f32;
+        pl->types.in = data_type::f32;
+    }
+    if (pl->types.compute == DataCompute::widen && pl->path != DataPath::depthwise)
         pl->types.cvt_pix_bytes = div_up(pl->oc_chunk, pl->blk.vlen) * pl->blk.vlen * 4;
     // The oc loop's trips prefetch the next block's m pixels of diff_dst,
     // a linear walk: where a chunk is each pixel's whole dd_pitch (one
@@ -837,10 +842,6 @@ DataKernelTypes data_kernel_types(const DataPlan& pl, int64_t row_taps) {
         t.tap_dil = static_cast<int>(row_tap_pixels(pl.geo));
         t.w_tap_step = static_cast<int>(pl.geo.stride[2]);
         t.tap_seq = pl.dw_tap_seq ? pl.dw_tap_group : 0;
-    }
-    if (pl.col_widened) {  // widened by the executor, a column chunk at a time
-        t.compute = DataCompute::f32;
-        t.in = data_type::f32;
     }
     if (pl.direct_row_taps) {
         if (t.compute == DataCompute::widen) {  // widened in the padded rows (choose_padded_rows)
