@@ -1835,6 +1835,59 @@ TEST_CASE("weights: data and weight formats", "[jit][weights]") {
         }
 }
 
+// 1x1 weight gradients of unit strides, no padding and one group whose
+// output channels fill the vector lanes at least an eighth worse than their
+// input channels run with src and diff_dst in each other's roles
+// (swap_lanes_1x1): 48 -> 24 on AVX-512 only (24 fill three 8-lane
+// vectors), 32 -> 2 and a ConvTranspose whose convolution view is 64 -> 3
+// on both ISAs, a 3D 1x1x1 case; every weights format the op takes, both data formats,
+// all three types, 1 and 3 threads: equal to the reference. Layers that
+// fill the lanes alike, strided, padded or grouped 1x1 layers, and kernels
+// wider than one tap keep their roles.
+TEST_CASE("weights: 1x1 layers swap src and diff_dst where input channels fill the lanes better", "[jit][weights]") {
+    const std::string note = "src and diff_dst in each other's roles, input channels in the lanes";
+    struct Shape {
+        int64_t ic, oc;
+        dims in, s, pb;
+        int64_t g;
+        bool transpose, avx512, avx2;  // swapped on each ISA
+    };
+    const Shape shapes[] = {
+            {48, 24, {5, 6}, {}, {}, 1, false, true, false},   {32, 2, {7, 3}, {}, {}, 1, false, true, true},
+            {64, 3, {9, 5}, {}, {}, 1, true, true, true},      {40, 4, {3, 2, 3}, {}, {}, 1, false, true, true},
+            {64, 64, {5, 6}, {}, {}, 1, false, false, false},  {48, 24, {6, 6}, {2, 2}, {}, 1, false, false, false},
+            {48, 24, {5, 6}, {}, {1, 0}, 1, false, false, false}, {48, 24, {5, 6}, {}, {}, 2, false, false, false},
+    };
+    for (const Shape& sh : shapes)
+        for (const std::string wfmt : {"XIO", "OIX", "IOX", "XOI"})
+            for (bool nxc : {true, false}) {
+                if (!sh.transpose && (wfmt == "IOX" || wfmt == "XOI")) continue;  // ConvTranspose's formats
+                Case c = conv2d(sh.ic, sh.oc, sh.in, dims(sh.in.size(), 1));
+                c.mb = 3;
+                c.s = sh.s;
+                c.pb = sh.pb;
+                c.g = sh.g;
+                c.transpose = sh.transpose;
+                c.wfmt = wfmt;
+                c.nxc = nxc;
+                for (const std::string& isa : jit_isas(true)) {
+                    const std::string d = c.make(isa).describe();
+                    INFO(label(c, isa) << "\n" << d);
+                    CHECK((d.find(note) != std::string::npos) == (isa == "avx2" ? sh.avx2 : sh.avx512));
+                }
+                check_exact(c);
+                for (convgrad::data_type dt : {convgrad::data_type::bf16, convgrad::data_type::f16}) {
+                    Case w = c;
+                    w.dt = dt;
+                    check_exact_any_type(w);
+                }
+                tbb::task_arena arena(3);
+                arena.execute([&] { check_exact(c, 4); });
+            }
+    Case wide = conv2d(48, 24, {5, 6}, {1, 2});  // two taps: roles kept
+    for (const std::string& isa : jit_isas(true)) CHECK(wide.make(isa).describe().find(note) == std::string::npos);
+}
+
 TEST_CASE("weights: random reals within tolerance", "[jit][weights]") {
     Case c = conv2d(37, 45, {14, 14}, {3, 3});
     c.mb = 3;

@@ -35,6 +35,26 @@ private:
     Problem p_;
 };
 
+// A 1x1 weight gradient run as the problem with src and diff_dst in each
+// other's roles (swapped_1x1): the same buffers, the inner executor reads
+// them swapped (Problem::swap_inputs) and writes the weights as their
+// transpose.
+class SwappedExecutor final : public Executor {
+public:
+    explicit SwappedExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
+    void run(const void* in0, const void* in1, void* out) const override { inner_->run(in0, in1, out); }
+    std::string describe() const override {
+        std::string d = inner_->describe();
+        const size_t eol = d.find('\n');
+        const std::string note = " (1x1: src and diff_dst in each other's roles, input channels in the lanes)";
+        return eol == std::string::npos ? d + note : d.insert(eol, note);
+    }
+    int threads() const override { return inner_->threads(); }
+
+private:
+    std::unique_ptr<Executor> inner_;
+};
+
 // A Problem run as its fold_full_kernel form: the same buffers and the
 // plan of the 1x1 convolution; with fold.transpose_src, src (weight
 // gradients, before) or diff_src (data gradients, after) passes through a
@@ -252,7 +272,9 @@ std::unique_ptr<Executor> make_executor(const Problem& p) {
                                          : make_jit_data_executor(x, isa, &why);
         };
         std::unique_ptr<Executor> jit;
-        if (unstrided) {
+        if (swap_lanes_1x1(p, isa >= Isa::avx512_core ? 16 : 8)) {
+            if ((jit = make_jit(swapped_1x1(p)))) return std::make_unique<SwappedExecutor>(std::move(jit));
+        } else if (unstrided) {
             jit = make_unstrided_executor(p, q, isa, make_jit);
             if (!jit) jit = make_jit(p);  // the strided problem itself
         } else {

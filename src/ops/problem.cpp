@@ -517,6 +517,31 @@ Problem fold_full_kernel(const Problem& p, FullKernelFold* fold) {
     return q;
 }
 
+// The share of a tile's vector lanes that c channels fill (vectors of vlen).
+double lane_fill(int64_t c, int vlen) { return double(c) / double((c + vlen - 1) / vlen * vlen); }
+
+bool swap_lanes_1x1(const Problem& p, int vlen) {
+    if (p.alg != Alg::weights || p.g != 1) return false;
+    for (int a = 0; a < 3; ++a)
+        if (!plain_axis(p, a)) return false;
+    return lane_fill(p.icg, vlen) - lane_fill(p.ocg, vlen) >= kSwapLaneGain;
+}
+
+Problem swapped_1x1(const Problem& p) {
+    Problem q = p;
+    std::swap(q.icg, q.ocg);
+    std::swap(q.src_str, q.dst_str);
+    std::swap(q.wei_str.i, q.wei_str.o);
+    q.swap_inputs = !p.swap_inputs;
+    switch (p.wlayout) {  // the same memory, its I and O exchanged
+        case WeightLayout::XIO: q.wlayout = WeightLayout::XOI; break;
+        case WeightLayout::XOI: q.wlayout = WeightLayout::XIO; break;
+        case WeightLayout::OIX: q.wlayout = WeightLayout::IOX; break;
+        case WeightLayout::IOX: q.wlayout = WeightLayout::OIX; break;
+    }
+    return q;
+}
+
 int64_t user_weights_offset(const Problem& p, int64_t o, int64_t c) {
     const int64_t ksp = p.k_sp();
     const int64_t x = p.nxc ? c / p.icg : c % ksp, i = p.nxc ? c % p.icg : c / ksp;

@@ -136,6 +136,29 @@ SpatialView fold_plain_axes(const Problem& p, int max_axes);
 // Axis a (0 = D, 1 = H, 2 = W) has no tap, stride or padding, and in == out.
 bool plain_axis(const Problem& p, int a);
 
+// A 1x1 weight gradient of unit strides and no padding (every axis plain,
+// one group) is symmetric in its operands: dW[i][o] = sum over pixels of
+// src[i] * diff_dst[o], so it runs as well as the 1x1 problem with src and
+// diff_dst in each other's roles (IC and OC exchanged, the same weights
+// memory read as its transpose). The gemm tiles hold output channels in
+// their vector lanes; where OC fills them much worse than IC does (96 ->
+// 24: a second vector half idle; heads into 1-3 maps: 13-19 % of the
+// lanes; ConvTranspose of a 3-channel RGB point cloud), the swapped problem
+// runs instead: swap_lanes_1x1 says when (lane fill gain of at least
+// kSwapLaneGain at vectors of vlen floats), swapped_1x1 builds it. Against
+// the problem as given, AMD Zen 4, 2 threads, mb 32, tools/sweep_ab.py
+// --rounds=5 --min, every layer of the shape files it moves (weight and
+// ConvTranspose weight gradients), f32: MobileNetV2 / EfficientNet-B0 96
+// -> 24 at 56x56 1.34x, U-Net's head (64 -> 2 at 256x256) 1.18x, MobileNet's
+// 1024 -> 5 classifier 1.46x, ConvTranspose views of DenseNet-121's 1000
+// -> 128 1.11x, GoogLeNet's 24 -> 512 1.28x, PointNet's 3 -> 64 3.44x, SE
+// layers 1.00-1.33x; bf16 / f16 up to 2.09x / 1.47x (U-Net head) and 5.49x /
+// 2.86x (PointNet); nothing below 0.99x but a 3-microsecond SE layer.
+constexpr double kSwapLaneGain = 0.125;
+double lane_fill(int64_t c, int vlen);
+bool swap_lanes_1x1(const Problem& p, int vlen);
+Problem swapped_1x1(const Problem& p);
+
 // L1d has 64 sets of 64-byte lines on every target (32 KiB 8-way, 48 KiB
 // 12-way): lines 4 KiB apart share a set. Lines the kernels read in step
 // (a block's broadcast rows, a row's pixels) that put more than
