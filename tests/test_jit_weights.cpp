@@ -403,8 +403,10 @@ TEST_CASE("weights: few output channels over many input channels run kw lanes at
     // Heads into 1-8 maps: output channels as broadcast rows, a vector of
     // input channels a tile (tails of 1 and 4 lanes), every kw tap; W
     // strides 1-3, pads, rows of edges only, 1D / 2D / 3D, NCX / OIX,
-    // ConvTranspose, thread counts. Not past 8 output channels, 15 taps or
-    // for fewer than 16 input channels.
+    // ConvTranspose, thread counts; 9-15 output channels where the input
+    // channels fill the lanes at least an eighth better (32 -> 12, 48 ->
+    // 10: two tiles of rows). Not for 9 outputs of 17 inputs, past 15 taps
+    // or for fewer than 16 input channels.
     auto make = [](int64_t ic, int64_t oc, dims in, dims k, dims s, dims pad) {
         Case c = conv2d(ic, oc, std::move(in), std::move(k));
         c.s = std::move(s);
@@ -417,7 +419,8 @@ TEST_CASE("weights: few output channels over many input channels run kw lanes at
             make(17, 8, {10, 9}, {3, 3}, {2, 2}, {1, 1}),    make(48, 2, {40}, {7}, {}, {3}),
             make(20, 4, {5, 6, 7}, {3, 3, 3}, {}, {1, 1, 1}), make(16, 8, {4, 3}, {3, 3}, {}, {1, 1}),
             make(32, 5, {6, 30}, {1, 15}, {1, 1}, {0, 7}),   make(36, 6, {7, 20}, {2, 4}, {1, 3}, {0, 1}),
-            make(64, 1, {9000}, {9}, {}, {4})};  // a row long enough to be cut: read in place instead
+            make(64, 1, {9000}, {9}, {}, {4}),  // a row long enough to be cut: read in place instead
+            make(32, 12, {9, 10}, {3, 3}, {}, {1, 1}),       make(48, 10, {6, 13}, {5, 5}, {1, 2}, {2, 2})};
     Case ncx = cases[1];
     ncx.nxc = false;
     ncx.wfmt = "OIX";

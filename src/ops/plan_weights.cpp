@@ -268,9 +268,19 @@ bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
 // (heads into 1-4 maps: segmentation, depth, super-resolution into RGB):
 // output channels in the lanes would leave three quarters of them or more
 // idle, so kw lanes take every stride there, a vector of input channels a
-// tile (blk.n_tiles of them).
+// tile (blk.n_tiles of them). 9-15 output channels too where the input
+// channels fill 16 lanes at least kSwapLaneGain better (super-resolution
+// heads before a pixel shuffle: ESPCN 32 -> 12 3x3 at 64x64, against two
+// vectors of output channels a quarter idle, AMD Zen 4, 2 threads, mb 32,
+// tools/sweep_ab.py --rounds=5 --min: f32 1.30x, f16 1.32x, bf16 on
+// avx512_core 1.32x), but not bf16 on avx512_core_bf16: its image pairs on
+// those vectors ran faster (widened kw lanes 0.69x). Groups of 16 (a full
+// vector of output channels) keep their tiles (kw lanes 0.64-1.00x).
 bool few_oc_lanes(const Problem& p, Isa isa) {
-    return isa >= Isa::avx512_core && p.ocg <= Cost::few_oc_max && p.icg >= 16;
+    if (isa < Isa::avx512_core || p.icg < 16) return false;
+    if (p.ocg <= Cost::few_oc_max) return true;
+    const bool bf16_pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
+    return p.ocg < 16 && !bf16_pairs && lane_fill(p.icg, 16) - lane_fill(p.ocg, 16) >= kSwapLaneGain;
 }
 
 // kw lanes over pairs of groups of 8 channels (WeightsPlan::lane_pairs):
