@@ -116,10 +116,12 @@ bool fold_kw(const Problem& p, const WeightsPlan& plan) {
 // 1-channel input 1.22x). AVX2 (mb 4; 16 registers: 3D tiles of one depth
 // tap's 9 rows) 3D 1.12-1.43x, one tiny layer 0.92x, but 2D 0.82-1.18x
 // (1 -> 16 at 64x512 0.91x, 256x256 0.93x): AVX2 folds 3D kernels only.
-bool fold_taps_ok(const Problem& p, Isa isa) {
+// `pair_images`: bf16 on avx512_core_bf16 keeps its image pairs (see
+// plan_weights for where folded widened taps win over them).
+bool fold_taps_ok(const Problem& p, Isa isa, bool pair_images = true) {
     const bool even_rows = kw_ic_rows_consecutive(p) && p.wei_str.k[1] == p.k[2] * p.wei_str.k[2] &&
                            p.wei_str.k[0] == p.k[1] * p.wei_str.k[1];
-    const bool pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;  // (those keep their image pairs)
+    const bool pairs = pair_images && p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
     const int64_t max_ic = p.dt == data_type::f32 ? Cost::fold_taps_max_ic : Cost::fold_taps_max_ic_16bit;
     if (pairs || (isa < Isa::avx512_core && p.k[0] == 1) || !foldable(p) || p.icg > max_ic || p.k[1] == 1 ||
         (p.wei_str.o == 1 && !even_rows))
@@ -1459,6 +1461,7 @@ struct PlanChoices {
     bool pad_windows = true;  // AVX2 depthwise windows of wider pixels (WeightsPlan::window_pad)
     bool few_oc = true;       // bf16 widened for the kw lanes of few output channels (few_oc_lanes)
     bool fold_taps = true;    // folded taps on a padded src (fold_taps_ok)
+    bool pair_images = true;  // bf16 image pairs on avx512_core_bf16 (WeightsPlan::pairs)
     bool folding = false;     // (set by the fold_taps branch: this is the padded problem; fold if a tile fits)
 };
 
@@ -1471,7 +1474,7 @@ PlanChoices without(bool PlanChoices::*closed) {
 
 WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const PlanChoices& choices = {}) {
     const bool pairs_ok = choices.pairs, tile_major_ok = choices.tile_major;
-    if (choices.fold_taps && fold_taps_ok(p, isa)) {
+    if (choices.fold_taps && fold_taps_ok(p, isa, choices.pair_images)) {
         PlanChoices inner = choices;
         inner.fold_taps = false;
         inner.folding = true;
@@ -1509,7 +1512,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // (1.35x at mb 1).
     const bool dw = is_depthwise(p, isa);
     // (Not for few output channels over kw lanes: those widen bf16 in the stager.)
-    plan.pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw &&
+    plan.pairs = choices.pair_images && p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw &&
                  !(choices.few_oc && few_oc_lanes(p, isa) && kw_lanes_w_ok(make_geometry(p, false), 1));
     plan.w_pairs = dw && pairs_ok && w_pairs(p, isa);
     // bf16 depthwise without W pairs keeps avx512_core_bf16 where it has
@@ -1703,6 +1706,27 @@ WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     if (p.dt == data_type::bf16 && plan.blk.kind == WeightsKernelKind::gemm && !plan.pairs && !plan.kw_lanes &&
         few_oc_lanes(p, isa) && isa >= Isa::avx512_core_bf16)
         plan = plan_weights_with(p, isa, nthreads, without(&PlanChoices::few_oc));  // image pairs
+    // bf16 image pairs against widened taps folded into one tile on a
+    // padded src (fold_taps_ok), by the estimate of the whole reduction
+    // (pairs run half the rows): pairs double the FMA rate, but a layer of
+    // one input channel and one vector of output channels pairs into tiles
+    // of a kernel row's taps only (3D U-Net's 1 -> 16 3x3x3 input: m3 x n1,
+    // 54 cycles a pixel pair, against m27 x n1 at 14 a pixel). The folded
+    // plan must be estimated kFoldWidenedMargin times cheaper. Against the
+    // pairs, AMD Zen 4, 2 threads, min of 5 (tools/sweep_ab.py): estimated
+    // 1.93x cheaper, the 3D U-Net input 1.65x at mb 32 (1.39x at mb 2), 1 ->
+    // 16 3x3x3 at 64^3 1.37x; 1.8x cheaper, 1 -> 16 3x3 at 256x256 1.30x;
+    // 1.15x cheaper, 1 -> 8 5x5 at 128x128 0.67x; the RGB stems, ESPCN's
+    // and U-Net's 1-channel inputs (within 1.1x, or pairs cheaper)
+    // 0.60-0.94x when forced to fold.
+    constexpr double kFoldWidenedMargin = 1.5;
+    if (plan.pairs && !plan.prepad && fold_taps_ok(p, isa, false)) {
+        const WeightsPlan widened = plan_weights_with(p, isa, nthreads, without(&PlanChoices::pair_images));
+        auto cycles = [](const WeightsPlan& x) {
+            return x.blk.cycles_per_pixel * double(x.red.rows) * double(x.geo.segment);
+        };
+        if (widened.prepad && kFoldWidenedMargin * cycles(widened) < cycles(plan)) return widened;
+    }
     // bf16 depthwise W pairs (W stride 1 here, but for kernels of one row:
     // w_pairs) against bf16 widened as it is loaded, where the widened plan
     // streams (WeightsPlan::dw_stream): AMD Zen 5, 2 threads, min of 5, mb 8
