@@ -597,6 +597,13 @@ TEST_CASE("data: small input channels use the column path", "[jit][data]") {
     t.pb = {1, 0, 0};
     t.pe = {0, 0, 0};
     check_col(t, false);
+    // One input channel into one vector (a 3D U-Net's input, 1 -> 16
+    // 3x3x3): the direct pairs plan is judged on its widened cost too, and
+    // bf16 takes col with pairs (the direct pairs kernels had run 0.45x).
+    DCase one;
+    static_cast<wtest::Case&>(one) = wtest::conv2d(1, 16, {8, 8, 16}, {3, 3, 3});
+    one.pb = one.pe = {1, 1, 1};
+    check_col(one, true);
     // The path is chosen on the widened cost: a small dilated plane keeps its
     // row blocks in bf16 (col with pairs ran 0.37x there).
     DCase small;
