@@ -1843,10 +1843,10 @@ TEST_CASE("weights: data and weight formats", "[jit][weights]") {
 // input channels run with src and diff_dst in each other's roles
 // (swap_lanes_1x1): 48 -> 24 on AVX-512 only (24 fill three 8-lane
 // vectors), 32 -> 2 and a ConvTranspose whose convolution view is 64 -> 3
-// on both ISAs, a 3D 1x1x1 case; every weights format the op takes, both data formats,
-// all three types, 1 and 3 threads: equal to the reference. Layers that
-// fill the lanes alike, strided, padded or grouped 1x1 layers, and kernels
-// wider than one tap keep their roles.
+// on both ISAs, a 3D 1x1x1 case; every weights format the op takes, both
+// data formats, all three types, 1 and 3 threads: equal to the reference.
+// Layers that fill the lanes alike, strided, padded or grouped 1x1
+// layers, and kernels wider than one tap keep their roles.
 TEST_CASE("weights: 1x1 layers swap src and diff_dst where input channels fill the lanes better", "[jit][weights]") {
     const std::string note = "src and diff_dst in each other's roles, input channels in the lanes";
     struct Shape {

@@ -32,7 +32,8 @@ namespace {
 // (" fold-taps=" in the plan), which widen bf16 as f16; f16 runs the f32
 // FMA kernels.
 std::string expected_impl(const Case& c, const std::string& isa, const std::string& plan) {
-    const bool widened = (wtest::few_oc(c, isa) && wtest::laned(c, isa)) || plan.find(" fold-taps=") != std::string::npos;
+    const bool widened =
+            (wtest::few_oc(c, isa) && wtest::laned(c, isa)) || plan.find(" fold-taps=") != std::string::npos;
     if (isa == "avx512_core_bf16")
         return c.dt == data_type::bf16 && !widened ? "jit:avx512_core_bf16" : "jit:avx512_core ";
     return "jit:" + isa + " ";

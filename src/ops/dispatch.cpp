@@ -35,6 +35,12 @@ private:
     Problem p_;
 };
 
+// An inner plan's describe() with `note` at the end of its first line.
+std::string with_note(std::string d, const std::string& note) {
+    const size_t eol = d.find('\n');
+    return eol == std::string::npos ? d + note : d.insert(eol, note);
+}
+
 // A 1x1 weight gradient run as the problem with src and diff_dst in each
 // other's roles (swapped_1x1): the same buffers, the inner executor reads
 // them swapped (Problem::swap_inputs) and writes the weights as their
@@ -44,10 +50,8 @@ public:
     explicit SwappedExecutor(std::unique_ptr<Executor> inner) : inner_(std::move(inner)) {}
     void run(const void* in0, const void* in1, void* out) const override { inner_->run(in0, in1, out); }
     std::string describe() const override {
-        std::string d = inner_->describe();
-        const size_t eol = d.find('\n');
-        const std::string note = " (1x1: src and diff_dst in each other's roles, input channels in the lanes)";
-        return eol == std::string::npos ? d + note : d.insert(eol, note);
+        return with_note(inner_->describe(),
+                         " (1x1: src and diff_dst in each other's roles, input channels in the lanes)");
     }
     int threads() const override { return inner_->threads(); }
 
@@ -109,8 +113,6 @@ public:
         }
     }
     std::string describe() const override {
-        std::string d = inner_->describe();
-        const size_t eol = d.find('\n');
         const std::string note = " (kernel covers the input: run as 1x1 on " +
                                  std::to_string(fold_.swap_roles ? q_.ocg : q_.icg) + " input channels" +
                                  (fold_.swap_roles ? ", src and diff_dst in each other's roles" : "") +
@@ -119,7 +121,7 @@ public:
                                   : p_.alg == Alg::weights   ? ", src transposed per image"
                                                              : ", diff_src transposed per image") +
                                  ")";
-        return eol == std::string::npos ? d + note : d.insert(eol, note);
+        return with_note(inner_->describe(), note);
     }
     int threads() const override { return inner_->threads(); }
 
