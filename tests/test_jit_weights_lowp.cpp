@@ -383,6 +383,39 @@ TEST_CASE("weights bf16/f16: kw windows on widened rows", "[jit][weights][lowp]"
     }
 }
 
+// Groups of 8 channels pair two groups in the kw lanes' vectors; bf16 on
+// avx512_core_bf16 keeps its image pairs there (vdpbf16ps on staged pairs).
+// RegNetY-400MF-like: 13 groups (six pairs and one alone) under a W
+// stride, 7 groups at unit stride, an odd minibatch (a last image paired
+// with zeros), weight and ConvTranspose weight gradients, NCX too.
+TEST_CASE("weights bf16: image pairs over kw lanes of group pairs", "[jit][weights][lowp]") {
+    Case s2 = conv2d(104, 104, {13, 14}, {3, 3});
+    s2.g = 13;
+    s2.s = {2, 2};
+    s2.pb = s2.pe = {1, 1};
+    Case s1 = conv2d(56, 56, {9, 7}, {3, 2});
+    s1.g = 7;
+    s1.pb = {1, 0};
+    s1.pe = {1, 1};
+    for (Case c : {s2, s1}) {
+        c.mb = 3;
+        for (bool transpose : {false, true})
+            for (bool nxc : {true, false}) {
+                c.transpose = transpose;
+                c.nxc = nxc;
+                check_plan_tag(c, " bf16-pairs m8n1x16", [](data_type dt, const std::string& isa) {
+                    return dt == data_type::bf16 && isa == "avx512_core_bf16";
+                });
+                check_plan_tag(c, " kw-lanes(group pairs)",
+                               [](data_type, const std::string& isa) { return isa != "avx2"; });
+                check_exact(c);
+            }
+    }
+    Case t = wtest::split_size(s2);
+    t.dt = data_type::bf16;
+    wtest::check_thread_counts(t, true);
+}
+
 TEST_CASE("weights bf16/f16: few output channels run kw lanes on widened rows", "[jit][weights][lowp]") {
     // bf16 too (no image pairs there): the stager widens both types to f32.
     Case a = conv2d(40, 1, {7, 9}, {3, 3});

@@ -256,8 +256,9 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             const bool bf16_dot = dt == convgrad::data_type::bf16 && isa >= Isa::avx512_core_bf16;
             const bool wide8 = isa != Isa::avx2 && !bf16_dot && p.out[2] >= 14;
             // Groups of 8 on AVX-512 at any W stride (kernels of 2 or 3 taps,
-            // the kw lanes edges) pair groups in the gemm kernel instead.
-            const bool pair8 = isa != Isa::avx2 && !bf16_dot && p.icg == 8 && p.ocg == 8 && p.g > 1 &&
+            // the kw lanes edges) pair groups in the gemm kernel instead (bf16
+            // on avx512_core_bf16 too, its image pairs in kw lanes).
+            const bool pair8 = isa != Isa::avx2 && p.icg == 8 && p.ocg == 8 && p.g > 1 &&
                                p.dil[2] == 1 && p.k[2] >= 2 && p.k[2] <= 3;
             const bool lanes = p.icg == p.ocg && (p.icg == 1 || p.icg == 2 || p.icg == 4 || (p.icg == 8 && wide8));
             CHECK(dw == (p.g > 1 && lanes && !pair8));
@@ -345,7 +346,7 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             // its head those with a tap left of src, its tail those with one
             // right of it (brute force).
             const int64_t in_w = p.in[2];
-            bool laned = !dw && !bf16_pairs && isa != Isa::avx2 && base.fold_kw == 1 && !base.geo.merged &&
+            bool laned = !dw && (!bf16_pairs || pair8) && isa != Isa::avx2 && base.fold_kw == 1 && !base.geo.merged &&
                          kw >= 2 && (sw >= 2 || pair8) && p.dil[2] == 1 && p.icg <= 16 && p.ocg <= 16;
             struct Lanes {
                 int64_t first = -1, row = 0, head = 0, tail = 0, pad = 0, last = 0;

@@ -330,7 +330,8 @@ inline bool laned(const Case& c, const std::string& isa) {
     const int64_t icg = c.ic / c.g, ocg = c.oc / c.g;
     const bool few_oc = wtest::few_oc(c, isa);
     const bool group_pairs = c.g >= 2 && icg == 8 && ocg == 8 && c.k[c.nsp() - 1] <= 3;
-    if (isa.rfind("avx512", 0) != 0 || (c.dt == convgrad::data_type::bf16 && isa == "avx512_core_bf16" && !few_oc))
+    const bool bf16_pairs = c.dt == convgrad::data_type::bf16 && isa == "avx512_core_bf16";
+    if (isa.rfind("avx512", 0) != 0 || (bf16_pairs && !few_oc && !group_pairs))
         return false;
     const size_t w = c.nsp() - 1;
     const int64_t pad = c.at(c.pb, w, 0), kw = c.k[w], s = c.at(c.s, w, 1), ow = c.out(w), in = c.in[w];

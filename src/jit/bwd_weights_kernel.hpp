@@ -226,6 +226,8 @@ struct WeightsKernelDesc {
     // straight-line code: nothing outside the row is read. The flush
     // transposes: (tap k, channel j, lane i) goes to diff_weights + k *
     // wei_kh_stride + i * wei_row_stride + 4 * j (m floats per input channel).
+    // With dot (bf16 image pairs, staged): the same addressing, a src vector
+    // and a broadcast each hold both images, and vdpbf16ps adds both products.
     uint8_t kw_lanes = 0;
     uint8_t kw_last = 0;
     // kw_lanes over two groups of 8 channels (m == 8): lanes 0-7 hold group

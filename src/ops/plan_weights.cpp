@@ -257,9 +257,14 @@ bool kw_lanes_w_ok(const WeightsGeometry& g, int64_t min_stride = 2) {
 // sets that changed, f32 / f16: RegNetX-400MF s1-s4 s2 1.16-1.30 / 1.04-1.25x,
 // RegNetY-400MF s4 s2 (8 channels a group, half the lanes) 1.28 / 1.13x,
 // ResNeXt-50 conv4 s2 1.09 / 1.10x; one 16 -> 16 group at 14x14 s2 on one
-// core (L2-resident): 130 -> 141 GFLOP/s.
+// core (L2-resident): 130 -> 141 GFLOP/s. bf16 image pairs take kw lanes
+// only over group pairs (lane_pairs_ok): groups of 16 under a W stride
+// ran 0.90-1.12x their paired tiles (RegNetX-400MF s1-s4 s2, ResNeXt-50
+// conv4 s2, weight and ConvTranspose weight gradients, AMD Zen 4, 2
+// threads, mb 32, min of 5).
 bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
-    if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1)
+    if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.fold_kw > 1 ||
+        (plan.pairs && !lane_pairs_ok(p, plan.isa)))
         return false;
     const bool few_oc = few_oc_lanes(p, plan.isa);  // any width of input channels, any W stride
     if (!few_oc && (p.icg > 16 || p.ocg > 16)) return false;
@@ -286,7 +291,7 @@ bool few_oc_lanes(const Problem& p, Isa isa) {
 }
 
 // kw lanes over pairs of groups of 8 channels (WeightsPlan::lane_pairs):
-// AVX-512 without bf16 pairs, kernels of up to 3 taps (tiles of all 8
+// AVX-512, kernels of up to 3 taps (tiles of all 8
 // output channels), the kw lanes W geometry at any W stride. These leave
 // the depthwise lane groups of 8 (against them, AMD Zen 5, 2 threads, min
 // of 5, f32 / f16: RegNetY-400MF s1-s4 s2 1.42-2.00 / 1.31-1.58x, ResNeXt-50
@@ -298,9 +303,17 @@ bool few_oc_lanes(const Problem& p, Isa isa) {
 // that moved (RegNetY-400MF s2-s4, ResNeXt-50 conv3, the 1D / 3D
 // channel-block-8 cases), weight and ConvTranspose weight gradients:
 // f32 1.06-1.43x, f16 1.18-1.61x (geomean 1.29x over 24 cells), bf16
-// without the BF16 ISA 1.17-1.47x. Not measured on Zen 5.
+// without the BF16 ISA 1.17-1.47x. Not measured on Zen 5. bf16 on
+// avx512_core_bf16 keeps its image pairs there (vdpbf16ps on the staged
+// pairs, WeightsKernelDesc::kw_lanes): against gemm tiles of one group's
+// 8 output channels (half the lanes idle), AMD Zen 4, 2 threads, mb 32,
+// min of 5, weight and ConvTranspose weight gradients of every plan of
+// the shape files that moved: RegNetY-400MF s1-s4 1.25-2.80x, ResNeXt-50
+// conv3 1.33-1.67x, 3D channel-block-8 1.35 / 1.47x, the 1D one (6 us)
+// 0.87 / 0.93x; widened f32 kw lanes there had run 0.69-1.50x (geomean
+// 0.92x).
 bool lane_pairs_ok(const Problem& p, Isa isa) {
-    if (isa < Isa::avx512_core || (p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16)) return false;
+    if (isa < Isa::avx512_core) return false;
     return p.g >= 2 && p.icg == 8 && p.ocg == 8 && kw_lanes_max_m(p.k[2]) >= 8 &&
            kw_lanes_w_ok(make_geometry(p, false), 1);
 }
