@@ -4,6 +4,8 @@
 #include <tbb/task_arena.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -1620,7 +1622,8 @@ TEST_CASE("weights: depthwise on 2 KiB-multiple pixels reads windows of wider pi
     // from pixels of 512 bytes (AVX2: where row blocks do not fit in
     // place). AVX2 NXC: row blocks stay in place where they fit. AVX-512
     // NXC: f32 only where the tiles in place are one or two vectors without
-    // row blocks; 16-bit in place. Strides, dilation, pads past the kernel's reach,
+    // row blocks; 16-bit in place but for dilated rows whose taps' lines
+    // crowd an L1 set. Strides, dilation, pads past the kernel's reach,
     // 1D / 3D, merged 1x1 rows, ConvTranspose, OIX, lane groups; threads
     // splitting the channel tiles (one image) and the chunks. Run first on
     // NaN inputs, so a window's stale bytes would show; 1-4 threads bitwise
@@ -1686,6 +1689,10 @@ TEST_CASE("weights: depthwise on 2 KiB-multiple pixels reads windows of wider pi
     cases.push_back({c, none, none});
     c.nxc = false;
     cases.push_back({c, windows, windows});
+    c = dw(512, {70}, {31});  // 1D, 31 taps at W dilation 2: 16-bit NXC windows on AVX-512 too
+    c.d = {2};
+    c.pb = c.pe = {30};
+    cases.push_back({c, windows, windows});
     c = dw(1024, {7, 8}, {3, 3});  // lane groups of 4
     c.g = 256;
     c.pb = c.pe = {1, 1};
@@ -1712,8 +1719,14 @@ TEST_CASE("weights: depthwise on 2 KiB-multiple pixels reads windows of wider pi
                         CHECK(d.find(" row-blocks=2") != std::string::npos);
                 } else if (isa == "avx2") {
                     if (!wide) CHECK_FALSE(win);
-                } else {
-                    CHECK_FALSE(win);  // 16-bit NXC on AVX-512: in place
+                } else {  // 16-bit NXC on AVX-512: in place but for dilated rows crowding an L1 set
+                    // (the taps' lines of a channel vector per set of a 64-set, 8-way L1)
+                    const int64_t w = base.nsp() - 1, dil = base.at(base.d, w, 1);
+                    std::array<int, 64> per_set{};
+                    int most = 0;
+                    for (int64_t k = 0; k < base.k[w]; ++k)
+                        most = std::max(most, ++per_set[static_cast<size_t>(k * dil * base.ic * 2 / 64 % 64)]);
+                    CHECK(win == (dil > 1 && most > 8));
                 }
                 if (win) CHECK(d.find(base.nxc ? " windows" : " ncx->nxc(windows)") != std::string::npos);
             }

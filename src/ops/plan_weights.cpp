@@ -1575,7 +1575,19 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // (1.0 ms against 0.12-0.16 ms), 512 channels 2.5x slower than 520 or 528.
     const int64_t pitch = p.ic() * plan.elem_bytes();
     const bool pad_ncx = plan.ncx_windows && pixels_in_few_l1_sets(pitch);
-    const bool pad = pixels_share_l1_sets(pitch) && (plan.isa == Isa::avx2 || p.dt == data_type::f32);
+    // AVX-512 NXC 16-bit: only dilated rows whose taps' lines crowd an L1
+    // set past its ways (with W dilation no src vector is shared between
+    // taps, so each tap's load misses there). AMD Zen 4, 2 threads, mb 8,
+    // min of 5, against in place: QuartzNet c2 (512 channels, 87 taps at
+    // dilation 2) bf16 1.89x, f16 1.73x; undilated rows that crowd a set
+    // (QuartzNet b3-b5, 51-75 taps) f16 0.85-0.89x, and 16-bit windows
+    // from 512-byte pitches on the other depthwise layers 0.55-0.96x
+    // (MobileNet v1 conv4-conv6, ConvNeXt-T s4, RepLKNet-31B s2 / s4), but
+    // RepLKNet-31B s3 (27x27 at 14x14, one-tap tiles) 1.52x.
+    const bool dilated_crowd = plan.isa >= Isa::avx512_core && p.nxc && p.dt != data_type::f32 && p.dil[2] > 1 &&
+                               lines_per_l1_set(p.k[2], pitch * p.dil[2]) > kL1LinesPerSet;
+    const bool pad =
+            (pixels_share_l1_sets(pitch) && (plan.isa == Isa::avx2 || p.dt == data_type::f32)) || dilated_crowd;
     if (choices.pad_windows && dw && (pad || pad_ncx)) {
         plan.window_pad = kCacheLineBytes;
         plan.nxc_windows = !plan.ncx_windows;
