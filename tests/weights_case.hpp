@@ -308,27 +308,26 @@ inline std::vector<Case> kw_lanes_cases() {
 
 // Where the plan takes kw lanes (WeightsPlan::kw_lanes): AVX-512, W
 // dilation 1, kernels of 2-15 taps, and either up to 8 output channels a
-// group over 16 or more input channels at any W stride (few_oc_lanes; bf16
-// widened; 9-15 output channels too where the input channels fill 16
-// lanes at least an eighth better, but not bf16 with its image pairs on
-// avx512_core_bf16), or W stride 2 or more (not bf16 pairs) with up to 16 input and
-// output channels a group (not the folded single groups of fewer than 16
-// input channels), or pairs of groups of 8 channels at any W stride with
-// up to 3 taps; and W edges the kernel compiles in: the output pixels
+// group over 16 or more input channels at any W stride (few_oc_lanes; 9-15
+// output channels too where the input channels fill 16 lanes at least an
+// eighth better; bf16 on avx512_core_bf16 with its image pairs), or W
+// stride 2 or more (not bf16 pairs) with up to 16 input and output
+// channels a group (not the folded single groups of fewer than 16 input
+// channels), or pairs of groups of 8 channels at any W stride with up to 3
+// taps (bf16 pairs too); and W edges the kernel compiles in: the output pixels
 // with a tap inside src, at most KW of them with taps left of src and KW
 // with taps right of it, none with both.
 // (ic / oc: the Case's, of the convolution form for ConvTranspose too.)
 inline double lane_fill16(int64_t c) { return double(c) / double((c + 15) / 16 * 16); }
-inline bool few_oc(const Case& c, const std::string& isa = "avx512_core") {
+inline bool few_oc(const Case& c) {
     const int64_t icg = c.ic / c.g, ocg = c.oc / c.g;
     if (icg < 16) return false;
     if (ocg <= 8) return true;
-    const bool bf16_pairs = c.dt == convgrad::data_type::bf16 && isa == "avx512_core_bf16";
-    return ocg < 16 && !bf16_pairs && lane_fill16(icg) - lane_fill16(ocg) >= 0.125;
+    return ocg < 16 && lane_fill16(icg) - lane_fill16(ocg) >= 0.125;
 }
 inline bool laned(const Case& c, const std::string& isa) {
     const int64_t icg = c.ic / c.g, ocg = c.oc / c.g;
-    const bool few_oc = wtest::few_oc(c, isa);
+    const bool few_oc = wtest::few_oc(c);
     const bool group_pairs = c.g >= 2 && icg == 8 && ocg == 8 && c.k[c.nsp() - 1] <= 3;
     const bool bf16_pairs = c.dt == convgrad::data_type::bf16 && isa == "avx512_core_bf16";
     if (isa.rfind("avx512", 0) != 0 || (bf16_pairs && !few_oc && !group_pairs))

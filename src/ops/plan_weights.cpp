@@ -261,12 +261,12 @@ bool kw_lanes_w_ok(const WeightsGeometry& g, int64_t min_stride = 2) {
 // only over group pairs (lane_pairs_ok): groups of 16 under a W stride
 // ran 0.90-1.12x their paired tiles (RegNetX-400MF s1-s4 s2, ResNeXt-50
 // conv4 s2, weight and ConvTranspose weight gradients, AMD Zen 4, 2
-// threads, mb 32, min of 5).
+// threads, mb 32, min of 5), and for few output channels (few_oc_lanes).
 bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
-    if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.fold_kw > 1 ||
-        (plan.pairs && !lane_pairs_ok(p, plan.isa)))
-        return false;
     const bool few_oc = few_oc_lanes(p, plan.isa);  // any width of input channels, any W stride
+    if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.fold_kw > 1 ||
+        (plan.pairs && !few_oc && !lane_pairs_ok(p, plan.isa)))
+        return false;
     if (!few_oc && (p.icg > 16 || p.ocg > 16)) return false;
     return kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo, few_oc || lane_pairs_ok(p, plan.isa) ? 1 : 2);
 }
@@ -280,14 +280,19 @@ bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
 // heads before a pixel shuffle: ESPCN 32 -> 12 3x3 at 64x64, against two
 // vectors of output channels a quarter idle, AMD Zen 4, 2 threads, mb 32,
 // tools/sweep_ab.py --rounds=5 --min: f32 1.30x, f16 1.32x, bf16 on
-// avx512_core 1.32x), but not bf16 on avx512_core_bf16: its image pairs on
-// those vectors ran faster (widened kw lanes 0.69x). Groups of 16 (a full
-// vector of output channels) keep their tiles (kw lanes 0.64-1.00x).
+// avx512_core 1.32x). Groups of 16 (a full vector of output channels) keep
+// their tiles (kw lanes 0.64-1.00x). bf16 on avx512_core_bf16 keeps its
+// image pairs on the kw lanes (WeightsKernelDesc::kw_lanes); against the
+// widened kw lanes of 1-3 output channels, AMD Zen 4, 2 threads, mb 8,
+// min of 5, every plan of the shape files that moved (GoogLeNet v1 conv1,
+// AlexNet and Mask R-CNN first layers, DCGAN's RGB layer as convolutions
+// into 3 maps) 1.35-1.89x; against its paired gemm tiles of 9-12 output
+// channels (which widened kw lanes had run at 0.69x), mb 32: ESPCN conv3
+// (32 -> 12) 1.31x, 32 -> 12 / 48 -> 10 / 64 -> 9 3x3 1.32 / 1.55 / 1.72x.
 bool few_oc_lanes(const Problem& p, Isa isa) {
     if (isa < Isa::avx512_core || p.icg < 16) return false;
     if (p.ocg <= Cost::few_oc_max) return true;
-    const bool bf16_pairs = p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16;
-    return p.ocg < 16 && !bf16_pairs && lane_fill(p.icg, 16) - lane_fill(p.ocg, 16) >= kSwapLaneGain;
+    return p.ocg < 16 && lane_fill(p.icg, 16) - lane_fill(p.ocg, 16) >= kSwapLaneGain;
 }
 
 // kw lanes over pairs of groups of 8 channels (WeightsPlan::lane_pairs):
@@ -1472,7 +1477,6 @@ struct PlanChoices {
     bool pairs = true;        // bf16 depthwise W pairs (w_pairs)
     bool tile_major = true;   // the tile-major pass for AVX2's wide 1x1 layers
     bool pad_windows = true;  // AVX2 depthwise windows of wider pixels (WeightsPlan::window_pad)
-    bool few_oc = true;       // bf16 widened for the kw lanes of few output channels (few_oc_lanes)
     bool fold_taps = true;    // folded taps on a padded src (fold_taps_ok)
     bool pair_images = true;  // bf16 image pairs on avx512_core_bf16 (WeightsPlan::pairs)
     bool folding = false;     // (set by the fold_taps branch: this is the padded problem; fold if a tile fits)
@@ -1524,9 +1528,7 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
     // 5x5 s2 1.25-1.36x, 96 channels at 112x112 (DRAM-bound) 0.90-1.03x
     // (1.35x at mb 1).
     const bool dw = is_depthwise(p, isa);
-    // (Not for few output channels over kw lanes: those widen bf16 in the stager.)
-    plan.pairs = choices.pair_images && p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw &&
-                 !(choices.few_oc && few_oc_lanes(p, isa) && kw_lanes_w_ok(make_geometry(p, false), 1));
+    plan.pairs = choices.pair_images && p.dt == data_type::bf16 && isa >= Isa::avx512_core_bf16 && !dw;
     plan.w_pairs = dw && pairs_ok && w_pairs(p, isa);
     // bf16 depthwise without W pairs keeps avx512_core_bf16 where it has
     // it: its kernels of enough accumulators multiply on vdpbf16ps (desc()).
@@ -1724,13 +1726,6 @@ WeightsPlan plan_weights_with(const Problem& p, Isa isa, int nthreads, const Pla
 
 WeightsPlan plan_weights(const Problem& p, Isa isa, int nthreads) {
     WeightsPlan plan = plan_weights_with(p, isa, nthreads);
-    // bf16 of few output channels gave up its image pairs for kw lanes; rows
-    // long enough to be cut into segments do not take those (see
-    // plan_weights_with), and widened plain tiles then ran 0.52-0.53x the
-    // pairs (1D heads of 1-4 output channels on 16000-60000 samples).
-    if (p.dt == data_type::bf16 && plan.blk.kind == WeightsKernelKind::gemm && !plan.pairs && !plan.kw_lanes &&
-        few_oc_lanes(p, isa) && isa >= Isa::avx512_core_bf16)
-        plan = plan_weights_with(p, isa, nthreads, without(&PlanChoices::few_oc));  // image pairs
     // bf16 image pairs against widened taps folded into one tile on a
     // padded src (fold_taps_ok), by the estimate of the whole reduction
     // (pairs run half the rows): pairs double the FMA rate, but a layer of
