@@ -353,16 +353,19 @@ TEST_CASE("weights bf16/f16: 1-2 channel layers fold every tap, diff_dst widened
     }
 }
 
-TEST_CASE("weights bf16/f16: kw windows on widened rows", "[jit][weights][lowp]") {
+TEST_CASE("weights bf16/f16: kw windows on widened rows and on image pairs", "[jit][weights][lowp]") {
     // f16 (and bf16 below avx512_core_bf16) stage rows widened to f32 and
-    // run kw windows; bf16 pairs do not.
+    // run kw windows; bf16 pairs on avx512_core_bf16 at unit W stride.
     for (Case c : wtest::kw_window_cases()) {
         c.mb = 3;
         const int64_t ocg = c.oc / c.g;
+        const size_t w = c.nsp() - 1;
         check_plan_tag(c, " kw-window", [&](data_type dt, const std::string& isa) {
             const bool pairs = dt == data_type::bf16 && isa == "avx512_core_bf16";
-            return !pairs && ocg <= (isa == "avx2" ? 8 : 16) && wtest::windowed(c, isa == "avx2" ? 16 : 32) &&
-                   !wtest::laned(c, isa);
+            Case typed = c;
+            typed.dt = dt;
+            return (!pairs || c.at(c.s, w, 1) == 1) && ocg <= (isa == "avx2" ? 8 : 16) &&
+                   wtest::windowed(c, isa == "avx2" ? 16 : 32) && !wtest::laned(typed, isa);
         });
         check_exact(c);
     }

@@ -139,11 +139,10 @@ void WeightsSkeleton::generate() {
                            : desc_.kw_pad < desc_.kw_win && desc_.kw_tail < desc_.kw_win &&
                                      desc_.kw_head + desc_.kw_pad <= desc_.kw_win - 1;
     const bool window_vecs_ok = desc_.n == 1 || (desc_.n == 2 && vec_.avx512() && !desc_.kw_lanes);
-    const bool window_dot_ok = !dot() || desc_.kw_lanes;  // (bf16 image pairs: in kw lanes)
-    if (desc_.kw_win > 0 && (dw() || !window_dot_ok || desc_.stage || !window_vecs_ok || desc_.kh > 1 ||
-                             desc_.in_dt || desc_.edges || !window_edges_ok))
-        throw error("JIT kernel " + name() + ": kw windows need an f32 gemm kernel of one vector (two on AVX-512 "
-                    "without lanes; bf16 pairs only in lanes), without copies, and edges shorter than the kernel");
+    if (desc_.kw_win > 0 && (dw() || desc_.stage || !window_vecs_ok || desc_.kh > 1 || desc_.in_dt ||
+                             desc_.edges || !window_edges_ok))
+        throw error("JIT kernel " + name() + ": kw windows need a gemm kernel of 32-bit elements and one vector "
+                    "(two on AVX-512 without lanes), without copies, and edges shorter than the kernel");
     if (desc_.kw_lanes && (desc_.kw_win == 0 || !vec_.avx512() || desc_.m > 8 ||
                            (desc_.lane_pairs && (desc_.m != 8 || desc_.tail))))
         throw error("JIT kernel " + name() + ": kw lanes need a kw window on AVX-512 and at most 8 output channels");
@@ -760,7 +759,7 @@ private:
         for (int i = 0; i < desc_.m; ++i) {
             vec_.bcast(bcast_reg(i), ptr[reg_src_ + 4 * i]);
             for (int k = k0; k <= k1; ++k)
-                for (int v = 0; v < vecs(); ++v) vec_.fma(acc(k * desc_.m + i, v), window(k, u, v), bcast_reg(i));
+                for (int v = 0; v < vecs(); ++v) mac(acc(k * desc_.m + i, v), window(k, u, v), bcast_reg(i));
         }
     }
     void next_pixel(bool dst) {

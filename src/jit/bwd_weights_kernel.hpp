@@ -193,7 +193,8 @@ struct WeightsKernelDesc {
     uint8_t row_cut = 0;   // see row_px
     // gemm: 0, or the kw taps of a window (a W phase's: see
     // WeightsPlan::kw_phases; taps s apart in src, which src_step carries).
-    // With kw_win = KW > 0 (f32 elements, n == 1, or 2 on AVX-512 without
+    // With kw_win = KW > 0 (32-bit elements: f32, or bf16 image pairs
+    // multiplied on vdpbf16ps; n == 1, or 2 on AVX-512 without
     // kw_lanes: each tap's n diff_dst vectors in the window) the tile is m
     // input channels x KW taps, rows (tap k, channel i) at diff_weights + k *
     // wei_kh_stride + i * wei_row_stride, and a row entry walks src pixels

@@ -169,8 +169,8 @@ WeightsPlan::KwPhase kw_phase(const WeightsGeometry& g, int64_t r) {
 // Where kw windows replace the per-tap tiles: one vector of output
 // channels per group (the tiles' n = 1: each FMA of a per-tap tile needs
 // its own broadcast), W stride up to the kernel width (and
-// kMaxKwPhases), W dilation 1, not folded, 32-bit elements (f32, or 16-bit
-// widened by the stager: not bf16 pairs), and W edges the kernel compiles
+// kMaxKwPhases), W dilation 1, not folded, 32-bit elements (f32, 16-bit
+// widened by the stager, or bf16 image pairs at unit W stride), and W edges the kernel compiles
 // in: per phase its first pixel's tap-0 output pixel inside the row and
 // OW >= T - 1, so that no pixel lacks taps at both ends (head and tail
 // apart). Each phase splits the channels into its own tiles (a phase of
@@ -182,11 +182,20 @@ WeightsPlan::KwPhase kw_phase(const WeightsGeometry& g, int64_t r) {
 // 0.89-1.14x, RegNetX s1-s4 s2 0.95-1.09x) and 0.99-1.27x in f16, 8
 // channels (RegNetY s4 s2) 1.17-1.20x; with one tile size for all phases
 // the 16-channel groups had measured 0.91-0.98x. The staging rule stays:
-// staging the in-place ones measured 0.93x.
+// staging the in-place ones measured 0.93x. bf16 image pairs (vdpbf16ps on
+// the staged pairs) against their per-tap tiles, AMD Zen 4, 2 threads, mb
+// 8, min of 5, every plan of the shape files that moved, weight and
+// ConvTranspose weight gradients: HRNet-W18 branch1 1.40 / 1.44x, 3D
+// grouped 1.03-1.21x, the benchdnn basic 2D / 3D cases 0.92-1.62x,
+// GoogLeNet v1 / v3, DenseNet-121, RegNetX-400MF and ResNeXt-50 conv4 /
+// conv5 0.98-1.09x, 32-channel 1D layers of 2-120 us 0.87-0.96x (0.97-1.11x
+// at mb 1); at W stride 2 0.87-0.93x (RegNetX-400MF, ResNeXt-50 conv4):
+// not there.
 bool kw_window_ok(const Problem& p, const WeightsPlan& plan) {
     const int64_t vlen = plan.isa >= Isa::avx512_core ? 16 : 8;
     const WeightsGeometry& g = plan.geo;
-    if (plan.blk.kind != WeightsKernelKind::gemm || plan.pairs || plan.fold_kw > 1 || g.k[2] < 2 || g.merged)
+    if (plan.blk.kind != WeightsKernelKind::gemm || (plan.pairs && g.stride[2] != 1) || plan.fold_kw > 1 ||
+        g.k[2] < 2 || g.merged)
         return false;
     // Two vectors of output channels (17-32) on AVX-512 at unit W stride.
     // Against their m x n tiles (m11 x n2: 0.59 loads an FMA; m4 x n2
