@@ -28,9 +28,8 @@ namespace {
 // The implementation prefix describe() must start with: bf16 on
 // avx512_core_bf16 runs vdpbf16ps kernels there (image pairs, W pixel
 // pairs, or depthwise single products of zero-extended loads), but for
-// the kw lanes of few output channels and taps folded on a padded src
-// (" fold-taps=" in the plan), which widen bf16 as f16; f16 runs the f32
-// FMA kernels.
+// taps folded on a padded src (" fold-taps=" in the plan), which widen
+// bf16 as f16; f16 runs the f32 FMA kernels.
 std::string expected_impl(const Case& c, const std::string& isa, const std::string& plan) {
     const bool widened = plan.find(" fold-taps=") != std::string::npos;
     if (isa == "avx512_core_bf16")

@@ -312,8 +312,9 @@ TEST_CASE("weights plan: properties", "[jit][weights][plan]") {
             const int64_t win_n = (p.ocg + vlen - 1) / vlen;
             auto max_m = [&](int64_t taps) { return (regs - mask - taps * win_n - 2) / (taps * win_n); };
             bool window = !dw && (!bf16_pairs || sw == 1) && base.fold_kw == 1 && kw >= 2 &&
-                          sw <= std::min<int64_t>(kw, 4) && p.dil[2] == 1 && p.ocg <= (isa != Isa::avx2 && sw == 1 ? 2 : 1) * vlen &&
-                          !base.geo.merged && max_m((kw + sw - 1) / sw) >= 1 &&
+                          sw <= std::min<int64_t>(kw, 4) && p.dil[2] == 1 &&
+                          p.ocg <= (isa != Isa::avx2 && sw == 1 ? 2 : 1) * vlen && !base.geo.merged &&
+                          max_m((kw + sw - 1) / sw) >= 1 &&
                           (sw == 1 || isa != Isa::avx2);
             struct Phase {
                 int64_t taps = 0, first = -1, pad = 0, row = 0, head = 0, tail = 0;

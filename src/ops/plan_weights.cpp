@@ -267,17 +267,18 @@ bool kw_lanes_w_ok(const WeightsGeometry& g, int64_t min_stride = 2) {
 // RegNetY-400MF s4 s2 (8 channels a group, half the lanes) 1.28 / 1.13x,
 // ResNeXt-50 conv4 s2 1.09 / 1.10x; one 16 -> 16 group at 14x14 s2 on one
 // core (L2-resident): 130 -> 141 GFLOP/s. bf16 image pairs take kw lanes
-// only over group pairs (lane_pairs_ok): groups of 16 under a W stride
-// ran 0.90-1.12x their paired tiles (RegNetX-400MF s1-s4 s2, ResNeXt-50
-// conv4 s2, weight and ConvTranspose weight gradients, AMD Zen 4, 2
-// threads, mb 32, min of 5), and for few output channels (few_oc_lanes).
+// only for few output channels (few_oc_lanes) and over group pairs
+// (lane_pairs_ok): groups of 16 under a W stride ran 0.90-1.12x their
+// paired tiles (RegNetX-400MF s1-s4 s2, ResNeXt-50 conv4 s2, weight and
+// ConvTranspose weight gradients, AMD Zen 4, 2 threads, mb 32, min of 5).
 bool kw_lanes_ok(const Problem& p, const WeightsPlan& plan) {
     const bool few_oc = few_oc_lanes(p, plan.isa);  // any width of input channels, any W stride
+    const bool any_stride = few_oc || lane_pairs_ok(p, plan.isa);
     if (plan.isa < Isa::avx512_core || plan.blk.kind != WeightsKernelKind::gemm || plan.fold_kw > 1 ||
-        (plan.pairs && !few_oc && !lane_pairs_ok(p, plan.isa)))
+        (plan.pairs && !any_stride))
         return false;
     if (!few_oc && (p.icg > 16 || p.ocg > 16)) return false;
-    return kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo, few_oc || lane_pairs_ok(p, plan.isa) ? 1 : 2);
+    return kw_lanes_max_m(p.k[2]) >= 1 && kw_lanes_w_ok(plan.geo, any_stride ? 1 : 2);
 }
 
 // Few output channels a group over a vector or more of input channels
