@@ -797,7 +797,8 @@ TEST_CASE("weights: depthwise edges run the taps and kernel rows that read insid
 // on AVX-512 (a tile takes ICg / OCg of each pixel's channels), unless the
 // pixels of a row crowd one L1 set, which keep staging; kw windows and kw
 // lanes (groups of up to 16) read in place at any pitch, and from 256-byte
-// pixels their calls prefetch the next group's lines. Groups of 16 with a
+// pixels a whole number of lines long their calls prefetch the next group's
+// lines. Groups of 16 with a
 // W stride and with unit stride, an odd group count and channel tails
 // (ICg 12, OCg 20), ConvTranspose, NCX, every weights format, 1-4 threads.
 TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]") {
@@ -867,6 +868,23 @@ TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]
     for (int t : {1, 2, 3}) {
         tbb::task_arena arena(t);
         arena.execute([&] { check_exact(lanes); });
+    }
+    // Groups of 8 in pairs on kw lanes: 128 channels (512-byte pixels) take
+    // the group walk; 104 (416 bytes, not a whole number of lines: a pair's
+    // slice straddles two lines at odd pixels) the walk of the next chunk.
+    for (int64_t channels : {int64_t(128), int64_t(104)}) {
+        Case k = conv2d(channels, channels, {28, 28}, {3, 3});
+        k.mb = 2;
+        k.g = channels / 8;
+        k.pb = k.pe = {1, 1};
+        if (avx512) {
+            const std::string d = k.make("avx512_core").describe();
+            INFO(d);
+            CHECK(d.find(" staged ") == std::string::npos);
+            CHECK(d.find(" kw-lanes(group pairs) ") != std::string::npos);
+            CHECK((d.find(" prefetch next group") != std::string::npos) == (channels * 4 % 64 == 0));
+        }
+        check_exact(k);
     }
     // Groups of 32 (m x n tiles) at that pitch keep staging.
     const Case crowded = strided(1024, 14, 1);

@@ -1147,6 +1147,17 @@ bool prepad_src(const Problem& p, Isa isa) {
 // the walk of the whole next chunk, which it replaces, fetches lines no
 // faster than the kernels' own misses there (1 thread: 49 % of the peak
 // against 84 % with the data in L3).
+// Pixels that are not a whole number of lines apart take the walk of the
+// whole next chunk instead: a group's slice then straddles two lines at
+// some pixels, and the walk of the next group fell far behind it. AMD Zen
+// 4, 2 threads, mb 32, min of 5, f32, against the group walk: groups of 8
+// at 416 / 864 / 288 / 480-byte pitches (RegNetY-400MF s2 3x3, 27 and 9
+// groups at 28x28 and 56x56, 15 groups at 28x28) 1.39-1.62x, groups of 12
+// at 480 / 960 bytes 1.08-1.19x; 440 and 168 channels at 7x7 and 14x14,
+// whose data stays in L3, 0.98-1.01x. Prefetching both lines of each
+// straddling slice in the group walk ran 0.96-1.05x. Whole-line pitches
+// keep the group walk (RegNetX-400MF s3, ResNeXt-50 conv3 / conv4 3x3:
+// the chunk walk 0.77-0.90x).
 bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
     const WeightsGeometry& g = plan.geo;
     const WeightsBlocking& b = plan.blk;
@@ -1156,6 +1167,7 @@ bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
         return false;
     if (per * g.icg * es > 64 || per * g.ocg * es > 64) return false;
     if (p.ic() * es < Cost::group_prefetch_min_pitch || p.oc() * es < Cost::group_prefetch_min_pitch) return false;
+    if (p.ic() * es % 64 != 0 || p.oc() * es % 64 != 0) return false;
     const int64_t rows = plan.red.chunk_rows, groups = div_up(g.g, per);
     const int64_t src_steps = (rows * g.stride[1] + (g.k[1] - 1) * g.dil[1]) * g.in[2];
     const int64_t call_px = rows * g.out[2];
