@@ -1179,6 +1179,53 @@ TEST_CASE("data: lane groups with a partial vector prefetch diff_src for writing
         }
 }
 
+// Large f32 depthwise outputs under a W stride whose pixels are not whole
+// lines (72 channels: 288 bytes; RegNetY's 104 in groups of 8: 416)
+// cannot stream from the kernels, whose phases write every other pixel:
+// on AVX-512 an item computes its rows into scratch and streams them out
+// whole. Into an output 64-byte aligned, 16 and 4 bytes off (the plain
+// head and tail of the copy), on 1-3 threads, bit for bit as the
+// reference, nothing written past the tensor.
+TEST_CASE("data: depthwise rows that split lines are streamed out from scratch", "[jit][data]") {
+    if (!runs("avx512_core")) return;
+    struct Shape {
+        int64_t g, c, hw, k, mb;
+    };
+    for (const Shape& sh : {Shape{72, 72, 112, 5, 8}, Shape{13, 104, 112, 3, 6}}) {  // over 32 MiB together
+        DCase c;
+        c.mb = sh.mb;
+        c.g = sh.g;
+        c.ic = c.oc = sh.c;
+        c.in = {sh.hw, sh.hw};
+        c.k = {sh.k, sh.k};
+        c.s = {2, 2};
+        c.pb = c.pe = {sh.k / 2, sh.k / 2};
+        const auto ref = c.make("ref");
+        const auto dd = testutil::small_ints(data_type::f32, ref.input0_elems(), 23);
+        const auto w = testutil::small_ints(data_type::f32, ref.input1_elems(), 24);
+        const auto expect = testutil::run(ref, dd, w);
+        const size_t bytes = expect.bytes.size();
+        std::unique_ptr<uint8_t, decltype(&std::free)> out(
+                static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 128 + 63) / 64 * 64)), &std::free);
+        for (int t : {1, 2, 3}) {
+            tbb::task_arena arena(t);
+            arena.execute([&] {
+                const auto jit = c.make("avx512_core");
+                INFO(sh.c << " channels, " << t << " threads: " << jit.describe());
+                CHECK(jit.describe().find("row groups computed in scratch and streamed out") != std::string::npos);
+                for (size_t offset : {0, 16, 4}) {
+                    std::memset(out.get(), 0x7f, bytes + 128);
+                    jit.execute(dd.data(), w.data(), out.get() + offset);
+                    CHECK(std::memcmp(out.get() + offset, expect.data(), bytes) == 0);
+                    size_t past = 0;
+                    for (size_t i = offset + bytes; i < bytes + 128; ++i) past += out.get()[i] != 0x7f;
+                    CHECK(past == 0);
+                }
+            });
+        }
+    }
+}
+
 // A large output with few FMAs per byte (depthwise; 1x1 with a short
 // reduction) is written with streaming stores when its address is 64-byte
 // aligned, with ordinary stores otherwise; both equal the reference. On

@@ -49,6 +49,16 @@ __attribute__((target("avx512f"))) void stream_zeros_avx512(char* p, int64_t n) 
 __attribute__((target("avx2"))) void stream_zeros_avx2(char* p, int64_t n) {
     for (int64_t i = 0; i < n; i += 32) _mm256_stream_si256(reinterpret_cast<__m256i*>(p + i), _mm256_setzero_si256());
 }
+// n bytes from `from` to `to`: plain up to to's first line boundary and
+// after its last one, streaming stores between.
+__attribute__((target("avx512f"))) void stream_copy_avx512(char* to, const char* from, int64_t n) {
+    const int64_t head = std::min<int64_t>(n, (64 - reinterpret_cast<uintptr_t>(to) % 64) % 64);
+    std::memcpy(to, from, static_cast<size_t>(head));
+    int64_t i = head;
+    for (; i + 64 <= n; i += 64)
+        _mm512_stream_si512(reinterpret_cast<__m512i*>(to + i), _mm512_loadu_si512(from + i));
+    std::memcpy(to + i, from + i, static_cast<size_t>(n - i));
+}
 void zero_bytes(char* p, int64_t n, bool nt, Isa isa) {
     if (nt && reinterpret_cast<uintptr_t>(p) % 64 == 0 && n % 64 == 0) {
         if (isa >= Isa::avx512_core)
@@ -233,6 +243,7 @@ struct ThreadCtx {
     // dd_held: the window diff_dst holds (the next item of a row group may
     // read the same rows and channels: dense layers' channel blocks).
     ScratchLease dd_win, dst_win;
+    ScratchLease rows_out;  // stream_rows: the item's diff_src rows
     ItemWindow dd_held{0, -1};
     int64_t dd_row0 = 0, dst_row0 = 0;
     // Where the rows the kernels read and write lie: elements from one row
@@ -1082,12 +1093,15 @@ void JitDataExecutor::close_windows(char* dst, const ItemWindow& w, const Thread
 // ctx.acc between chunks).
 void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int threads) const {
     const int64_t nruns = plan_.cb_runs(), rows = plan_.rows, group = plan_.group_rows;
-    const int64_t seg_items = div_up(rows, group) * nruns;  // items of a segment
+    // stream_rows: an item runs all of its row group's channel blocks.
+    const int64_t item_runs = plan_.stream_rows ? nruns : 1, group_items = nruns / item_runs;
+    const int64_t seg_items = div_up(rows, group) * group_items;  // items of a segment
     const int64_t row_elems = dst_str_.h;
     DataThreadGrid grid = plan_.grid;
     grid.threads = threads;
     const int64_t nchunks = chunks();
     const bool nt = plan_.nt_store && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
+    const bool rows_nt = plan_.stream_rows;
     ItemQueue queue(grid.items, threads);
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
@@ -1110,30 +1124,36 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
             ctx.dd_win = ScratchLease(Scratch::data_dd_nxc, win_dd_bytes_);
             ctx.dst_win = ScratchLease(Scratch::data_dst_nxc, win_dst_bytes_);
         }
+        if (rows_nt) ctx.rows_out = ScratchLease(Scratch::data_dst_nxc, plan_.scratch.rows_out_bytes);
         const char* item_dd = plan_.ncx_windows ? ctx.dd_win.get() : dd;
-        char* item_dst = plan_.ncx_windows ? ctx.dst_win.get() : dst;
+        char* item_dst = plan_.ncx_windows ? ctx.dst_win.get() : rows_nt ? ctx.rows_out.get() : dst;
         for (int64_t i = 0; queue.next(t, i);) {
             const int64_t seg = i / seg_items, rest = i % seg_items;  // segment-major
-            const int64_t r0 = rest / nruns * group, r1 = std::min(rows, r0 + group);
-            const auto [cb0, cb1] = plan_.cb_run(rest % nruns);
-            ItemWindow w;
-            if (plan_.ncx_windows) {
-                w = item_window(r0, r1, seg, cb0, cb1);
-                open_windows(dd, w, ctx);
+            const int64_t r0 = rest / group_items * group, r1 = std::min(rows, r0 + group);
+            if (rows_nt) ctx.dst_row0 = r0;
+            for (int64_t run = rest % group_items * item_runs; run < (rest % group_items + 1) * item_runs; ++run) {
+                const auto [cb0, cb1] = plan_.cb_run(run);
+                ItemWindow w;
+                if (plan_.ncx_windows) {
+                    w = item_window(r0, r1, seg, cb0, cb1);
+                    open_windows(dd, w, ctx);
+                }
+                if (plan_.row_blocks) {
+                    row_block_item(item_dd, wp, item_dst, rest / group_items, cb0, cb1 - cb0, ctx);
+                } else {
+                    const DataKernelArgs rep = rep_steps(cb1 - cb0);  // once an item: rows of a few pixels add up
+                    for (int64_t ch = 0; ch < nchunks; ++ch)
+                        for (int64_t row = r0; row < r1; ++row) {
+                            float* acc_row = ctx.acc.get() ? ctx.acc.floats() + (row - r0) * row_elems : nullptr;
+                            direct_item(item_dd, wp, item_dst, row, seg, cb0, rep, ch, acc_row, ctx);
+                        }
+                }
+                if (plan_.ncx_windows) close_windows(dst, w, ctx);
             }
-            if (plan_.row_blocks) {
-                row_block_item(item_dd, wp, item_dst, rest / nruns, cb0, cb1 - cb0, ctx);
-            } else {
-                const DataKernelArgs rep = rep_steps(cb1 - cb0);  // once an item: rows of a few pixels add up
-                for (int64_t ch = 0; ch < nchunks; ++ch)
-                    for (int64_t row = r0; row < r1; ++row) {
-                        float* acc_row = ctx.acc.get() ? ctx.acc.floats() + (row - r0) * row_elems : nullptr;
-                        direct_item(item_dd, wp, item_dst, row, seg, cb0, rep, ch, acc_row, ctx);
-                    }
-            }
-            if (plan_.ncx_windows) close_windows(dst, w, ctx);
+            if (rows_nt)
+                stream_copy_avx512(dst + r0 * row_elems * es_, ctx.rows_out.get(), (r1 - r0) * row_elems * es_);
         }
-        if (nt || plan_.window_nt) _mm_sfence();  // streaming stores visible before the join
+        if (nt || plan_.window_nt || rows_nt) _mm_sfence();  // streaming stores visible before the join
     });
 }
 

@@ -135,6 +135,8 @@ constexpr double kStreamingFlopsPerByte = 256.0;
 // 0.93-0.96x). AVX-512 keeps the Zen 5's rule, against which these layers
 // measured the other way.
 constexpr double kDwCachedBytesAvx2 = 8 << 20;
+// stream_rows: a thread's copy of its row group's diff_src rows at most this big.
+constexpr int64_t kStreamRowsMaxBytes = 512 << 10;
 constexpr int64_t kColBufferBytes = 32 * 1024;  // column chunk kept in L1
 // 16-bit col plans widen a chunk's diff_dst once for all lane blocks from
 // this many (DataPlan::col_widened). Against widening in each lane block's
@@ -1240,6 +1242,25 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // Zen 4, one thread, RegNetY 104 channels in groups of 8: 1.35x with
     // stride 2, 1.13x without).
     pl->pf_store = big && pl->path == DataPath::depthwise && !pl->ncx_windows;  // (windows: in cache)
+    // Where the kernels' stores leave lines in parts, f32 depthwise row
+    // groups are computed into scratch and streamed out whole
+    // (DataPlan::stream_rows): every line of diff_src is then written once,
+    // without its read for ownership. AMD Zen 4, 2 threads, mb 32, min of 7,
+    // against the prefetched plain stores: 3x3 / 5x5 s2 on 40-120 channels
+    // at 288-480-byte pixels (MobileNetV3 dw5x5_s2 1.50x) 1.50-1.76x,
+    // RegNetY-400MF s2 3x3 s2 (lane groups of 8, 416 bytes) 1.11-1.21x;
+    // 16-bit outputs 0.92-1.07x, direct (dense and grouped) plans
+    // 0.83-1.04x and a 3D layer with a D stride (6 channels) 0.96x, so not
+    // those.
+    const int64_t rows_out = pl->group_rows * pl->geo.in[2] * p.ic() * es;  // (geometry rows: 1x1 planes merged)
+    pl->stream_rows = big && !pl->nt_store && !whole_lines && !strided_dw_cached && p.nxc && !pl->ncx_windows &&
+                      !pl->row_blocks && pl->segments == 1 && pl->isa >= Isa::avx512_core &&
+                      pl->path == DataPath::depthwise && p.dt == data_type::f32 && p.stride[0] == 1 &&
+                      rows_out <= kStreamRowsMaxBytes;
+    if (pl->stream_rows) {
+        pl->scratch.rows_out_bytes = rows_out;
+        pl->grid.items = div_up(pl->rows, pl->group_rows);
+    }
     pl->window_nt = (pl->ncx_windows || (!p.nxc && pl->path == DataPath::col)) && out_bytes >= kStreamingOutputBytes;
     // Rows read in place come from DRAM where the tensors exceed L3: the
     // blocks prefetch the row the next diff_src row reads first (AMD Zen 5,
@@ -1390,7 +1411,10 @@ std::string DataPlan::to_string() const {
                : window_nt   ? ", NCX rows through NXC windows (streamed back)"
                              : ", NCX rows through NXC windows")
            << (window_pad ? " of pixels +" + std::to_string(window_pad) + " bytes" : std::string())
-           << (nt_store ? ", streaming stores\n" : pf_store ? ", diff_src lines prefetched for writing\n" : "\n")
+           << (nt_store      ? ", streaming stores\n"
+                : stream_rows ? ", row groups computed in scratch and streamed out\n"
+                : pf_store    ? ", diff_src lines prefetched for writing\n"
+                              : "\n")
            << (direct_row_taps ? "          for valid (kd, kh) row: " : "          for valid tap (kd, kh, kw): ")
            << body_text() << "\n";
         std::istringstream lines(nest.str());

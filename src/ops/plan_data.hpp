@@ -102,6 +102,7 @@ struct DataScratch {
     int64_t acc_floats = 0;     // per thread: f32 partial sums of a row between oc chunks
     int64_t cvt_floats = 0;     // per thread: widened diff_dst of one kernel entry
     int64_t col_rows_floats = 0;  // per thread, col path with a 16-bit output: f32 image rows
+    int64_t rows_out_bytes = 0;   // per thread, stream_rows: a row group's diff_src rows
     // per thread, NCX windows: the largest item's diff_dst and diff_src rows
     // (set with the plan, so a cached plan does not walk the items again)
     int64_t window_dd_rows = 0, window_dst_rows = 0;
@@ -198,6 +199,11 @@ struct DataPlan {
     // Kernels without streaming stores prefetch each block's diff_src lines
     // for writing (DataStore::prefetched).
     bool pf_store = false;
+    // Large f32 NXC depthwise outputs whose kernels cannot stream whole
+    // lines (see make_data_plan): an item is a row group with all its channel blocks,
+    // computed into a per-thread copy of its rows (scratch.rows_out_bytes)
+    // and then streamed to diff_src, one contiguous run of whole lines.
+    bool stream_rows = false;
     // NCX depthwise and direct plans (one image a row): no whole-tensor
     // transposes; each item transposes the diff_dst rows it reads, for its
     // channels (a direct plan: its groups' output channels, every one when

@@ -19,7 +19,7 @@ enum class Scratch {
     // exec_data.cpp
     data_wpack,     // packed W
     data_dd_nxc,    // NCX diff_dst transposed
-    data_dst_nxc,   // diff_src in NXC before its transpose
+    data_dst_nxc,   // diff_src in NXC before its transpose; stream_rows: an item's rows
     data_rows,      // padded diff_dst rows / row-block slabs
     data_acc,       // f32 partial rows between oc chunks
     data_cvt,       // widened operands
