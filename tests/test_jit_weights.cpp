@@ -797,10 +797,10 @@ TEST_CASE("weights: depthwise edges run the taps and kernel rows that read insid
 // on AVX-512 (a tile takes ICg / OCg of each pixel's channels), unless the
 // pixels of a row crowd one L1 set, which keep staging; kw windows and kw
 // lanes (groups of up to 16) read in place at any pitch, and from 256-byte
-// pixels a whole number of lines long their calls prefetch the next group's
-// lines. Groups of 16 with a
-// W stride and with unit stride, an odd group count and channel tails
-// (ICg 12, OCg 20), ConvTranspose, NCX, every weights format, 1-4 threads.
+// pixels a whole number of lines long their calls prefetch the next
+// group's lines. Groups of 16 with a W stride and with unit stride, an odd
+// group count and channel tails (ICg 12, OCg 20), ConvTranspose, NCX,
+// every weights format, 1-4 threads.
 TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]") {
     const bool avx512 = convgrad::max_isa() != "avx2";
     std::vector<Case> cs;

@@ -1247,7 +1247,7 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
     // (DataPlan::stream_rows): every line of diff_src is then written once,
     // without its read for ownership. AMD Zen 4, 2 threads, mb 32, min of 7,
     // against the prefetched plain stores: 3x3 / 5x5 s2 on 40-120 channels
-    // at 288-480-byte pixels (MobileNetV3 dw5x5_s2 1.50x) 1.50-1.76x,
+    // at 160-480-byte pixels (MobileNetV3 dw5x5_s2 1.50x) 1.50-1.76x,
     // RegNetY-400MF s2 3x3 s2 (lane groups of 8, 416 bytes) 1.11-1.21x;
     // 16-bit outputs 0.92-1.07x, direct (dense and grouped) plans
     // 0.83-1.04x and a 3D layer with a D stride (6 channels) 0.96x, so not

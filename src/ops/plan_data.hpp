@@ -200,9 +200,10 @@ struct DataPlan {
     // for writing (DataStore::prefetched).
     bool pf_store = false;
     // Large f32 NXC depthwise outputs whose kernels cannot stream whole
-    // lines (see make_data_plan): an item is a row group with all its channel blocks,
-    // computed into a per-thread copy of its rows (scratch.rows_out_bytes)
-    // and then streamed to diff_src, one contiguous run of whole lines.
+    // lines (see make_data_plan): an item is a row group with all its
+    // channel blocks, computed into a per-thread copy of its rows
+    // (scratch.rows_out_bytes) and then streamed to diff_src, one
+    // contiguous run of whole lines.
     bool stream_rows = false;
     // NCX depthwise and direct plans (one image a row): no whole-tensor
     // transposes; each item transposes the diff_dst rows it reads, for its

@@ -173,8 +173,9 @@ WeightsPlan::KwPhase kw_phase(const WeightsGeometry& g, int64_t r) {
 // widened by the stager, or bf16 image pairs at unit W stride), and W
 // edges the kernel compiles in: per phase its first pixel's tap-0 output
 // pixel inside the row and OW >= T - 1, so that no pixel lacks taps at
-// both ends (head and tail apart). Each phase splits the channels into its own tiles (a phase of
-// fewer taps fits more). Against per-tap tiles, AMD Zen 5, 2 threads, min
+// both ends (head and tail apart). Each phase splits the channels into
+// its own tiles (a phase of fewer taps fits more). Against per-tap tiles,
+// AMD Zen 5, 2 threads, min
 // of 5, every changed layer of the shape sets, f32 and f16, unit stride:
 // 1.15-2.27x (geomean 1.44x; ResNeXt-50 conv4 1.17x, RegNetX s3 / s4 1.28 /
 // 1.33x, RegNetY s4 1.54x); AVX2 8-channel groups 1.09-1.85x. W stride 2,
