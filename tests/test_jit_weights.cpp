@@ -886,6 +886,21 @@ TEST_CASE("weights: grouped layers read their tensors in place", "[jit][weights]
         }
         check_exact(k);
     }
+    // Pairs of groups of 8 at 3x3 s2 (128 channels, 28 -> 14): a pair's three
+    // calls step over fewer pixels than the next pair's walk has lines, so
+    // each step prefetches three of them (1-3 threads, two chunks).
+    Case walk3 = strided(128, 28, 2);
+    walk3.g = 16;
+    if (avx512) {
+        const std::string d = walk3.make("avx512_core").describe();
+        INFO(d);
+        CHECK(d.find(" kw-lanes(group pairs) ") != std::string::npos);
+        CHECK(d.find(" prefetch next group (3 lines/px)") != std::string::npos);
+    }
+    for (int t : {1, 2, 3}) {
+        tbb::task_arena arena(t);
+        arena.execute([&] { check_exact(walk3); });
+    }
     // Groups of 32 (m x n tiles) at that pitch keep staging.
     const Case crowded = strided(1024, 14, 1);
     if (avx512) CHECK(crowded.make("avx512_core").describe().find(" staged ") != std::string::npos);

@@ -69,6 +69,7 @@ std::string weights_kernel_name(const WeightsKernelDesc& d) {
     if (d.in_dt) os << '_' << dtype_name(static_cast<data_type>(d.in_dt));
     if (d.stage) os << "_s" << int(d.stage);
     if (d.pf_lines != 1) os << "_pf" << int(d.pf_lines);
+    if (d.pf_steps > 1) os << "_walk" << int(d.pf_steps);
     if (d.edges) os << "_e";
     if (d.la_dst) os << "_la" << d.la_src << '_' << d.la_dst << 'h' << std::max<int>(1, d.h_stride);
     if (d.ic_loop) os << "_icl";
@@ -371,6 +372,14 @@ void WeightsSkeleton::prefetch_pixels(int count) {
         return;
     }
     for (int p = 0; p < count; ++p) {
+        if (desc_.pf_steps > 1 && !dw() && !desc_.ic_loop) {  // (2 or 3: the steps by scaled index)
+            prefetcht1(ptr[reg_prefetch_]);
+            prefetcht1(ptr[reg_prefetch_ + reg_prefetch_step_]);
+            if (desc_.pf_steps > 2) prefetcht1(ptr[reg_prefetch_ + reg_prefetch_step_ * 2]);
+            lea(reg_prefetch_, ptr[reg_prefetch_ + reg_prefetch_step_ * 2]);
+            if (desc_.pf_steps > 2) add(reg_prefetch_, reg_prefetch_step_);
+            continue;
+        }
         for (int line = 0; line < desc_.pf_lines; ++line) prefetcht1(ptr[reg_prefetch_ + 64 * line]);
         add(reg_prefetch_, reg_prefetch_step_);
         if (dw() || desc_.ic_loop) {  // the walk's last step: on to the next walk

@@ -302,7 +302,11 @@ struct WeightsKernelDesc {
     // takes all the taps of a 1-channel 3x3x3 layer: per pixel one
     // diff_dst vector for 27 FMAs, instead of nine passes of three.
     uint8_t kd = 1;
-    uint8_t unused = 0;  // (explicit, so the key has no padding)
+    // gemm: 2 or 3 = each pixel step prefetches that many steps of the
+    // walk, a line at prefetch + k * prefetch_step for each, then advances
+    // past them (pf_lines 1: a strided walk of one line a pixel with more
+    // lines than the calls take steps, WeightsPlan::pf_steps); else 0.
+    uint8_t pf_steps = 0;
     int32_t plane_disp = 0;
 };
 static_assert(sizeof(WeightsKernelDesc) == 56, "WeightsKernelDesc must have no padding");

@@ -371,7 +371,7 @@ bool lane_pairs_ok(const Problem& p, Isa isa) {
 // share sets, and the staging pass costs more than the conflicts. Against
 // staging (AMD Zen 5, min of 5, 2 / 1 threads, f32): ResNeXt-50 conv4 3x3
 // (2 KiB pitch) 1.17 / 1.20x, conv3 3x3 s2 (lane pairs) 1.14 / 1.24x, conv4
-// 3x3 s2 1.01 / 0.92x, 1.15-1.18x with group_prefetch_ok. Long 1D rows
+// 3x3 s2 1.01 / 0.92x, 1.15-1.18x with group_prefetch_steps. Long 1D rows
 // keep their staged segments (8 groups of 16 at 30000 samples in place:
 // 0.36x).
 bool lane_tiles_in_place(const Problem& p, const WeightsPlan& plan) {
@@ -1159,20 +1159,34 @@ bool prepad_src(const Problem& p, Isa isa) {
 // straddling slice in the group walk ran 0.96-1.05x. Whole-line pitches
 // keep the group walk (RegNetX-400MF s3, ResNeXt-50 conv3 / conv4 3x3:
 // the chunk walk 0.77-0.90x).
-bool group_prefetch_ok(const WeightsPlan& plan, const Problem& p) {
+// Returns the walk's lines a pixel step (WeightsPlan::pf_steps), 0 for no
+// group walk. Where a group's calls have fewer pixel steps than the walk
+// has lines (ResNeXt-50 conv3 3x3 s2 and RegNetY-400MF s3 3x3 s2: 56 / 28-
+// pixel input rows, twice the output rows, three calls a pair), each step
+// prefetches 2 or 3 lines of it, as few as let every walk (src, then
+// diff_dst) start in a call of its own, a call taking its steps from one
+// walk. Against the walk of the next chunk they had, AMD Zen 4, f32, min of
+// 5: 1.32 / 1.02x at mb 32 and 2 threads (RegNetY s3 / ResNeXt conv3),
+// 1.20 / 1.07x at 1 thread, 1.29 / 1.10x at mb 64, 1.02 / 1.44x at mb 4 and
+// 1 thread (data in L3).
+int group_prefetch_steps(const WeightsPlan& plan, const Problem& p) {
     const WeightsGeometry& g = plan.geo;
     const WeightsBlocking& b = plan.blk;
     const int64_t per = plan.lane_pairs ? 2 : 1, es = static_cast<int64_t>(dtype_size(p.dt));
     if (plan.staged || p.g < 2 || b.kind != WeightsKernelKind::gemm || !(plan.kw_lanes || plan.kw_phases > 0) ||
         plan.windows() || plan.ncx_rows || plan.prepad || g.merged || g.segs_per_row > 1 || g.k[0] > 1 || g.out[0] > 1)
-        return false;
-    if (per * g.icg * es > 64 || per * g.ocg * es > 64) return false;
-    if (p.ic() * es < Cost::group_prefetch_min_pitch || p.oc() * es < Cost::group_prefetch_min_pitch) return false;
-    if (p.ic() * es % 64 != 0 || p.oc() * es % 64 != 0) return false;
+        return 0;
+    if (per * g.icg * es > 64 || per * g.ocg * es > 64) return 0;
+    if (p.ic() * es < Cost::group_prefetch_min_pitch || p.oc() * es < Cost::group_prefetch_min_pitch) return 0;
+    if (p.ic() * es % 64 != 0 || p.oc() * es % 64 != 0) return 0;
     const int64_t rows = plan.red.chunk_rows, groups = div_up(g.g, per);
     const int64_t src_steps = (rows * g.stride[1] + (g.k[1] - 1) * g.dil[1]) * g.in[2];
-    const int64_t call_px = rows * g.out[2];
-    return src_steps + call_px <= b.tiles / groups * call_px;
+    const int64_t call_px = rows * g.out[2], steps = b.tiles / groups * call_px;
+    if (src_steps + call_px <= steps) return 1;
+    const int64_t calls = b.tiles / groups;  // a group's calls, each taking its steps from one walk
+    for (int n = 2; n <= Cost::group_walk_max_steps; ++n)
+        if (div_up(src_steps, n * call_px) + div_up(call_px, n * call_px) <= calls) return n;
+    return 0;
 }
 
 // Streamed depthwise passes (WeightsPlan::dw_stream). A chunk holds every
@@ -1384,6 +1398,7 @@ WeightsKernelDesc WeightsPlan::desc(int m, int n, int tail_lanes, int64_t tap_di
     }
     d.stage = u8(stage, "stage");
     d.pf_lines = u8(pf_lines, "pf_lines");
+    d.pf_steps = pf_steps > 1 && blk.kind == WeightsKernelKind::gemm ? u8(pf_steps, "pf_steps") : 0;
     if (dw_stream && d.row_px) {
         const auto [la_src, la_dst] = dw_stream_ahead(*this, kh);
         d.la_src = static_cast<int32_t>(la_src);
@@ -1491,7 +1506,9 @@ void finish_plan(WeightsPlan& plan, const Problem& p, int nthreads) {
         r.chunk_bytes = chunk_bytes(plan, p);
     }
     plan.pf_lines = plan.dw_stream ? 0 : plan_prefetch_lines(plan, p);
-    plan.group_prefetch = group_prefetch_ok(plan, p);
+    const int group_steps = group_prefetch_steps(plan, p);
+    plan.group_prefetch = group_steps > 0;
+    plan.pf_steps = std::max(1, group_steps);
     if (plan.group_prefetch) plan.pf_lines = 1;
 }
 
@@ -1878,7 +1895,9 @@ std::string WeightsPlan::to_string() const {
        << (pf_lines > 1 ? " prefetch " + std::to_string(pf_lines) + " lines/px" : std::string())
        << (dw_stream ? " streamed (prefetch " + std::to_string(Cost::dw_stream_rows_ahead) + " rows ahead)"
                      : std::string())
-       << (group_prefetch ? " prefetch next group" : "")
+       << (!group_prefetch  ? ""
+           : pf_steps > 1   ? " prefetch next group (" + std::to_string(pf_steps) + " lines/px)"
+                            : " prefetch next group")
        << " est=" << static_cast<int64_t>(blk.cycles_per_pixel + 0.5) << "cyc/px\n";
     os << "  parallel slice<" << red.slices << " (" << grid.slice_threads << " thr)";
     os << " x tile<" << blk.tiles << " (" << grid.tile_threads << " thr):\n";

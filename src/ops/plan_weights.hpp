@@ -137,6 +137,9 @@ struct WeightsPlan {
     // lines of the chunk (src and diff_dst rows, one line a pixel; after the
     // thread's last group, the next chunk's first), not the next chunk.
     bool group_prefetch = false;
+    // ... at this many lines a pixel step (WeightsKernelDesc::pf_steps; 1:
+    // one): the walk has more lines than the group's calls take steps.
+    int pf_steps = 1;
     // Depthwise whole rows whose chunk calls would be short (dw_stream_ok
     // in plan_weights.cpp): one chunk per slice, so each channel tile's call
     // streams the slice's rows, prefetching (prefetcht0) the rows it reads
@@ -418,7 +421,8 @@ struct WeightsCostModel {
     static constexpr double stage_budget_max = 8 << 20;
     static constexpr int64_t lane_in_place_max_w = 256;  // see lane_tiles_in_place
     static constexpr int64_t few_oc_max = 8;              // output channels a group for kw lanes (few_oc_lanes)
-    static constexpr int64_t group_prefetch_min_pitch = 256;  // bytes a pixel, see group_prefetch_ok
+    static constexpr int64_t group_prefetch_min_pitch = 256;  // bytes a pixel, see group_prefetch_steps
+    static constexpr int group_walk_max_steps = 3;  // walk lines a kernel pixel step (a scaled index reaches 2)
     // Blocked chunks: bytes of one oc tile's diff_dst slice plus one ic
     // tile's src slice (a fraction of L1d: the flushes and the next slice
     // come through too).
