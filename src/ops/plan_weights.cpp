@@ -1181,11 +1181,12 @@ int group_prefetch_steps(const WeightsPlan& plan, const Problem& p) {
     if (p.ic() * es % 64 != 0 || p.oc() * es % 64 != 0) return 0;
     const int64_t rows = plan.red.chunk_rows, groups = div_up(g.g, per);
     const int64_t src_steps = (rows * g.stride[1] + (g.k[1] - 1) * g.dil[1]) * g.in[2];
-    const int64_t call_px = rows * g.out[2], steps = b.tiles / groups * call_px;
-    if (src_steps + call_px <= steps) return 1;
-    const int64_t calls = b.tiles / groups;  // a group's calls, each taking its steps from one walk
+    const int64_t call_px = rows * g.out[2], calls = b.tiles / groups;  // a group's calls
+    if (src_steps + call_px <= calls * call_px) return 1;
+    // A call takes its steps from one walk: the src walk's calls, then one
+    // for diff_dst (call_px lines).
     for (int n = 2; n <= Cost::group_walk_max_steps; ++n)
-        if (div_up(src_steps, n * call_px) + div_up(call_px, n * call_px) <= calls) return n;
+        if (div_up(src_steps, n * call_px) + 1 <= calls) return n;
     return 0;
 }
 
