@@ -89,6 +89,19 @@ void check_reals(const Case& c) {
     }
 }
 
+// Exact in every type on every ISA, f32 exact and reals on the f32 ISAs,
+// 1-4 threads bitwise alike (with_bf16: on the bf16 ISA too).
+void check_every_type(const Case& base, bool with_bf16) {
+    for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
+        Case t = base;
+        t.dt = dt;
+        check_exact_any_type(t);
+    }
+    check_exact(base);
+    check_reals(base);
+    wtest::check_thread_counts(wtest::split_size(base), with_bf16);
+}
+
 }  // namespace
 
 TEST_CASE("weights: channel block boundaries", "[jit][weights]") {
@@ -1365,14 +1378,7 @@ TEST_CASE("weights: depthwise whole rows compile their W edges in", "[jit][weigh
             INFO(label(base, "avx512_core") << "\n" << d);
             CHECK((d.find(" whole-rows") != std::string::npos) == (expect == whole));
         }
-        for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
-            Case t = base;
-            t.dt = dt;
-            check_exact_any_type(t);
-        }
-        check_exact(base);
-        check_reals(base);
-        wtest::check_thread_counts(wtest::split_size(base), false);
+        check_every_type(base, false);
     }
 }
 
@@ -1772,6 +1778,57 @@ TEST_CASE("weights: depthwise on 2 KiB-multiple pixels reads windows of wider pi
     }
 }
 
+namespace {
+// A depthwise 2D/1D/3D case of `ch` channels with pads `pad` on both sides.
+Case padded_dw(int64_t ch, dims in, dims k, dims pad) {
+    Case c = conv2d(ch, ch, std::move(in), std::move(k));
+    c.g = ch;
+    c.pb = c.pe = std::move(pad);
+    return c;
+}
+}  // namespace
+
+TEST_CASE("weights: depthwise channel tiles of a call run in one kernel call", "[jit][weights]") {
+    // A tile's consecutive channel tiles share its row list: one call runs
+    // them, stepping src, diff_dst and diff_weights a tile's channels on
+    // (WeightsPlan::dw_channel_runs); the last channel tile runs on its own
+    // kernel. Whole rows, pixel windows, row blocks (threads split the
+    // tiles: runs end where a thread's tiles do), streamed passes, lane
+    // groups, NCX windows, channel tails, one image; every type and ISA,
+    // 1-4 threads bitwise alike. A single channel tile has no run.
+    std::vector<Case> cases;
+    cases.push_back(padded_dw(88, {9, 9}, {3, 3}, {1, 1}));     // whole rows, a tail tile
+    cases.push_back(padded_dw(160, {3, 70}, {3, 3}, {1, 1}));   // rows past 64 pixels: windows
+    cases.push_back(padded_dw(512, {14, 14}, {3, 3}, {1, 1}));  // row blocks; threads split the tiles
+    cases.push_back(padded_dw(963, {7, 7}, {3, 3}, {1, 1}));    // streamed passes
+    Case c = padded_dw(80, {11, 10}, {5, 5}, {2, 2});           // NCX windows, H stride 2
+    c.nxc = false;
+    c.wfmt = "OIX";
+    c.s = {2, 1};
+    cases.push_back(c);
+    c = conv2d(96, 96, {8, 8}, {3, 3});  // lane groups of 4
+    c.g = 24;
+    c.pb = c.pe = {1, 1};
+    cases.push_back(c);
+    c = padded_dw(256, {12, 12}, {3, 3}, {1, 1});  // one image
+    c.mb = 1;
+    cases.push_back(c);
+    const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;
+    for (const Case& base : cases) {
+        for (const std::string& isa : jit_isas(false)) {
+            if (isa != "avx2" && !avx512) continue;
+            const std::string d = base.make(isa).describe();
+            INFO(label(base, isa) << "\n" << d);
+            CHECK(d.find(" depthwise ") != std::string::npos);
+            CHECK(d.find(" (one call):") != std::string::npos);
+        }
+        check_every_type(base, true);
+    }
+    const Case one = padded_dw(16, {7, 7}, {3, 3}, {1, 1});  // one channel tile (of 16 lanes)
+    if (avx512) CHECK(one.make("avx512_core").describe().find(" (one call)") == std::string::npos);
+    check_exact(one);
+}
+
 TEST_CASE("weights: depthwise streamed passes prefetch their own rows ahead", "[jit][weights]") {
     // Whole rows at high channel counts on small planes (WeightsPlan::
     // dw_stream): a chunk per slice, each tile's call over all of its rows,
@@ -1780,36 +1837,30 @@ TEST_CASE("weights: depthwise streamed passes prefetch their own rows ahead", "[
     // 5x5 and 7x3 kernels, asymmetric pads, H dilation, H stride 2, 1D,
     // rows of 32 pixels and more (their interior columns a loop), W stride
     // 2; all three types on every ISA, 1-4 threads bitwise alike.
-    auto dw = [](int64_t ch, dims in, dims k, dims pad) {
-        Case c = conv2d(ch, ch, std::move(in), std::move(k));
-        c.g = ch;
-        c.pb = c.pe = std::move(pad);
-        return c;
-    };
     std::vector<std::pair<Case, bool>> cases;  // streamed in f32 on avx512_core
-    cases.push_back({dw(963, {7, 7}, {3, 3}, {1, 1}), true});
-    cases.push_back({dw(970, {7, 7}, {5, 5}, {2, 2}), true});
-    Case c = dw(960, {8, 7}, {3, 3}, {1, 1});  // one-sided H pad: 7 output rows
+    cases.push_back({padded_dw(963, {7, 7}, {3, 3}, {1, 1}), true});
+    cases.push_back({padded_dw(970, {7, 7}, {5, 5}, {2, 2}), true});
+    Case c = padded_dw(960, {8, 7}, {3, 3}, {1, 1});  // one-sided H pad: 7 output rows
     c.pe = {0, 1};
     cases.push_back({c, true});
-    c = dw(960, {9, 7}, {3, 3}, {2, 1});  // H dilation 2
+    c = padded_dw(960, {9, 7}, {3, 3}, {2, 1});  // H dilation 2
     c.d = {2, 1};
     cases.push_back({c, true});
-    c = dw(960, {9, 7}, {7, 3}, {2, 1});  // 7 kernel rows, 3 taps
+    c = padded_dw(960, {9, 7}, {7, 3}, {2, 1});  // 7 kernel rows, 3 taps
     cases.push_back({c, true});
-    c = dw(960, {7}, {3}, {1});  // 1D: rows are images (one thread: a slice; see kSerialMaxBytes)
+    c = padded_dw(960, {7}, {3}, {1});  // 1D: rows are images (one thread: a slice; see kSerialMaxBytes)
     c.mb = 6;
     cases.push_back({c, true});
-    c = dw(1000, {33, 33}, {3, 3}, {1, 1});  // 33-pixel rows
+    c = padded_dw(1000, {33, 33}, {3, 3}, {1, 1});  // 33-pixel rows
     c.mb = 1;
     cases.push_back({c, true});
-    c = dw(960, {7, 13}, {3, 3}, {1, 1});  // W stride 2 (whole rows where they stream)
+    c = padded_dw(960, {7, 13}, {3, 3}, {1, 1});  // W stride 2 (whole rows where they stream)
     c.s = {1, 2};
     cases.push_back({c, true});
-    c = dw(672, {14, 13}, {5, 5}, {2, 2});  // H and W stride 2: two new src rows an output row
+    c = padded_dw(672, {14, 13}, {5, 5}, {2, 2});  // H and W stride 2: two new src rows an output row
     c.s = {2, 2};
     cases.push_back({c, true});
-    c = dw(384, {14, 14}, {3, 3}, {1, 1});  // 84-pixel calls: chunks
+    c = padded_dw(384, {14, 14}, {3, 3}, {1, 1});  // 84-pixel calls: chunks
     c.mb = 4;
     cases.push_back({c, false});
     const bool avx512 = convgrad::detail::cpu_isa() >= convgrad::detail::Isa::avx512_core;

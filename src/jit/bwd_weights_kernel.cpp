@@ -153,8 +153,9 @@ void WeightsSkeleton::generate() {
         throw error("JIT kernel " + name() + ": whole rows need a depthwise kernel without pairs, groups or windows");
     if (desc_.row_block > 1 && (!desc_.row_px || desc_.row_disp <= 0 || desc_.dst_row_disp <= 0))
         throw error("JIT kernel " + name() + ": row blocks need whole rows and both row displacements");
-    if (desc_.ic_loop && (dw() || desc_.stage || desc_.kw_win || desc_.edges || desc_.row_px))
-        throw error("JIT kernel " + name() + ": ic tile loops need a gemm kernel without copies or windows");
+    if (desc_.ic_loop && (desc_.stage || desc_.kw_win || (!dw() && (desc_.edges || desc_.row_px))))
+        throw error("JIT kernel " + name() + ": ic tile loops need a depthwise kernel, or a gemm kernel without "
+                    "copies or windows");
     if (store16() && (!vec_.avx512() || dw() || desc_.kw_lanes || desc_.ic_loop ||
                       (desc_.store_dt != static_cast<uint8_t>(data_type::bf16) &&
                        desc_.store_dt != static_cast<uint8_t>(data_type::f16))))
@@ -187,8 +188,9 @@ void WeightsSkeleton::generate() {
         kmovw(Xbyak::util::k2, reg_scratch_.cvt32());
     }
     Xbyak::Label tile;
-    if (desc_.ic_loop) {  // the tile's src, diff_weights and tiles left live in the red zone
+    if (desc_.ic_loop) {  // the tile's src (diff_dst), diff_weights and tiles left live in the red zone
         for (const auto& [slot, field] : {std::pair{kIcSrc, offsetof(WeightsKernelArgs, src)},
+                                         std::pair{kIcDst, offsetof(WeightsKernelArgs, diff_dst)},
                                          std::pair{kIcWeights, offsetof(WeightsKernelArgs, diff_weights)},
                                          std::pair{kIcLeft, offsetof(WeightsKernelArgs, ic_tiles)}}) {
             mov(reg_scratch_, qword[reg_args_ + field]);
@@ -211,6 +213,7 @@ void WeightsSkeleton::generate() {
     if (desc_.ic_loop) {
         mov(reg_scratch_, qword[reg_args_ + offsetof(WeightsKernelArgs, src_tile_step)]);
         add(qword[rsp + kIcSrc], reg_scratch_);
+        if (dw()) add(qword[rsp + kIcDst], reg_scratch_);  // (channel tiles: the same step in both)
         mov(reg_scratch_, qword[reg_args_ + offsetof(WeightsKernelArgs, wei_tile_step)]);
         add(qword[rsp + kIcWeights], reg_scratch_);
         dec(qword[rsp + kIcLeft]);
@@ -249,7 +252,7 @@ void WeightsSkeleton::load_args() {
     mov(reg_nrows_, field(offsetof(WeightsKernelArgs, nrows)));
     mov(reg_src_step_, field(offsetof(WeightsKernelArgs, src_step)));
     mov(reg_dst_step_, field(offsetof(WeightsKernelArgs, dst_step)));
-    if (dw()) {
+    if (dw() && !desc_.ic_loop) {
         mov(reg_dst_pair_, field(offsetof(WeightsKernelArgs, prefetch_walks)));
         next_walk();
     } else if (!desc_.ic_loop) {  // ic loops: loaded once, the tiles prefetch on
@@ -277,7 +280,8 @@ void WeightsSkeleton::row_loop() {
     L(row);
     mov(reg_src_, desc_.ic_loop ? qword[rsp + kIcSrc] : qword[reg_args_ + offsetof(WeightsKernelArgs, src)]);
     add(reg_src_, qword[reg_row_ + offsetof(WeightsRow, src_offset)]);
-    mov(reg_dst_, qword[reg_args_ + offsetof(WeightsKernelArgs, diff_dst)]);
+    mov(reg_dst_, desc_.ic_loop && dw() ? qword[rsp + kIcDst]
+                                        : qword[reg_args_ + offsetof(WeightsKernelArgs, diff_dst)]);
     add(reg_dst_, qword[reg_row_ + offsetof(WeightsRow, dst_offset)]);
     if (!desc_.row_px) mov(reg_npix_, qword[reg_row_ + offsetof(WeightsRow, pixels)]);
     row_prologue();

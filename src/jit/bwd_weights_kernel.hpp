@@ -120,7 +120,8 @@ struct WeightsKernelArgs {
     // an image's src / diff_dst to the same place in its partner image.
     int64_t src_pair = 0;
     int64_t dst_pair = 0;
-    // desc.ic_loop: tiles to run (>= 1) and the bytes from one to the next.
+    // desc.ic_loop: tiles to run (>= 1) and the bytes from one to the next
+    // (depthwise: in src and diff_dst alike).
     int64_t ic_tiles = 1;
     int64_t src_tile_step = 0;
     int64_t wei_tile_step = 0;
@@ -259,6 +260,8 @@ struct WeightsKernelDesc {
     // diff_weights args.wei_tile_step bytes on (each tile zeroed, run and
     // flushed as a call of its own would be), so a blocked chunk's diff_dst
     // slice is read from L1 by every ic tile of a tap in one call.
+    // Depthwise, 1: the same over channel tiles, diff_dst stepping as src
+    // does; the prefetch walk runs on from tile to tile.
     uint8_t ic_loop = 0;
     // gemm on AVX-512: 0, or bf16 / f16: every call stores its tile rounded
     // to this type (args.accumulate is ignored), 2-byte elements at

@@ -185,8 +185,9 @@ private:
     void unpair_lanes();
     void prefetch_tile();
     // desc.ic_loop: red-zone slots (below rsp; the kernels call nothing)
-    // of the current tile's src, its diff_weights and the tiles left.
-    static constexpr int kIcSrc = -16, kIcWeights = -24, kIcLeft = -32;
+    // of the current tile's src, its diff_weights, the tiles left and
+    // (depthwise) its diff_dst.
+    static constexpr int kIcSrc = -16, kIcWeights = -24, kIcLeft = -32, kIcDst = -40;
     Xbyak::Address tile_weights();
     void flush_rows(bool accumulate);
     void flush_tap_rows(bool accumulate);

@@ -639,8 +639,8 @@ private:
     // `end`, that one call takes) and returns how many tiles it ran.
     int64_t run_gemm_tile(int64_t tile, int64_t end, bool accumulate, float* target, const char* src,
                           const char* diff_dst, ThreadState& ts, Prefetch& pf) const;
-    void run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src, const char* diff_dst,
-                     ThreadState& ts, Prefetch& pf) const;
+    int64_t run_dw_tile(int64_t tile, int64_t end, bool accumulate, float* target, const char* src,
+                        const char* diff_dst, ThreadState& ts, Prefetch& pf) const;
     void call(const WeightsKernel& k, const TileCall& c, const std::vector<WeightsRow>& rows,
               bool accumulate, Prefetch& pf) const;
     void prefetch_chunk(Prefetch& pf, int64_t chunk, const char* src, const char* diff_dst) const;
@@ -1654,9 +1654,10 @@ void JitWeightsExecutor::build_dw_rows(std::vector<WeightsRow>& out, const std::
 // blk.kh kernel rows x (m taps) x (n vectors), in one call over the chunk:
 // each row of the call names the (kernel row, tap) pairs its pixels read
 // inside src (desc.edges). The call stores (not accumulates) on the first
-// chunk: it writes the whole tile, even with no rows.
-void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* target, const char* src,
-                                     const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
+// chunk: it writes the whole tile, even with no rows. Returns the tiles
+// the call ran (channel runs: up to `end`).
+int64_t JitWeightsExecutor::run_dw_tile(int64_t tile, int64_t end, bool accumulate, float* target,
+                                        const char* src, const char* diff_dst, ThreadState& ts, Prefetch& pf) const {
     const WeightsGeometry& g = plan_.geo;
     const WeightsBlocking& b = plan_.blk;
     const int64_t blocks = g.k[1] / b.kh;
@@ -1672,14 +1673,23 @@ void JitWeightsExecutor::run_dw_tile(int64_t tile, bool accumulate, float* targe
         dw.key = tile / b.n_tiles;
         build_dw_rows(dw.rows, ts.chunk, kd, kh0, kt, ts.src_shift, ts.dst_shift);
     }
-    const TileCall c{src + c0 * es,
-                     diff_dst + c0 * es,
-                     target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh0 * wei_str_.k[1] + kw0 * wei_str_.k[2],
-                     src_step_bytes(),
-                     dst_step_bytes(),
-                     b.lane_group > 1 ? wei_str_.i : wei_str_.k[2],  // lane groups: rows (kw, ic)
-                     wei_str_.k[1]};
+    TileCall c{src + c0 * es,
+               diff_dst + c0 * es,
+               target + c0 * wei_str_.o + kd * wei_str_.k[0] + kh0 * wei_str_.k[1] + kw0 * wei_str_.k[2],
+               src_step_bytes(),
+               dst_step_bytes(),
+               b.lane_group > 1 ? wei_str_.i : wei_str_.k[2],  // lane groups: rows (kw, ic)
+               wei_str_.k[1]};
+    // Channel runs (WeightsPlan::dw_channel_runs): the full channel tiles
+    // from this one up to `end` in one call; the last runs alone.
+    c.ic_loop = plan_.dw_channel_runs();
+    if (c.ic_loop) {
+        c.ic_tiles = last_n ? 1 : std::max<int64_t>(1, std::min(b.n_tiles - 1 - ct, end - tile));
+        c.src_tile_step = b.n * b.vlen * es;  // (diff_dst steps alike)
+        c.wei_tile_step = b.n * b.vlen * wei_str_.o;
+    }
     call(*kernels_[kt == b.m_tiles - 1 ? kLast : kFull][last_n][0], c, dw.rows, accumulate, pf);
+    return c.ic_tiles;
 }
 
 void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& grid, WeightsWork& work,
@@ -1814,7 +1824,7 @@ void JitWeightsExecutor::compute_thread(int64_t tid, const WeightsThreadGrid& gr
         const bool accumulate = c != item.first_chunk;
         for (int64_t t = item.tile0; t < item.tile1;) {
             if (plan_.blk.kind == WeightsKernelKind::depthwise)
-                run_dw_tile(t++, accumulate, out, src, diff_dst, ts, pf);
+                t += run_dw_tile(t, item.tile1, accumulate, out, src, diff_dst, ts, pf);
             else
                 t += run_gemm_tile(t, item.tile1, accumulate, out, src, diff_dst, ts, pf);
         }

@@ -1905,7 +1905,8 @@ std::string WeightsPlan::to_string() const {
     os << "    for chunk in slice (" << red.chunk_rows << " rows):\n";
     if (dw)
         os << "      for kd<" << geo.k[0] << " kh_tile<" << geo.k[1] / blk.kh << " kw_tile<" << blk.m_tiles
-           << " ch_tile<" << blk.n_tiles << ":\n        for row, px: acc[" << blk.kh << "x" << blk.m << " taps"
+           << " ch_tile<" << blk.n_tiles << (dw_channel_runs() ? " (one call)" : "") << ":\n        for row, px: acc["
+           << blk.kh << "x" << blk.m << " taps"
            << (blk.lane_group > 1 ? "x" + std::to_string(blk.lane_group) + " ic" : std::string()) << "]["
            << blk.n << "v] += " << (blk.lane_group > 1 ? "perm_ic(src[px+tap])[ch]" : "src[px+tap][ch]")
            << " * diff_dst[px][ch]\n";

@@ -182,8 +182,16 @@ struct WeightsPlan {
     // rows (rows_ic_runs).
     bool ic_runs() const {
         if (blocked || (tile_major && !stage_in_kernel && !store_rounded)) return true;
-        return rows_ic_runs();
+        return rows_ic_runs() || dw_channel_runs();
     }
+    // Depthwise: a kernel row block's and kw tile's consecutive channel
+    // tiles read the same rows, their src, diff_dst and diff_weights a
+    // tile's channels apart: one call runs them (the last channel tile,
+    // on a kernel of its own, apart). A call of one tile was a few dozen
+    // to a few hundred pixels on small planes of many channels, and the
+    // host's set-up of each (its tile, row list and prefetch walk) took
+    // 12-15 % of such a layer (see PERFORMANCE.md).
+    bool dw_channel_runs() const { return blk.kind == WeightsKernelKind::depthwise && blk.n_tiles > 1; }
     // Gemm rows, staged or in place (NXC), read by a tap's consecutive ic
     // tiles m channels apart with the same row list: one call runs them
     // too. Not kw windows or lanes, folded kw taps, NCX rows or lane pairs,
