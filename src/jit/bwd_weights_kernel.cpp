@@ -252,12 +252,14 @@ void WeightsSkeleton::load_args() {
     mov(reg_nrows_, field(offsetof(WeightsKernelArgs, nrows)));
     mov(reg_src_step_, field(offsetof(WeightsKernelArgs, src_step)));
     mov(reg_dst_step_, field(offsetof(WeightsKernelArgs, dst_step)));
-    if (dw() && !desc_.ic_loop) {
-        mov(reg_dst_pair_, field(offsetof(WeightsKernelArgs, prefetch_walks)));
-        next_walk();
-    } else if (!desc_.ic_loop) {  // ic loops: loaded once, the tiles prefetch on
-        mov(reg_prefetch_, field(offsetof(WeightsKernelArgs, prefetch)));
-        mov(reg_prefetch_step_, field(offsetof(WeightsKernelArgs, prefetch_step)));
+    if (!desc_.ic_loop) {  // (ic loops: the walk is loaded once before the tile loop, the tiles prefetch on)
+        if (dw()) {
+            mov(reg_dst_pair_, field(offsetof(WeightsKernelArgs, prefetch_walks)));
+            next_walk();
+        } else {
+            mov(reg_prefetch_, field(offsetof(WeightsKernelArgs, prefetch)));
+            mov(reg_prefetch_step_, field(offsetof(WeightsKernelArgs, prefetch_step)));
+        }
     }
     if (desc_.pair_dst) mov(reg_dst_partner_, field(offsetof(WeightsKernelArgs, dst_pair)));
     if (stage_src()) mov(reg_src_stage_, field(offsetof(WeightsKernelArgs, src_stage)));

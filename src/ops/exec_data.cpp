@@ -400,8 +400,8 @@ private:
     DataKernelArgs rep_steps(int64_t reps) const;
     DataKernelArgs call_args(const DataKernelArgs& rep, int64_t noc, int64_t chunk, const ThreadCtx& ctx) const;
     void build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) const;
-    void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb, int64_t reps,
-                        ThreadCtx& ctx) const;
+    void row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb,
+                        const DataKernelArgs& rep, ThreadCtx& ctx) const;
     // Builds the entries of a phase's row and runs its kernel: nblocks full
     // blocks, then (tail) the phase's partial block (the kernel's tail_m).
     // Tap t's entry reads from pixel t.base + shift of the row taps' rows.
@@ -459,6 +459,11 @@ private:
     std::vector<std::pair<int64_t, int64_t>> seg_windows_, seg_inside_;
     std::vector<std::shared_ptr<const DataKernel>> kernels_;
     std::vector<std::shared_ptr<const DataKernel>> phase_kernels_;  // see phase_kernel
+    // Direct and depthwise: each channel run's steps (rep_steps of
+    // DataPlan::cb_run(r)), once: a cleared DataKernelArgs per item had been
+    // a rep stos a call, and depthwise rows on small planes are calls of a
+    // few hundred cycles.
+    std::vector<DataKernelArgs> run_steps_;
     int built_ = 0, hits_ = 0;
 };
 
@@ -473,6 +478,11 @@ JitDataExecutor::JitDataExecutor(const Problem& p, const DataPlan& plan)
     for (int64_t r = 0; r < g.stride[2]; ++r) phases_.push_back(phase_taps(g, r));
     if (plan_.segments > 1) seg_windows_ = seg_windows(plan_);
     for (const auto& w : seg_windows_) seg_inside_.push_back(window_inside(plan_, w));
+    if (plan_.path != DataPath::col)
+        for (int64_t run = 0; run < plan_.cb_runs(); ++run) {
+            const auto [cb0, cb1] = plan_.cb_run(run);
+            run_steps_.push_back(rep_steps(cb1 - cb0));
+        }
     win_dd_bytes_ = plan_.scratch.window_dd_rows * plan_.scratch.window_dd_px * dd_str_.w * es_;
     win_dst_bytes_ = plan_.scratch.window_dst_rows * plan_.scratch.window_dst_px * dst_str_.w * es_;
     if (p.dt != data_type::f32) {
@@ -1114,13 +1124,6 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
     const bool nt = plan_.nt_store && reinterpret_cast<uintptr_t>(dst) % 64 == 0;
     const bool rows_nt = plan_.stream_rows;
     ItemQueue queue(grid.items, threads);
-    // Each run's steps, once (not a cleared DataKernelArgs a row: rows of
-    // depthwise layers on small planes are calls of a few hundred cycles).
-    std::vector<DataKernelArgs> run_steps(static_cast<size_t>(nruns));
-    for (int64_t run = 0; run < nruns; ++run) {
-        const auto [cb0, cb1] = plan_.cb_run(run);
-        run_steps[static_cast<size_t>(run)] = rep_steps(cb1 - cb0);
-    }
     for_each_thread(threads, [&](int t) {
         ThreadCtx ctx;
         ctx.nt = nt;
@@ -1157,9 +1160,10 @@ void JitDataExecutor::run_direct(const char* dd, const char* wp, char* dst, int 
                     open_windows(dd, w, ctx);
                 }
                 if (plan_.row_blocks) {
-                    row_block_item(item_dd, wp, item_dst, rest / group_items, cb0, cb1 - cb0, ctx);
+                    row_block_item(item_dd, wp, item_dst, rest / group_items, cb0, run_steps_[static_cast<size_t>(run)],
+                                   ctx);
                 } else {
-                    const DataKernelArgs& rep = run_steps[static_cast<size_t>(run)];
+                    const DataKernelArgs& rep = run_steps_[static_cast<size_t>(run)];
                     for (int64_t ch = 0; ch < nchunks; ++ch)
                         for (int64_t row = r0; row < r1; ++row) {
                             float* acc_row = ctx.acc.get() ? ctx.acc.floats() + (row - r0) * row_elems : nullptr;
@@ -1190,12 +1194,12 @@ void JitDataExecutor::build_slab(const char* dd, int64_t plane, ThreadCtx& ctx) 
     ctx.slab_plane = plane;
 }
 
-// Row blocks, one plane × run of `reps` channel blocks from `cb`: per oc
+// Row blocks, one plane × run of channel blocks from `cb` (its steps `rep`): per oc
 // chunk, the plane's rows in runs that read the same range of kh taps (top
 // and bottom rows lose some to padding), a kernel call per run whose blocks
 // are block_rows whole rows, and one for its leftover rows.
 void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, int64_t plane, int64_t cb,
-                                     int64_t reps, ThreadCtx& ctx) const {
+                                     const DataKernelArgs& rep, ThreadCtx& ctx) const {
     const DataGeometry& g = plan_.geo;
     const DataChannelBlocks& cbs = plan_.cb;
     if (ctx.slab_plane != plane) build_slab(dd, plane, ctx);
@@ -1207,7 +1211,6 @@ void JitDataExecutor::row_block_item(const char* dd, const char* wp, char* dst, 
     const int64_t row_elems = g.in[2] * p_.ic(), chan_off = grp * p_.icg + blk * cbs.block;
     const int64_t plane_off = (plane * g.in[1] - ctx.dst_row0) * row_elems + chan_off;  // diff_src elements
     const std::vector<PhaseTap>& taps = phases_[0];
-    const DataKernelArgs rep = rep_steps(reps);
     for (int64_t chunk = 0; chunk < chunks(); ++chunk) {
         const int64_t oc0 = chunk * plan_.oc_chunk, noc = std::min(plan_.oc_chunk, p_.ocg - oc0);
         const char* wblock = wp + ((grp * cbs.padded() + blk * cbs.block) * ksp * plan_.ocg_w + oc0 * width) *
