@@ -500,6 +500,52 @@ TEST_CASE("data plan: row runs of equal kh taps", "[jit][data][plan]") {
     CHECK(checked > 10000);
 }
 
+TEST_CASE("data plan: depthwise rows whose pixels share L1 sets take wider blocks", "[jit][data][plan]") {
+    // QuartzNet's 1D depthwise blocks (500 pixels, 51 taps, mb 8), read in
+    // place: at 512 f32 / 1024 16-bit channels the pixels are 2 KiB apart
+    // and a channel vector's lines of a long row fill two L1 sets, so the
+    // pixels a tap group reads come from L2 and the search takes blocks of
+    // more vectors (and fewer pixels) than at 32 channels less, whose lines
+    // spread over the sets (AMD Zen 4: 1.3-1.8x, docs/PERFORMANCE.md).
+    auto dw_1d = [](int64_t c, int64_t w, int64_t k, data_type dt) {
+        attributes a;
+        a.strides = {1};
+        a.pads_begin = {k / 2};
+        a.pads_end = {k / 2};
+        a.groups = c;
+        a.dst_shape = {8, w, c};
+        return make_problem(op_kind::conv_bwd_data, dt, a, {8, w, c}, {k, 1, c}, nullptr);
+    };
+    for (data_type dt : {data_type::f32, data_type::bf16, data_type::f16})
+        for (Isa isa : {Isa::avx512_core_bf16, Isa::avx2}) {
+            if (isa == Isa::avx2 && dt != data_type::f32) continue;  // (16-bit AVX2: 1024 channels are 2 KiB there too)
+            const int64_t shared = dt == data_type::f32 ? 512 : 1024;
+            const DataPlan a = plan_of(dw_1d(shared, 500, 51, dt), isa, 2);
+            const DataPlan b = plan_of(dw_1d(shared - 32, 500, 51, dt), isa, 2);
+            INFO(dtype_name(dt) << " " << isa_name(isa) << "\n" << a.to_string() << b.to_string());
+            REQUIRE(a.path == DataPath::depthwise);
+            CHECK(a.dw_edges);  // rows read in place
+            CHECK(a.blk.n > b.blk.n);
+            // f32 on AVX-512: a tap group's pixels fit the two sets' ways
+            // (16-bit plans widen each diff_dst vector on the FMA ports,
+            // which bind first; AVX2 has 16 registers for the blocks).
+            if (isa != Isa::avx2 && dt == data_type::f32) CHECK(a.blk.m + a.dw_tap_group - 1 <= kL1LinesPerSet);
+        }
+    // Rows too long to read in place (segment windows copied): the copies
+    // space their pixels a line further apart where they share sets (f32
+    // and 16-bit 1024 channels at 8000 pixels), not at 1 KiB (four sets).
+    for (data_type dt : {data_type::f32, data_type::bf16})
+        for (int64_t c : {1024, 512}) {
+            const DataPlan pl = plan_of(dw_1d(c, 8000, 5, dt), Isa::avx512_core_bf16, 2);
+            const int64_t pitch = c * static_cast<int64_t>(dtype_size(dt));
+            INFO(dtype_name(dt) << " " << c << "\n" << pl.to_string());
+            REQUIRE(pl.padded_rows);
+            CHECK(pl.segments > 1);
+            CHECK(pl.dd_pitch_spread == (pitch % 2048 == 0));
+            CHECK(pl.dd_pitch == pitch + (pitch % 2048 == 0 ? 64 : 0));
+        }
+}
+
 TEST_CASE("data plan: segment windows hold every pixel their taps read, and no more", "[jit][data][plan]") {
     // Long 1D rows cut into segments over strides, dilations, kernels and
     // pads (wider than the kernel too): per segment, the diff_dst pixels

@@ -64,6 +64,22 @@ constexpr double kOpsInFlight = 200.0;
 // Depthwise taps one at a time: the most taps a group holds (DataPlan::dw_tap_group).
 constexpr int kMaxDwTapGroup = 4;
 constexpr double kEntryCycles = 8.0;         // one kernel entry per block: pointers, W loads issue
+// Depthwise rows read in place whose pixels are a multiple of 2 KiB apart
+// (f32: 512, 1024, 1536 channels; 16-bit: 1024) put a channel vector's
+// line of every pixel into two L1 sets (4 KiB apart: one). Along rows
+// longer than those sets' ways hold, the pixels an entry reads (a tap
+// group's, or a row's taps at once) are gone from L1 by the next entry or
+// block and come from L2, at about this many cycles each however many
+// vectors it holds: AMD Zen 4, one thread, mb 2, QuartzNet's 51-tap 1D
+// layer (500 pixels) at 512 channels against 480 at the same blocking, 4
+// taps a group, 0.44 / 0.65 / 0.88 / 0.95x at 1 / 2 / 3 / 4 vectors, at
+// any m. A row's taps at once (m + KW - 1 pixels an entry) paid about twice
+// that a pixel (7-15 taps at 512 channels: 0.48-0.65x). Charged as a bound
+// beside the FMAs, so the search takes wider blocks of fewer pixels there
+// (make_data_plan).
+constexpr double kSharedSetPixelCycles = 4.0;  // pixels 2 KiB apart
+constexpr double kOneSetPixelCycles = 6.0;     // 4 KiB apart
+constexpr double kRowTapsSetFactor = 2.0;      // a row's taps at once
 // col2im: a run of one target row (a masked read-modify-write of diff_src
 // and its set-up; measured 11-23 cycles on AMD Zen 4, one thread: RegNetX
 // 7x7 groups of 16, 3D groups of 6, 3-channel first layers), and each
@@ -314,6 +330,35 @@ double rows_in_blocks(const std::vector<int64_t>& runs, int64_t r) {
     return double(in_blocks) / double(rows);
 }
 
+// 16-bit depthwise lane groups of 4 or more channels whose rows are
+// widened into padded f32 rows (see choose_padded_rows).
+bool dw_lane_widen(const Problem& p, const DataPlan& pl) {
+    const int64_t pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
+    return p.nxc && pl.path == DataPath::depthwise && pl.lane_group >= 4 &&
+           pl.types.compute == DataCompute::widen && pl.geo.out[2] * pitch >= kLaneWidenRowBytes;
+}
+
+// Whether a depthwise plan reads diff_dst rows in place, its W edges
+// compiled in (DataPlan::dw_edges; see choose_padded_rows): entries of a
+// kh row's taps (or kernels one tap wide), rows not long, not widened.
+bool dw_rows_in_place(const Problem& p, const DataPlan& pl) {
+    const DataGeometry& g = pl.geo;
+    const int64_t pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
+    return pl.path == DataPath::depthwise && (pl.dw_row_taps || g.k[2] == 1) && !dw_lane_widen(p, pl) &&
+           g.k[0] * g.k[1] * g.out[2] * pitch <= kLongRowBytes;
+}
+
+// The cycles each diff_dst pixel an entry reads costs where rows read in
+// place (NXC) share L1 sets (kSharedSetPixelCycles); zero elsewhere.
+double dw_pixel_set_cycles(const Problem& p, const DataPlan& pl) {
+    const int64_t pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
+    const int64_t row_px = pl.geo.out[2];
+    if (!p.nxc || !pixels_share_l1_sets(pitch) || lines_per_l1_set(row_px, pitch) <= kL1LinesPerSet ||
+        !dw_rows_in_place(p, pl))
+        return 0.0;
+    return pitch % kL1SetSpan == 0 ? kOneSetPixelCycles : kSharedSetPixelCycles;
+}
+
 // Cost of the direct or depthwise path, one thread, whole problem.
 double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb,
                      const std::vector<PhaseSize>& phases, const std::vector<int64_t>& kh_runs) {
@@ -331,6 +376,9 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
     const double entries =
             pl.dw_row_pairs() ? double(g.k[0]) / double(g.stride[0]) * std::max(1.0, kh_rows / 2 + 0.5) : rows;
     const double dd_rows = rows / entries;
+    // Pixels an entry reads at most: a row's (W edges: taps past them left out).
+    const double set_px = path == DataPath::depthwise ? dw_pixel_set_cycles(p, pl) : 0.0;
+    auto set_cycles = [&](int64_t px) { return set_px * double(std::min(px, g.out[2])) * dd_rows; };
     double per_row = 0;
     // Row blocks: a call per run of rows reading the same kh taps, not per row.
     const double calls_per_row = pl.row_blocks ? double(kh_runs.size()) / double(g.in[1]) : 1.0;
@@ -365,7 +413,8 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                         const double dd = double((m + (t - 1) * row_tap_pixels(g)) * n) * dd_rows;
                         const double cvt = pl.types.compute == DataCompute::widen ? dd : 0.0;
                         return std::max({(double(t * m * n) + cvt) / kFmaPerCycle,
-                                         (double(t * n) + dd) / kVecLoadsPerCycle, double(t) * lat});
+                                         (double(t * n) + dd) / kVecLoadsPerCycle, double(t) * lat,
+                                         set_cycles(m + (t - 1) * row_tap_pixels(g))});
                     };
                     const int64_t t = std::min<int64_t>(pl.dw_tap_group, taps);  // the last group: the rest
                     return double(taps / t) * group(t) + (taps % t ? group(taps % t) : 0.0) + kEntryCycles;
@@ -381,7 +430,9 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
                 // once; the entry's fixed cost (W loads, loop) favours long blocks.
                 const double loads =
                         ((m + (taps - 1) * row_tap_pixels(g)) * n * dd_rows + taps * n) / kVecLoadsPerCycle;
-                return std::max({taps * m * n / kFmaPerCycle, loads, lat}) + kEntryCycles;
+                return std::max({taps * m * n / kFmaPerCycle, loads, lat,
+                                 kRowTapsSetFactor * set_cycles(m + (taps - 1) * row_tap_pixels(g))}) +
+                       kEntryCycles;
             };
             const double blocks = pl.direct_row_taps ? block(b.m)  // per row, whole rows a block
                                                      : full * block(b.m) + (rem ? block(static_cast<int>(rem)) : 0);
@@ -562,6 +613,12 @@ bool row_blocks_fit(const Problem& p, const DataGeometry& g, bool taps_alone = f
 // one line further apart (AMD Zen 4, 32 groups of 32 channels at 7x7: f32
 // 1.08x on one thread, 1.15x on two; bf16 1.00-1.08x). Two sets (2 KiB
 // apart, ResNet-50's 512 channels at 7x7) measured 0.96-1.01x: left alone.
+// Depthwise copies (the segment windows of long rows) are spaced where
+// their pixels share sets (2 KiB apart) along a row longer than the sets'
+// ways hold (AMD Zen 4, 2 threads, min of 3, against the same plans
+// unspaced: 1D causal 1024 channels at 8000 pixels f32 / bf16 / f16
+// 1.38 / 1.27 / 1.23x, Citrinet's 41 taps at 1024 channels bf16 / f16
+// 1.73 / 1.85x; 16-bit 512 channels, 1 KiB apart in four sets, 0.88x).
 void choose_padded_rows(const Problem& p, DataPlan* pl) {
     pl->dd_pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
     if (pl->path == DataPath::col) return;
@@ -597,12 +654,8 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     // padded, 1.75 KiB rows (32 and 64 channels of 28 / 14 pixels at W
     // stride 2) 1.28-1.40x. NXC only: NCX, whose windows copy each row
     // already, ran 0.87-1.29x (geomean 1.11x, five layers of 15 slower).
-    const bool lane_widen = p.nxc && pl->path == DataPath::depthwise && pl->lane_group >= 4 &&
-                            pl->types.compute == DataCompute::widen &&
-                            g.out[2] * pl->dd_pitch >= kLaneWidenRowBytes;
-    const bool dw_one_entry_a_row = pl->dw_row_taps || g.k[2] == 1;
-    if (pl->path == DataPath::depthwise && dw_one_entry_a_row && !lane_widen &&
-        g.k[0] * g.k[1] * g.out[2] * pl->dd_pitch <= kLongRowBytes) {
+    const bool lane_widen = dw_lane_widen(p, *pl);
+    if (dw_rows_in_place(p, *pl)) {
         pl->dw_edges = true;
         pl->padded_rows = false;
         pl->pad_left = pl->pad_right = 0;
@@ -619,7 +672,9 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     const int64_t es = pl->widen_rows ? 4 : static_cast<int64_t>(dtype_size(p.dt));
     pl->dd_pitch = p.oc() * es;
     const int64_t reach = pl->blk.m + (g.k[2] - 1) * g.dil[2];
-    pl->dd_pitch_spread = lines_per_l1_set(reach, pl->dd_pitch) * g.k[1] > 2 * kL1LinesPerSet;
+    pl->dd_pitch_spread = lines_per_l1_set(reach, pl->dd_pitch) * g.k[1] > 2 * kL1LinesPerSet ||
+                          (pl->path == DataPath::depthwise && pixels_share_l1_sets(pl->dd_pitch) &&
+                           lines_per_l1_set(g.out[2], pl->dd_pitch) > kL1LinesPerSet);
     if (pl->dd_pitch_spread) pl->dd_pitch += 64;
     pl->scratch.row_bytes = (pl->pad_left + g.out[2] + pl->pad_right) * pl->dd_pitch;
     if (pl->row_blocks) {
@@ -945,6 +1000,50 @@ bool data_depthwise_path(const Problem& p, Isa isa) {
     return p.icg == p.ocg && pow2 && (p.icg == 1 || (p.g > 1 && (p.icg <= 8 || g16)));
 }
 
+// A depthwise plan of an entry per tap (blocking chosen) as tap groups
+// (DataPlan::dw_tap_seq), where the kernels take them.
+void take_tap_seq(const Problem& p, DataPlan* pl) {
+    const DataGeometry& g = pl->geo;
+    // Plans left with an entry per tap (too few accumulators for a
+    // row's W vectors, short strided phases) take a kh row's taps one
+    // after another instead (DataPlan::dw_tap_seq): the same loads and
+    // FMAs, fewer entries, and the W edges compiled in. Against an
+    // entry per tap (AMD Zen 5, 2 threads, min of 5, f32 / bf16, the 8
+    // such layers of the depthwise sets): 1.185x at mb 32 (MobileNetV2
+    // b6 / b13 1.13-1.29x, EfficientNet b6 s2 1.15-1.27x, MobileNet
+    // v1 conv4_2 / conv5_6 1.07-1.45x, X3D 5x5x5 s2 0.99-1.51x), 1.161x
+    // at mb 8; AVX2 over MobileNetV2's 10, 1.054x (s2 1.07-1.33x).
+    if (!pl->dw_row_taps && g.k[2] > 1 && pl->lane_group < pl->blk.vlen &&
+        (g.stride[2] == 1 || g.dil[2] == 1)) {
+        pl->dw_row_taps = true;
+        pl->dw_tap_seq = true;
+    }
+    // Long kernels' taps one at a time load (16-bit: widen) a diff_dst
+    // vector per FMA; groups of 2 or 4 taps share each (DataPlan::
+    // dw_tap_group), at fewer pixels a block. The model picks the group
+    // and the blocking. Groups forced (Intel Xeon, 2 threads, min of 5,
+    // Conformer dw31, QuartzNet 33-87 taps, RepLKNet 29x29): 2 against 1
+    // geomean 1.21x (bf16 / f16 1.20-1.50x), 4 against 2 1.16x, 6
+    // against 4 1.01x. As chosen, against one at a time over QuartzNet,
+    // the Conformer and RepLKNet (30 cells): f32 0.98-1.51x, bf16 / f16
+    // 1.45-1.89x (RepLKNet 13x13 and QuartzNet's stride-2 layer, whose
+    // plans hold a row's taps at once, unchanged: 0.95-1.01x). bf16
+    // vdpbf16ps plans (kh row pairs) keep one tap at a time.
+    if (pl->dw_tap_seq && row_tap_count(g) >= kDataSeqLoopTaps && !is_dot(*pl)) {
+        DataPlan best = *pl;
+        best.est_cycles = -1;
+        for (int t = 1; t <= kMaxDwTapGroup; t *= 2) {
+            DataPlan x = *pl;
+            x.dw_tap_group = t;
+            // Within 2 %, the larger group: fewer loads, which the
+            // bound does not count where the FMAs bind (f32: 4 against
+            // 2, modelled even, ran 1.10x).
+            if (choose_blocking(p, &x) && (best.est_cycles < 0 || x.est_cycles <= best.est_cycles * 1.02)) best = x;
+        }
+        if (best.est_cycles >= 0) *pl = best;
+    }
+}
+
 bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::string* why) {
     *pl = DataPlan();
     pl->geo = make_geometry(p);
@@ -997,43 +1096,22 @@ bool make_data_plan(const Problem& p, Isa isa, int threads, DataPlan* pl, std::s
             x.types.row_pairs = DataRowPairs::expand;
             if (choose_blocking(p, &x) && x.cb.per_group == 1) *pl = x;
         }
-        // Plans left with an entry per tap (too few accumulators for a
-        // row's W vectors, short strided phases) take a kh row's taps one
-        // after another instead (DataPlan::dw_tap_seq): the same loads and
-        // FMAs, fewer entries, and the W edges compiled in. Against an
-        // entry per tap (AMD Zen 5, 2 threads, min of 5, f32 / bf16, the 8
-        // such layers of the depthwise sets): 1.185x at mb 32 (MobileNetV2
-        // b6 / b13 1.13-1.29x, EfficientNet b6 s2 1.15-1.27x, MobileNet
-        // v1 conv4_2 / conv5_6 1.07-1.45x, X3D 5x5x5 s2 0.99-1.51x), 1.161x
-        // at mb 8; AVX2 over MobileNetV2's 10, 1.054x (s2 1.07-1.33x).
-        if (ok && !pl->dw_row_taps && g.k[2] > 1 && pl->lane_group < pl->blk.vlen &&
-            (g.stride[2] == 1 || g.dil[2] == 1)) {
-            pl->dw_row_taps = true;
-            pl->dw_tap_seq = true;
-        }
-        // Long kernels' taps one at a time load (16-bit: widen) a diff_dst
-        // vector per FMA; groups of 2 or 4 taps share each (DataPlan::
-        // dw_tap_group), at fewer pixels a block. The model picks the group
-        // and the blocking. Groups forced (Intel Xeon, 2 threads, min of 5,
-        // Conformer dw31, QuartzNet 33-87 taps, RepLKNet 29x29): 2 against 1
-        // geomean 1.21x (bf16 / f16 1.20-1.50x), 4 against 2 1.16x, 6
-        // against 4 1.01x. As chosen, against one at a time over QuartzNet,
-        // the Conformer and RepLKNet (30 cells): f32 0.98-1.51x, bf16 / f16
-        // 1.45-1.89x (RepLKNet 13x13 and QuartzNet's stride-2 layer, whose
-        // plans hold a row's taps at once, unchanged: 0.95-1.01x). bf16
-        // vdpbf16ps plans (kh row pairs) keep one tap at a time.
-        if (ok && pl->dw_tap_seq && row_tap_count(g) >= kDataSeqLoopTaps && !is_dot(*pl)) {
-            DataPlan best = *pl;
-            best.est_cycles = -1;
-            for (int t = 1; t <= kMaxDwTapGroup; t *= 2) {
-                DataPlan x = *pl;
-                x.dw_tap_group = t;
-                // Within 2 %, the larger group: fewer loads, which the
-                // bound does not count where the FMAs bind (f32: 4 against
-                // 2, modelled even, ran 1.10x).
-                if (choose_blocking(p, &x) && (best.est_cycles < 0 || x.est_cycles <= best.est_cycles * 1.02)) best = x;
+        if (ok) take_tap_seq(p, pl);
+        // Where the rows' pixels share L1 sets (dw_pixel_set_cycles), the
+        // entries of a row's taps read their windows from L2, and tap
+        // groups, whose windows are shorter, are planned too: the cheaper
+        // by the model is taken (AMD Zen 4, one thread, mb 2, 500 pixels:
+        // 9 / 15 / 25 taps at 512 channels 1.88 / 1.25 / 1.91x, 9 / 31 taps
+        // at 1024 channels (256 pixels) 1.75 / 1.81x). Shorter kernels
+        // keep a row's taps: their groups are not searched (kDataSeqLoopTaps).
+        if (ok && pl->dw_row_taps && !pl->dw_tap_seq && !is_dot(*pl) && row_tap_count(pl->geo) >= kDataSeqLoopTaps &&
+            dw_pixel_set_cycles(p, *pl) > 0) {
+            DataPlan taps = *pl;
+            taps.dw_row_taps = false;
+            if (choose_blocking(p, &taps)) {
+                take_tap_seq(p, &taps);
+                if (taps.dw_tap_seq && taps.est_cycles < pl->est_cycles) *pl = taps;
             }
-            if (best.est_cycles >= 0) *pl = best;
         }
     } else {
         pl->path = DataPath::direct;
