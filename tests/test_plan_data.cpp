@@ -507,11 +507,12 @@ TEST_CASE("data plan: depthwise rows whose pixels share L1 sets take wider block
     // pixels a tap group reads come from L2 and the search takes blocks of
     // more vectors (and fewer pixels) than at 32 channels less, whose lines
     // spread over the sets (AMD Zen 4: 1.3-1.8x, docs/PERFORMANCE.md).
-    auto dw_1d = [](int64_t c, int64_t w, int64_t k, data_type dt) {
+    auto dw_1d = [](int64_t c, int64_t w, int64_t k, data_type dt, int64_t dil = 1) {
         attributes a;
         a.strides = {1};
-        a.pads_begin = {k / 2};
-        a.pads_end = {k / 2};
+        a.dilations = {dil};
+        a.pads_begin = {(k - 1) * dil / 2};
+        a.pads_end = {(k - 1) * dil / 2};
         a.groups = c;
         a.dst_shape = {8, w, c};
         return make_problem(op_kind::conv_bwd_data, dt, a, {8, w, c}, {k, 1, c}, nullptr);
@@ -530,6 +531,17 @@ TEST_CASE("data plan: depthwise rows whose pixels share L1 sets take wider block
             // (16-bit plans widen each diff_dst vector on the FMA ports,
             // which bind first; AVX2 has 16 registers for the blocks).
             if (isa != Isa::avx2 && dt == data_type::f32) CHECK(a.blk.m + a.dw_tap_group - 1 <= kL1LinesPerSet);
+        }
+    // The blocks whose taps reach past the W edges are written out one by
+    // one: the search keeps their FMAs within 32768 (kMaxDwEdgeFmas; cold
+    // creation within 1 ms) however the set charge ranks wider blocks
+    // (QuartzNet c2: 87 taps at dilation 2, 172 pixels of reach).
+    for (Isa isa : {Isa::avx512_core, Isa::avx2})
+        for (const auto& [k, dil] : std::vector<std::pair<int64_t, int64_t>>{{87, 2}, {87, 1}, {51, 1}}) {
+            const DataPlan pl = plan_of(dw_1d(512, 500, k, data_type::f32, dil), isa, 2);
+            INFO(isa_name(isa) << " k" << k << " dil " << dil << "\n" << pl.to_string());
+            REQUIRE(pl.dw_edges);
+            CHECK((pl.blk.n == 1 || (k - 1) * dil * k * pl.blk.n <= 32768));
         }
     // Rows too long to read in place (segment windows copied): the copies
     // space their pixels a line further apart where they share sets (f32

@@ -80,6 +80,14 @@ constexpr double kEntryCycles = 8.0;         // one kernel entry per block: poin
 constexpr double kSharedSetPixelCycles = 4.0;  // pixels 2 KiB apart
 constexpr double kOneSetPixelCycles = 6.0;     // 4 KiB apart
 constexpr double kRowTapsSetFactor = 2.0;      // a row's taps at once
+// Depthwise rows read in place emit the blocks whose taps reach past the W
+// edges one by one (DataKernel::edge_row): about reach x taps (pixel, tap)
+// pairs of n vectors each, all FMAs written out. Blocks whose edge code
+// would exceed this many FMAs are left out of the search (n = 1 stays):
+// QuartzNet c2 (87 taps at dilation 2, 172 pixels of reach) took m3 x n6
+// under the set charge above, and its two kernels took 2.1 ms of cold
+// creation (m10 x n2: 0.54 ms; AMD Zen 4, convgrad-bench --impl=create).
+constexpr int64_t kMaxDwEdgeFmas = 32768;
 // col2im: a run of one target row (a masked read-modify-write of diff_src
 // and its set-up; measured 11-23 cycles on AMD Zen 4, one thread: RegNetX
 // 7x7 groups of 16, 3D groups of 6, 3-channel first layers), and each
@@ -352,7 +360,8 @@ bool dw_rows_in_place(const Problem& p, const DataPlan& pl) {
 // place (NXC) share L1 sets (kSharedSetPixelCycles); zero elsewhere.
 double dw_pixel_set_cycles(const Problem& p, const DataPlan& pl) {
     const int64_t pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
-    const int64_t row_px = pl.geo.out[2];
+    // (Pixels in one or two sets: more than twice the ways overflow them.)
+    const int64_t row_px = std::min<int64_t>(pl.geo.out[2], 2 * kL1LinesPerSet + 1);
     if (!p.nxc || !pixels_share_l1_sets(pitch) || lines_per_l1_set(row_px, pitch) <= kL1LinesPerSet ||
         !dw_rows_in_place(p, pl))
         return 0.0;
@@ -526,10 +535,15 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
     if (pl->path != DataPath::depthwise && !taps_alone && lines_per_l1_set(kMaxM, bcast_stride) > kL1LinesPerSet)
         for (int m = 1; m <= kMaxM; ++m) crowded[m] = lines_per_l1_set(m, bcast_stride) > kL1LinesPerSet;
     const DataKernelTypes types = data_kernel_types(*pl, row_tap_count(pl->geo));
+    // Depthwise rows read in place: the vectors whose edge code fits kMaxDwEdgeFmas.
+    const int64_t edge_pairs = (row_tap_count(pl->geo) - 1) * row_tap_pixels(pl->geo) * row_tap_count(pl->geo);
+    const int max_edge_n = dw_rows_in_place(p, *pl)
+                                   ? static_cast<int>(std::max<int64_t>(1, kMaxDwEdgeFmas / std::max<int64_t>(1, edge_pairs)))
+                                   : max_n;
     double best = -1, best_key = 0;  // the cost, and the cost weighed by tie_weight
     bool best_preferred = false;
     for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
-        for (int n = 1; n <= max_n; ++n)
+        for (int n = 1; n <= std::min(max_n, max_edge_n); ++n)
             for (int m = 1; m <= max_m; ++m) {
                 // Row blocks: a row a block, or with row taps several rows.
                 if (pl->row_blocks && m != pl->geo.in[2] &&
@@ -674,7 +688,8 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     const int64_t reach = pl->blk.m + (g.k[2] - 1) * g.dil[2];
     pl->dd_pitch_spread = lines_per_l1_set(reach, pl->dd_pitch) * g.k[1] > 2 * kL1LinesPerSet ||
                           (pl->path == DataPath::depthwise && pixels_share_l1_sets(pl->dd_pitch) &&
-                           lines_per_l1_set(g.out[2], pl->dd_pitch) > kL1LinesPerSet);
+                           lines_per_l1_set(std::min<int64_t>(g.out[2], 2 * kL1LinesPerSet + 1), pl->dd_pitch) >
+                                   kL1LinesPerSet);
     if (pl->dd_pitch_spread) pl->dd_pitch += 64;
     pl->scratch.row_bytes = (pl->pad_left + g.out[2] + pl->pad_right) * pl->dd_pitch;
     if (pl->row_blocks) {
