@@ -89,12 +89,24 @@ void check_reals(const Case& c) {
     }
 }
 
-// Exact in every type on every ISA, f32 exact and reals on the f32 ISAs,
-// 1-4 threads bitwise alike (with_bf16: on the bf16 ISA too).
-void check_every_type(const Case& base, bool with_bf16) {
+// Runs c under every JIT cap on inputs of all-ones bytes (NaNs), so that
+// stale bytes of a per-thread window would show in the next check.
+void run_on_nans(const Case& c) {
+    const convgrad::op ref = c.make("ref");
+    Buffer nan_a(c.dt, ref.input0_elems()), nan_b(c.dt, ref.input1_elems());
+    std::fill(nan_a.bytes.begin(), nan_a.bytes.end(), uint8_t(0xff));
+    std::fill(nan_b.bytes.begin(), nan_b.bytes.end(), uint8_t(0xff));
+    for (const std::string& isa : jit_isas(true)) testutil::run(c.make(isa), nan_a, nan_b);
+}
+
+// Exact in every type on every ISA (nans_first: each type after a run on
+// NaN inputs), f32 exact and reals on the f32 ISAs, 1-4 threads bitwise
+// alike (with_bf16: on the bf16 ISA too).
+void check_every_type(const Case& base, bool with_bf16, bool nans_first = false) {
     for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
         Case t = base;
         t.dt = dt;
+        if (nans_first) run_on_nans(t);
         check_exact_any_type(t);
     }
     check_exact(base);
@@ -1383,30 +1395,10 @@ TEST_CASE("weights: depthwise whole rows compile their W edges in", "[jit][weigh
 }
 
 namespace {
-// Runs c under every JIT cap on inputs of all-ones bytes (NaNs), so that
-// stale bytes of a per-thread window would show in the next check.
-void run_on_nans(const Case& c) {
-    const convgrad::op ref = c.make("ref");
-    Buffer nan_a(c.dt, ref.input0_elems()), nan_b(c.dt, ref.input1_elems());
-    std::fill(nan_a.bytes.begin(), nan_a.bytes.end(), uint8_t(0xff));
-    std::fill(nan_b.bytes.begin(), nan_b.bytes.end(), uint8_t(0xff));
-    for (const std::string& isa : jit_isas(true)) testutil::run(c.make(isa), nan_a, nan_b);
-}
-
 // A case read through per-thread windows: in every type after a run on NaN
 // inputs (a window's stale bytes would show), exact on every ISA; f32
 // reals; 1-4 threads bitwise alike.
-void check_windowed_case(const Case& base) {
-    for (convgrad::data_type dt : {convgrad::data_type::f32, convgrad::data_type::bf16, convgrad::data_type::f16}) {
-        Case t = base;
-        t.dt = dt;
-        run_on_nans(t);
-        check_exact_any_type(t);
-    }
-    check_exact(base);
-    check_reals(base);
-    wtest::check_thread_counts(wtest::split_size(base), true);
-}
+void check_windowed_case(const Case& base) { check_every_type(base, true, true); }
 }  // namespace
 
 TEST_CASE("weights: NCX depthwise reads per-chunk NXC windows", "[jit][weights]") {

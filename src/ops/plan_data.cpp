@@ -338,12 +338,22 @@ double rows_in_blocks(const std::vector<int64_t>& runs, int64_t r) {
     return double(in_blocks) / double(rows);
 }
 
+// Bytes between the user's diff_dst pixels (NXC).
+int64_t dd_pixel_bytes(const Problem& p) { return p.oc() * static_cast<int64_t>(dtype_size(p.dt)); }
+
+// Whether a row of row_px pixels `pitch` bytes apart puts more of a channel
+// vector's lines into its L1 sets than they hold, where the pixels share
+// one or two sets (a multiple of 2 KiB apart; 17 pixels decide it).
+bool row_overflows_shared_sets(int64_t row_px, int64_t pitch) {
+    return pixels_share_l1_sets(pitch) &&
+           lines_per_l1_set(std::min<int64_t>(row_px, 2 * kL1LinesPerSet + 1), pitch) > kL1LinesPerSet;
+}
+
 // 16-bit depthwise lane groups of 4 or more channels whose rows are
 // widened into padded f32 rows (see choose_padded_rows).
 bool dw_lane_widen(const Problem& p, const DataPlan& pl) {
-    const int64_t pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
     return p.nxc && pl.path == DataPath::depthwise && pl.lane_group >= 4 &&
-           pl.types.compute == DataCompute::widen && pl.geo.out[2] * pitch >= kLaneWidenRowBytes;
+           pl.types.compute == DataCompute::widen && pl.geo.out[2] * dd_pixel_bytes(p) >= kLaneWidenRowBytes;
 }
 
 // Whether a depthwise plan reads diff_dst rows in place, its W edges
@@ -351,26 +361,24 @@ bool dw_lane_widen(const Problem& p, const DataPlan& pl) {
 // kh row's taps (or kernels one tap wide), rows not long, not widened.
 bool dw_rows_in_place(const Problem& p, const DataPlan& pl) {
     const DataGeometry& g = pl.geo;
-    const int64_t pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
     return pl.path == DataPath::depthwise && (pl.dw_row_taps || g.k[2] == 1) && !dw_lane_widen(p, pl) &&
-           g.k[0] * g.k[1] * g.out[2] * pitch <= kLongRowBytes;
+           g.k[0] * g.k[1] * g.out[2] * dd_pixel_bytes(p) <= kLongRowBytes;
 }
 
 // The cycles each diff_dst pixel an entry reads costs where rows read in
 // place (NXC) share L1 sets (kSharedSetPixelCycles); zero elsewhere.
 double dw_pixel_set_cycles(const Problem& p, const DataPlan& pl) {
-    const int64_t pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
-    // (Pixels in one or two sets: more than twice the ways overflow them.)
-    const int64_t row_px = std::min<int64_t>(pl.geo.out[2], 2 * kL1LinesPerSet + 1);
-    if (!p.nxc || !pixels_share_l1_sets(pitch) || lines_per_l1_set(row_px, pitch) <= kL1LinesPerSet ||
+    const int64_t pitch = dd_pixel_bytes(p);
+    if (!p.nxc || pl.path != DataPath::depthwise || !row_overflows_shared_sets(pl.geo.out[2], pitch) ||
         !dw_rows_in_place(p, pl))
         return 0.0;
     return pitch % kL1SetSpan == 0 ? kOneSetPixelCycles : kSharedSetPixelCycles;
 }
 
-// Cost of the direct or depthwise path, one thread, whole problem.
+// Cost of the direct or depthwise path, one thread, whole problem;
+// set_px: dw_pixel_set_cycles of the plan.
 double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b, const DataChannelBlocks& cb,
-                     const std::vector<PhaseSize>& phases, const std::vector<int64_t>& kh_runs) {
+                     const std::vector<PhaseSize>& phases, const std::vector<int64_t>& kh_runs, double set_px) {
     const DataGeometry& g = pl.geo;
     const DataPath path = pl.path;
     const double red = reduction_steps(p, pl);
@@ -386,7 +394,6 @@ double direct_cycles(const Problem& p, const DataPlan& pl, const DataBlocking& b
             pl.dw_row_pairs() ? double(g.k[0]) / double(g.stride[0]) * std::max(1.0, kh_rows / 2 + 0.5) : rows;
     const double dd_rows = rows / entries;
     // Pixels an entry reads at most: a row's (W edges: taps past them left out).
-    const double set_px = path == DataPath::depthwise ? dw_pixel_set_cycles(p, pl) : 0.0;
     auto set_cycles = [&](int64_t px) { return set_px * double(std::min(px, g.out[2])) * dd_rows; };
     double per_row = 0;
     // Row blocks: a call per run of rows reading the same kh taps, not per row.
@@ -535,11 +542,12 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
     if (pl->path != DataPath::depthwise && !taps_alone && lines_per_l1_set(kMaxM, bcast_stride) > kL1LinesPerSet)
         for (int m = 1; m <= kMaxM; ++m) crowded[m] = lines_per_l1_set(m, bcast_stride) > kL1LinesPerSet;
     const DataKernelTypes types = data_kernel_types(*pl, row_tap_count(pl->geo));
+    const double set_px = dw_pixel_set_cycles(p, *pl);  // (the same for every blocking)
     // Depthwise rows read in place: the vectors whose edge code fits kMaxDwEdgeFmas.
-    const int64_t edge_pairs = (row_tap_count(pl->geo) - 1) * row_tap_pixels(pl->geo) * row_tap_count(pl->geo);
-    const int max_edge_n = dw_rows_in_place(p, *pl)
-                                   ? static_cast<int>(std::max<int64_t>(1, kMaxDwEdgeFmas / std::max<int64_t>(1, edge_pairs)))
-                                   : max_n;
+    const int64_t edge_pairs =
+            std::max<int64_t>(1, (row_tap_count(pl->geo) - 1) * row_tap_pixels(pl->geo) * row_tap_count(pl->geo));
+    const int max_edge_n =
+            dw_rows_in_place(p, *pl) ? static_cast<int>(std::max<int64_t>(1, kMaxDwEdgeFmas / edge_pairs)) : max_n;
     double best = -1, best_key = 0;  // the cost, and the cost weighed by tie_weight
     bool best_preferred = false;
     for (int bif = 0; bif <= (pl->isa >= Isa::avx512_core && pl->path != DataPath::depthwise); ++bif)
@@ -570,8 +578,8 @@ bool choose_blocking(const Problem& p, DataPlan* pl) {
                     if ((m / g.in[2] + 1) * row_max >= INT32_MAX) continue;
                 }
                 if (crowded[m]) continue;
-                const double c =
-                        pl->path == DataPath::col ? col_cycles(p, *pl, b, cb) : direct_cycles(p, *pl, b, cb, phases, kh_runs);
+                const double c = pl->path == DataPath::col ? col_cycles(p, *pl, b, cb)
+                                                           : direct_cycles(p, *pl, b, cb, phases, kh_runs, set_px);
                 // Ties go to one vector with the broadcast inside the FMA:
                 // the register form then spends an instruction per FMA, and
                 // cores that split 512-bit operations run it well below
@@ -634,7 +642,7 @@ bool row_blocks_fit(const Problem& p, const DataGeometry& g, bool taps_alone = f
 // 1.38 / 1.27 / 1.23x, Citrinet's 41 taps at 1024 channels bf16 / f16
 // 1.73 / 1.85x; 16-bit 512 channels, 1 KiB apart in four sets, 0.88x).
 void choose_padded_rows(const Problem& p, DataPlan* pl) {
-    pl->dd_pitch = p.oc() * static_cast<int64_t>(dtype_size(p.dt));
+    pl->dd_pitch = dd_pixel_bytes(p);
     if (pl->path == DataPath::col) return;
     const DataGeometry& g = pl->geo;
     for (int64_t r = 0; r < g.stride[2]; ++r) {
@@ -687,9 +695,7 @@ void choose_padded_rows(const Problem& p, DataPlan* pl) {
     pl->dd_pitch = p.oc() * es;
     const int64_t reach = pl->blk.m + (g.k[2] - 1) * g.dil[2];
     pl->dd_pitch_spread = lines_per_l1_set(reach, pl->dd_pitch) * g.k[1] > 2 * kL1LinesPerSet ||
-                          (pl->path == DataPath::depthwise && pixels_share_l1_sets(pl->dd_pitch) &&
-                           lines_per_l1_set(std::min<int64_t>(g.out[2], 2 * kL1LinesPerSet + 1), pl->dd_pitch) >
-                                   kL1LinesPerSet);
+                          (pl->path == DataPath::depthwise && row_overflows_shared_sets(g.out[2], pl->dd_pitch));
     if (pl->dd_pitch_spread) pl->dd_pitch += 64;
     pl->scratch.row_bytes = (pl->pad_left + g.out[2] + pl->pad_right) * pl->dd_pitch;
     if (pl->row_blocks) {
